@@ -1,0 +1,17 @@
+#include "client/ctl/commands/comms_command.hpp"
+#include "client/ctl/commands/sessions_command.hpp"
+#include "client/ctl/commands/stats_command.hpp"
+#include "client/ctl/commands/status_command.hpp"
+
+namespace iris::ctl {
+
+std::vector<std::unique_ptr<Command>> all_commands() {
+  std::vector<std::unique_ptr<Command>> commands;
+  commands.push_back(std::make_unique<StatusCommand>());
+  commands.push_back(std::make_unique<StatsCommand>());
+  commands.push_back(std::make_unique<SessionsCommand>());
+  commands.push_back(std::make_unique<CommsCommand>());
+  return commands;
+}
+
+}  // namespace iris::ctl

@@ -1,0 +1,32 @@
+#include "client/ctl/commands/status_command.hpp"
+
+namespace iris::ctl {
+
+Report StatusCommand::run(const client::ControlChannel& channel) const {
+  const auto s = channel.call(&v1::Control::Stub::GetStatus, v1::GetStatusRequest{}, "status");
+  Report report;
+  auto& daemon = report.fields("irisd");
+  daemon.fields = {
+      {"version", s.version()},
+      {"build", s.build()},
+      {"protocol", s.protocol_version()},
+      {"pid", s.pid()},
+      {"socket", s.socket_path()},
+      {"uptime_s", s.uptime_seconds()},
+      {"engine", s.engine()},
+      {"engine_reason", s.engine_reason()},
+      {"sessions", s.sessions()},
+      {"communicators", s.communicators()},
+  };
+  auto& devices = report.table("devices", {"device", "bus_id", "memory", "copy_engines"});
+  for (const auto& d : s.devices()) {
+    nlohmann::json engines = nlohmann::json::array();
+    for (const auto& e : d.engines()) engines.push_back(e.name());
+    devices.rows.push_back({d.name(), d.bus_id().empty() ? "-" : d.bus_id(),
+                            d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()),
+                            engines});
+  }
+  return report;
+}
+
+}  // namespace iris::ctl

@@ -1,0 +1,17 @@
+#pragma once
+
+#include "client/ctl/commands/command.hpp"
+
+namespace iris::ctl {
+
+// `iris-ctl status`: version, uptime, engine and its devices.
+class StatusCommand final : public Command {
+ public:
+  std::string name() const override { return "status"; }
+  std::string description() const override {
+    return "daemon version, uptime, engine, devices and copy engines";
+  }
+  Report run(const client::ControlChannel& channel) const override;
+};
+
+}  // namespace iris::ctl

@@ -1,0 +1,53 @@
+// A process's connection to irisd: the attach handshake (the daemon learns our pid and uid from
+// the kernel), the session's shared-memory ring, and the control channel.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "iris/buffer.hpp"
+#include "iris/request.hpp"
+
+namespace iris {
+
+struct ClientOptions {
+  std::string socket_path = "/run/irisd/irisd.sock";
+  std::string client_name;  // shown by `iris-ctl sessions`
+  // How long a submission may wait for a free ring slot before throwing kBusy.
+  std::chrono::nanoseconds submit_timeout = std::chrono::nanoseconds::max();
+};
+
+class Client {
+ public:
+  struct Impl;
+  // Attaches to irisd. Throws iris::Error: kUnavailable (not running, or the socket refused
+  // us), kProtocolMismatch, kLimitExceeded.
+  static Client connect(const ClientOptions& options = {});
+
+  Client();
+  ~Client();
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+
+  // Allocates host memory shared with irisd and registers it.
+  Buffer allocate(std::size_t bytes);
+  // A no-op through the ring: measures submit-to-completion latency.
+  Request nop();
+  // Ends the session (also done by the destructor).
+  void detach();
+
+  uint64_t session_id() const;
+  uint32_t ring_depth() const;
+  const std::string& engine() const;
+  const std::string& daemon_version() const;
+
+ private:
+  friend class Communicator;
+  friend struct ClientInternals;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace iris

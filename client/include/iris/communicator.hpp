@@ -1,0 +1,46 @@
+// A communicator: nranks sessions, possibly in different processes, that agree on a key.
+// Collectives are matched across ranks by their order of submission on the communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "iris/request.hpp"
+
+namespace iris {
+
+class Client;
+
+class Communicator {
+ public:
+  struct Impl;
+  // Joins (or creates) the communicator `key` as `rank` of `nranks`. Returns at once: the other
+  // ranks may join later, and collectives wait for them.
+  static Communicator init(Client& client, const std::string& key, uint32_t nranks,
+                           uint32_t rank);
+
+  Communicator();
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  // ncclAllGather semantics: `bytes` from `send` land at recv + rank*bytes on every rank.
+  // In place when send == recv + rank*bytes. Both pointers must lie in buffers from
+  // Client::allocate. Returns at once; blocks only while this client has ring_depth requests in
+  // flight (then up to ClientOptions::submit_timeout, after which it throws kBusy).
+  Request all_gather(const void* send, void* recv, std::size_t bytes);
+
+  uint32_t rank() const;
+  uint32_t nranks() const;
+  uint64_t id() const;
+  // Leaves the communicator; the other ranks' later collectives fail with kPeerLost.
+  void destroy();
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace iris

@@ -1,0 +1,8 @@
+// libiris: all-gathers run by irisd on copy engines. See README.md for a walk-through.
+#pragma once
+
+#include "iris/buffer.hpp"
+#include "iris/client.hpp"
+#include "iris/communicator.hpp"
+#include "iris/error.hpp"
+#include "iris/request.hpp"

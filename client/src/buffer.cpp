@@ -1,0 +1,16 @@
+#include "iris/buffer.hpp"
+
+#include "client/src/client_impl.hpp"
+
+namespace iris {
+
+Buffer::Impl::~Impl() { client->forget_buffer(id, mapping->data()); }
+
+Buffer::Buffer() = default;
+Buffer::Buffer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+void* Buffer::data() const { return impl_ ? impl_->mapping->data() : nullptr; }
+std::size_t Buffer::size() const { return impl_ ? impl_->bytes : 0; }
+uint64_t Buffer::id() const { return impl_ ? impl_->id : 0; }
+
+}  // namespace iris

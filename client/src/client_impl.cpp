@@ -1,0 +1,293 @@
+#include "client/src/client_impl.hpp"
+
+#include <unistd.h>
+
+#include <thread>
+
+#include "iris/shared/cpu_relax.hpp"
+#include "iris/shared/futex.hpp"
+
+namespace iris {
+
+namespace {
+using clock = std::chrono::steady_clock;
+// How long wait() polls before it sleeps: long enough to catch small collectives without a
+// syscall, short enough not to burn a core the rank's own work needs.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(30);
+// How often a sleeping waiter checks that irisd is still there.
+constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
+constexpr auto kAttachTimeout = std::chrono::seconds(10);
+
+clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
+  const auto now = clock::now();
+  if (timeout >= clock::time_point::max() - now) return clock::time_point::max();
+  return now + std::chrono::duration_cast<clock::duration>(timeout);
+}
+}  // namespace
+
+std::string describe_failure(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kPeerLost:
+      return "another rank of the communicator died or left; re-create the communicator";
+    case ErrorCode::kSizeMismatch:
+      return "the ranks passed different byte counts to this all-gather";
+    case ErrorCode::kSequenceError:
+      return "sequence number reused or skipped (ranks submitted collectives out of order)";
+    case ErrorCode::kOutOfRange:
+      return "an offset or size lies past the end of a registered buffer (the daemon log names "
+             "it)";
+    case ErrorCode::kNotFound:
+      return "unknown buffer or communicator for this session";
+    case ErrorCode::kInvalidArgument:
+      return "malformed request (the daemon log says which field)";
+    case ErrorCode::kLimitExceeded:
+      return "too many collectives in flight in irisd (max_inflight)";
+    case ErrorCode::kEngineError:
+      return "the copy engine failed a transfer (see the daemon log)";
+    default:
+      return "collective failed; some rank passed a bad request (see the daemon log)";
+  }
+}
+
+Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.socket_path) {
+  const std::string attach_path = options.socket_path + ".attach";
+  try {
+    attach_fd = net::connect_unix(attach_path);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kUnavailable,
+                std::string(e.what()) + "; is irisd running, and may this user use its socket?");
+  }
+  v1::AttachRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_client_name(options.client_name);
+  if (!net::send_frame(attach_fd.get(), request.SerializeAsString()))
+    throw Error(ErrorCode::kUnavailable, "irisd closed the attach socket " + attach_path);
+  auto frame = net::recv_frame(attach_fd.get(),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(kAttachTimeout));
+  v1::AttachResponse response;
+  if (!frame || !response.ParseFromString(frame->payload))
+    throw Error(ErrorCode::kUnavailable, "no attach answer from irisd on " + attach_path);
+  if (response.error_code() != 0) {
+    std::string message = response.error_message();
+    const auto code = static_cast<ErrorCode>(response.error_code());
+    const std::string prefix = std::string(to_string(code)) + ": ";
+    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+    throw Error(code, "attach refused: " + message);
+  }
+  if (frame->fds.size() != 1)
+    throw Error(ErrorCode::kProtocolMismatch, "attach answer carried no wake descriptor");
+  wake_fd = std::move(frame->fds[0]);
+  session_id = response.session_id();
+  engine = response.engine();
+  daemon_version = response.daemon_version();
+  channel.set_token(response.token());
+  try {
+    segment = shm::ShmSegment::open(response.segment_name());
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kPermissionDenied, e.what());
+  }
+  auto validated = shm::validate_segment(segment.data(), segment.size());
+  if (!validated || validated->ring_depth != response.ring_depth())
+    throw Error(ErrorCode::kProtocolMismatch,
+                "session segment " + response.segment_name() + " has an unknown layout");
+  view = *validated;
+  producer_ = shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries,
+                                                  view.ring_depth);
+  slots_.resize(view.ring_depth);
+  for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
+}
+
+Client::Impl::~Impl() { detach(); }
+
+void Client::Impl::detach() {
+  if (detached) return;
+  detached = true;
+  if (!daemon_gone()) {
+    try {
+      channel.call(&v1::Control::Stub::Detach, v1::DetachRequest{}, "detach");
+    } catch (const Error&) {
+      // Closing the attach socket below ends the session anyway.
+    }
+  }
+  attach_fd = net::Fd();
+}
+
+bool Client::Impl::daemon_gone() const {
+  if (view.header->daemon_state.load(std::memory_order_acquire) ==
+      static_cast<uint32_t>(shm::DaemonState::kStopped))
+    return true;
+  return !attach_fd || net::peer_closed(attach_fd.get());
+}
+
+void Client::Impl::throw_if_daemon_gone() const {
+  if (daemon_gone())
+    throw Error(ErrorCode::kDaemonGone,
+                detached ? "this client has detached"
+                         : "irisd stopped or died; attach again once it is back");
+}
+
+void Client::Impl::sleep_for_completions(clock::time_point deadline,
+                                         const std::function<bool()>& ready) const {
+  // The epoch is read before `ready` is checked: a completion published in between changes it,
+  // and the futex then returns at once instead of sleeping through the completion.
+  const uint32_t epoch = view.header->completion_epoch.load(std::memory_order_acquire);
+  view.header->client_waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (!ready()) {
+    const auto slice = std::min<clock::duration>(kLivenessInterval, deadline - clock::now());
+    shm::futex_wait(view.header->completion_epoch, epoch, slice);
+  }
+  view.header->client_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+std::optional<ErrorCode> Client::Impl::poll(uint32_t slot, uint32_t generation) const {
+  const uint64_t word = view.slots[slot].word.load(std::memory_order_acquire);
+  if (!shm::completion_matches(word, generation)) return std::nullopt;
+  return shm::completion_code(word);
+}
+
+std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
+                                            clock::time_point deadline) {
+  const auto spin_until = std::min(deadline, clock::now() + kSpinBeforeSleep);
+  do {
+    if (auto code = poll(slot, generation)) return code;
+    cpu_relax();
+  } while (clock::now() < spin_until);
+  for (;;) {
+    if (auto code = poll(slot, generation)) return code;
+    throw_if_daemon_gone();
+    if (clock::now() >= deadline) return std::nullopt;
+    sleep_for_completions(deadline, [&] { return poll(slot, generation).has_value(); });
+  }
+}
+
+uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
+  for (;;) {
+    {
+      std::lock_guard lock(slots_mutex_);
+      if (free_slots_.empty()) {
+        for (uint32_t i = 0; i < slots_.size(); ++i) {
+          SlotState& s = slots_[i];
+          if (s.abandoned && poll(i, s.generation)) {
+            s.abandoned = false;
+            s.in_use = false;
+            free_slots_.push_back(i);
+          }
+        }
+      }
+      if (!free_slots_.empty()) {
+        const uint32_t slot = free_slots_.back();
+        free_slots_.pop_back();
+        SlotState& s = slots_[slot];
+        s.in_use = true;
+        s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
+        return slot;
+      }
+    }
+    throw_if_daemon_gone();
+    if (clock::now() >= deadline)
+      throw Error(ErrorCode::kBusy,
+                  "all " + std::to_string(slots_.size()) +
+                      " ring slots hold requests in flight; wait for some, or ask the operator "
+                      "for a deeper ring (--ring-depth)");
+    sleep_for_completions(deadline, [this] {
+      std::lock_guard lock(slots_mutex_);
+      for (uint32_t i = 0; i < slots_.size(); ++i)
+        if (!slots_[i].in_use || (slots_[i].abandoned && poll(i, slots_[i].generation)))
+          return true;
+      return false;
+    });
+  }
+}
+
+void Client::Impl::release_slot(uint32_t slot, bool completed) {
+  std::lock_guard lock(slots_mutex_);
+  SlotState& s = slots_[slot];
+  if (completed) {
+    s.in_use = false;
+    free_slots_.push_back(slot);
+  } else {
+    s.abandoned = true;
+  }
+}
+
+void Client::Impl::ring_doorbell() {
+  // Pairs with the daemon's store of daemon_needs_wakeup before its last look at the ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (view.header->daemon_needs_wakeup.load(std::memory_order_relaxed) != 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd.get(), &one, sizeof(one));
+  }
+}
+
+Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter) {
+  if (detached) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  const auto deadline = deadline_after(options.submit_timeout);
+  const uint32_t slot = acquire_slot(deadline);
+  const uint32_t generation = slots_[slot].generation;
+  entry.slot = slot;
+  entry.generation = generation;
+  {
+    std::lock_guard lock(submit_mutex_);
+    if (seq_counter != nullptr) entry.seq = seq_counter->load(std::memory_order_relaxed);
+    // Slots bound the requests in flight to the ring depth, so the ring has room unless the
+    // daemon is slow to pop; then this waits, never overwrites.
+    while (!producer_.try_push(entry)) {
+      if (daemon_gone() || clock::now() >= deadline) {
+        release_slot(slot, true);
+        throw_if_daemon_gone();
+        throw Error(ErrorCode::kBusy, "submission ring full: irisd is not keeping up");
+      }
+      std::this_thread::yield();
+    }
+    if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
+  }
+  ring_doorbell();
+  return Request(std::make_shared<Request::Impl>(
+      Request::Impl{shared_from_this(), slot, generation, false, ErrorCode::kOk}));
+}
+
+Buffer Client::Impl::allocate(std::size_t bytes) {
+  v1::RegisterBufferRequest request;
+  request.set_host_bytes(bytes);
+  const auto response = channel.call(&v1::Control::Stub::RegisterBuffer, request, "allocate");
+  std::shared_ptr<shm::ShmSegment> mapping;
+  try {
+    mapping = std::make_shared<shm::ShmSegment>(shm::ShmSegment::open(response.shm_name()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kPermissionDenied, e.what());
+  }
+  {
+    std::lock_guard lock(buffers_mutex_);
+    buffers_[reinterpret_cast<uintptr_t>(mapping->data())] = {response.buffer_id(), bytes};
+  }
+  return Buffer(std::make_shared<Buffer::Impl>(
+      Buffer::Impl{shared_from_this(), response.buffer_id(), bytes, std::move(mapping)}));
+}
+
+void Client::Impl::forget_buffer(uint64_t id, void* base) {
+  {
+    std::lock_guard lock(buffers_mutex_);
+    buffers_.erase(reinterpret_cast<uintptr_t>(base));
+  }
+  if (detached || daemon_gone()) return;
+  v1::DeregisterBufferRequest request;
+  request.set_buffer_id(id);
+  try {
+    channel.call(&v1::Control::Stub::DeregisterBuffer, request, "free buffer");
+  } catch (const Error&) {
+    // The session's end frees it anyway.
+  }
+}
+
+std::optional<BufferLocation> Client::Impl::locate(const void* ptr) const {
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::lock_guard lock(buffers_mutex_);
+  auto it = buffers_.upper_bound(p);
+  if (it == buffers_.begin()) return std::nullopt;
+  --it;
+  const uintptr_t base = it->first;
+  if (p - base > it->second.bytes) return std::nullopt;  // one past the end is a 0-byte range
+  return BufferLocation{it->second.id, p - base, it->second.bytes - (p - base)};
+}
+
+}  // namespace iris

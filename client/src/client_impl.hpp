@@ -1,0 +1,123 @@
+// libiris internals: the session (attach connection, segment, ring producer, completion slots,
+// registered buffers). Shared by Client, Communicator, Buffer and Request through shared_ptr,
+// so a Request outliving its Client still finds the segment mapped.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "client/src/control_channel.hpp"
+#include "iris/buffer.hpp"
+#include "iris/client.hpp"
+#include "iris/request.hpp"
+#include "iris/shared/descriptor.hpp"
+#include "iris/shared/segment_layout.hpp"
+#include "iris/shared/shm_segment.hpp"
+#include "iris/shared/unix_socket.hpp"
+
+namespace iris {
+
+// Where a pointer lies inside a registered buffer.
+struct BufferLocation {
+  uint64_t buffer_id;
+  uint64_t offset;
+  uint64_t available;  // bytes from the pointer to the buffer's end
+};
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+  Impl(const ClientOptions& options);
+  ~Impl();
+
+  // Submits one entry; `seq_counter`, when given, supplies entry.seq under the submission lock
+  // so that a communicator's sequence numbers enter the ring in order.
+  Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter);
+  // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
+  std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
+                                std::chrono::steady_clock::time_point deadline);
+  std::optional<ErrorCode> poll(uint32_t slot, uint32_t generation) const;
+  void release_slot(uint32_t slot, bool completed);
+
+  Buffer allocate(std::size_t bytes);
+  void forget_buffer(uint64_t id, void* base);
+  // Finds the registered buffer holding `ptr`; nullopt when none does.
+  std::optional<BufferLocation> locate(const void* ptr) const;
+
+  void detach();
+  bool daemon_gone() const;
+
+  ClientOptions options;
+  client::ControlChannel channel;
+  net::Fd attach_fd;
+  net::Fd wake_fd;
+  shm::ShmSegment segment;
+  shm::SegmentView view;
+  uint64_t session_id = 0;
+  std::string engine;
+  std::string daemon_version;
+  bool detached = false;
+
+ private:
+  uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline);
+  void ring_doorbell();
+  void throw_if_daemon_gone() const;
+  // Sleeps until the daemon publishes completions, `deadline`, or a liveness check is due;
+  // returns at once if `ready` already holds.
+  void sleep_for_completions(std::chrono::steady_clock::time_point deadline,
+                             const std::function<bool()>& ready) const;
+
+  struct SlotState {
+    uint32_t generation = 0;
+    bool in_use = false;
+    bool abandoned = false;  // its Request went away before the completion arrived
+  };
+
+  std::mutex submit_mutex_;  // process-local: the ring has one producer per session
+  shm::RingProducer<shm::SubmitEntry> producer_;
+  std::mutex slots_mutex_;
+  std::vector<SlotState> slots_;
+  std::vector<uint32_t> free_slots_;
+
+  struct Registered {
+    uint64_t id;
+    std::size_t bytes;
+  };
+  mutable std::mutex buffers_mutex_;
+  std::map<uintptr_t, Registered> buffers_;  // by base address
+};
+
+struct Request::Impl {
+  std::shared_ptr<Client::Impl> client;
+  uint32_t slot;
+  uint32_t generation;
+  bool done = false;
+  ErrorCode code = ErrorCode::kOk;
+
+  ~Impl();
+  void finish(ErrorCode result);
+};
+
+struct Buffer::Impl {
+  std::shared_ptr<Client::Impl> client;
+  uint64_t id;
+  std::size_t bytes;
+  std::shared_ptr<shm::ShmSegment> mapping;
+  ~Impl();
+};
+
+// For tests that must put entries in the ring that libiris itself never would.
+struct ClientInternals {
+  static Request submit_raw(Client& c, const shm::SubmitEntry& entry) {
+    return c.impl_->submit(entry, nullptr);
+  }
+  static Client::Impl& impl(Client& c) { return *c.impl_; }
+};
+
+// The message a rank sees for a failed collective: what happened and what to do.
+std::string describe_failure(ErrorCode code);
+
+}  // namespace iris

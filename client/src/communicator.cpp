@@ -1,0 +1,79 @@
+#include "iris/communicator.hpp"
+
+#include "client/src/client_impl.hpp"
+#include "iris/shared/checked_range.hpp"
+
+namespace iris {
+
+struct Communicator::Impl {
+  std::shared_ptr<Client::Impl> client;
+  uint64_t id;
+  uint32_t nranks;
+  uint32_t rank;
+  std::atomic<uint64_t> next_seq{1};
+  bool destroyed = false;
+};
+
+Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
+                                uint32_t rank) {
+  v1::CommInitRequest request;
+  request.set_key(key);
+  request.set_nranks(nranks);
+  request.set_rank(rank);
+  const auto response =
+      client.impl_->channel.call(&v1::Control::Stub::CommInit, request, "communicator init");
+  auto impl = std::make_unique<Impl>();
+  impl->client = client.impl_;
+  impl->id = response.comm_id();
+  impl->nranks = nranks;
+  impl->rank = rank;
+  return Communicator(std::move(impl));
+}
+
+Communicator::Communicator() = default;
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+uint32_t Communicator::rank() const { return impl_->rank; }
+uint32_t Communicator::nranks() const { return impl_->nranks; }
+uint64_t Communicator::id() const { return impl_->id; }
+
+Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes) {
+  if (!impl_ || impl_->destroyed)
+    throw Error(ErrorCode::kInvalidArgument, "all_gather on a destroyed communicator");
+  Client::Impl& client = *impl_->client;
+  const auto from = client.locate(send);
+  const auto to = client.locate(recv);
+  if (!from)
+    throw Error(ErrorCode::kNotFound, "send pointer is not inside a buffer from Client::allocate");
+  if (!to)
+    throw Error(ErrorCode::kNotFound,
+                "receive pointer is not inside a buffer from Client::allocate");
+  const auto recv_bytes = checked_mul(bytes, impl_->nranks);
+  if (bytes > from->available || !recv_bytes || *recv_bytes > to->available)
+    throw Error(ErrorCode::kOutOfRange,
+                "all_gather of " + std::to_string(bytes) + " bytes x " +
+                    std::to_string(impl_->nranks) + " ranks runs past the end of its buffer");
+  shm::SubmitEntry entry{};
+  entry.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
+  entry.comm_id = impl_->id;
+  entry.send_buffer = from->buffer_id;
+  entry.send_offset = from->offset;
+  entry.recv_buffer = to->buffer_id;
+  entry.recv_offset = to->offset;
+  entry.bytes = bytes;
+  return client.submit(entry, &impl_->next_seq);
+}
+
+void Communicator::destroy() {
+  if (!impl_ || impl_->destroyed) return;
+  impl_->destroyed = true;
+  if (impl_->client->detached || impl_->client->daemon_gone()) return;
+  v1::CommDestroyRequest request;
+  request.set_comm_id(impl_->id);
+  impl_->client->channel.call(&v1::Control::Stub::CommDestroy, request, "communicator destroy");
+}
+
+}  // namespace iris

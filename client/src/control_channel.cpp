@@ -1,0 +1,31 @@
+#include "client/src/control_channel.hpp"
+
+namespace iris::client {
+
+Error to_error(const grpc::Status& status, const std::string& socket_path, const char* what) {
+  const std::string& details = status.error_details();
+  if (!details.empty() && details.find_first_not_of("0123456789") == std::string::npos) {
+    const auto code = static_cast<ErrorCode>(std::stoul(details));
+    // The daemon's message already starts with the code's name.
+    std::string message = status.error_message();
+    const std::string prefix = std::string(to_string(code)) + ": ";
+    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
+    return Error(code, std::string(what) + ": " + message);
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
+    return Error(ErrorCode::kUnavailable,
+                 std::string(what) + ": cannot reach irisd at unix:" + socket_path + " (" +
+                     status.error_message() + "); is irisd running? (systemctl status irisd)");
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    return Error(ErrorCode::kTimeout,
+                 std::string(what) + ": irisd did not answer in time (" + socket_path + ")");
+  return Error(ErrorCode::kInternal, std::string(what) + ": " + status.error_message());
+}
+
+ControlChannel::ControlChannel(std::string socket_path, std::chrono::milliseconds timeout)
+    : socket_path_(std::move(socket_path)),
+      timeout_(timeout),
+      stub_(v1::Control::NewStub(
+          grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials()))) {}
+
+}  // namespace iris::client

@@ -1,0 +1,47 @@
+// The attach socket: a plain Unix socket where a client says hello and the kernel says who it is
+// (SO_PEERCRED), since gRPC 1.51 cannot tell a server its peer's pid or uid. Each accepted
+// connection stays open for the session's life; its EOF is how the daemon learns, at once, that
+// the client died, and the session is then torn down.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "daemon/config.hpp"
+#include "daemon/progress_loop.hpp"
+#include "daemon/runtime.hpp"
+
+namespace iris::daemon {
+
+class AttachListener {
+ public:
+  AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop);
+  ~AttachListener();
+
+  void start();
+  void stop();
+
+ private:
+  struct Connection {
+    net::Fd fd;
+    std::optional<uint64_t> session_id;
+  };
+
+  void run();
+  void accept_all();
+  void on_readable(int fd);
+  void handshake(Connection& conn);
+  void close_connection(int fd);
+
+  const Config& config_;
+  Runtime& runtime_;
+  ProgressLoop& loop_;
+  net::Fd listen_fd_;
+  net::Fd epoll_fd_;
+  net::Fd stop_fd_;
+  std::map<int, Connection> connections_;
+  std::thread thread_;
+};
+
+}  // namespace iris::daemon

@@ -1,0 +1,87 @@
+#include "daemon/config.hpp"
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <iostream>
+
+#include "iris/shared/spsc_ring.hpp"
+
+namespace iris::daemon {
+
+std::string Config::shm_prefix() const {
+  const auto hash = std::hash<std::string>{}(socket_path);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
+  return buf;
+}
+
+std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
+  Config c;
+  std::string mode = "0660";
+  CLI::App app{"irisd: per-node daemon that runs collectives on copy engines"};
+  app.set_config("--config", "", "TOML or INI file with the same keys as the long flags");
+  app.add_option("--socket", c.socket_path, "gRPC control socket; the attach socket is PATH.attach")
+      ->capture_default_str();
+  app.add_option("--socket-mode", mode, "octal mode of both sockets")->capture_default_str();
+  app.add_option("--socket-group", c.socket_group, "group owning both sockets");
+  app.add_option("--engine", c.engine.kind, "copy engine: auto | host")
+      ->check(CLI::IsMember({"auto", "host"}))
+      ->capture_default_str();
+  app.add_option("--engine-workers", c.engine.workers, "host engine: worker threads")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  app.add_option("--inline-bytes", c.engine.inline_bytes,
+                 "host engine: copies up to this size run on the progress thread")
+      ->capture_default_str();
+  app.add_option("--chunk-bytes", c.engine.chunk_bytes, "host engine: chunk size of large copies")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-sessions", c.limits.max_sessions, "attached clients at once")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  app.add_option("--max-buffers", c.limits.max_buffers_per_session, "buffers per session")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  app.add_option("--max-buffer-bytes", c.limits.max_buffer_bytes, "bytes of one buffer")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 44))
+      ->capture_default_str();
+  app.add_option("--ring-depth", c.limits.ring_depth,
+                 "submission ring entries per session (power of two, 2..65536); also the "
+                 "session's limit of requests in flight")
+      ->check([](const std::string& v) -> std::string {
+        const auto d = std::stoull(v);
+        return shm::is_power_of_two(d) && d >= 2 && d <= 65536
+                   ? ""
+                   : "ring depth must be a power of two from 2 to 65536";
+      })
+      ->capture_default_str();
+  app.add_option("--max-inflight", c.limits.max_inflight, "collectives in flight, daemon-wide")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32))
+      ->capture_default_str();
+  app.add_flag("--allow-cross-uid-comms", c.allow_cross_uid_comms,
+               "let sessions of different uids join one communicator");
+  app.add_option("--log-level", c.log_level, "trace | debug | info | warn | error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  app.add_option("--spin-us", c.spin_us, "progress loop spins this long idle before sleeping")
+      ->check(CLI::Range(0u, 1'000'000u))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+    std::size_t used = 0;
+    const unsigned long parsed = std::stoul(mode, &used, 8);
+    if (used != mode.size() || parsed > 0777)
+      throw CLI::ValidationError("--socket-mode", "must be octal, like 0660");
+    c.socket_mode = static_cast<mode_t>(parsed);
+  } catch (const CLI::ParseError& e) {
+    exit_code = app.exit(e);
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    std::cerr << "irisd: bad --socket-mode '" << mode << "': must be octal, like 0660\n";
+    exit_code = 2;
+    return std::nullopt;
+  }
+  return c;
+}
+
+}  // namespace iris::daemon

@@ -1,0 +1,189 @@
+#include "daemon/control_service.hpp"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "iris/shared/metadata.hpp"
+#include "iris/shared/version.hpp"
+
+namespace iris::daemon {
+
+namespace {
+
+grpc::StatusCode grpc_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kSizeMismatch:
+    case ErrorCode::kNranksMismatch:
+    case ErrorCode::kSequenceError: return grpc::StatusCode::INVALID_ARGUMENT;
+    case ErrorCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
+    case ErrorCode::kOutOfRange: return grpc::StatusCode::OUT_OF_RANGE;
+    case ErrorCode::kPermissionDenied: return grpc::StatusCode::PERMISSION_DENIED;
+    case ErrorCode::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
+    case ErrorCode::kLimitExceeded:
+    case ErrorCode::kBusy: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case ErrorCode::kTimeout: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case ErrorCode::kProtocolMismatch: return grpc::StatusCode::FAILED_PRECONDITION;
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kDaemonGone: return grpc::StatusCode::UNAVAILABLE;
+    case ErrorCode::kPeerLost: return grpc::StatusCode::ABORTED;
+    default: return grpc::StatusCode::INTERNAL;
+  }
+}
+
+std::string metadata(grpc::ServerContext* ctx, const char* key) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(key);
+  return it == md.end() ? std::string() : std::string(it->second.data(), it->second.size());
+}
+
+}  // namespace
+
+ControlService::ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop,
+                               Stats& stats)
+    : config_(config), runtime_(runtime), loop_(loop), stats_(stats) {}
+
+template <typename Body>
+grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
+  try {
+    const std::string version = metadata(ctx, kProtocolMetadataKey);
+    if (version != std::to_string(kProtocolVersion))
+      throw Error(ErrorCode::kProtocolMismatch,
+                  "client speaks protocol '" + version + "', irisd " +
+                      std::string(release_version()) + " speaks " +
+                      std::to_string(kProtocolVersion) +
+                      ": use libiris/iris-ctl from the same irisd release");
+    body();
+    return grpc::Status::OK;
+  } catch (const Error& e) {
+    return grpc::Status(grpc_code(e.code()), e.what(),
+                        std::to_string(static_cast<uint32_t>(e.code())));
+  } catch (const std::exception& e) {
+    spdlog::error("control call failed: {}", e.what());
+    return grpc::Status(grpc::StatusCode::INTERNAL, e.what(),
+                        std::to_string(static_cast<uint32_t>(ErrorCode::kInternal)));
+  }
+}
+
+uint64_t ControlService::session_of(grpc::ServerContext* ctx) {
+  const std::string token = metadata(ctx, kTokenMetadataKey);
+  if (token.empty())
+    throw Error(ErrorCode::kPermissionDenied,
+                "this call needs a session: attach through the attach socket first");
+  return loop_.call([&] { return runtime_.session_for_token(token); });
+}
+
+grpc::Status ControlService::Detach(grpc::ServerContext* ctx, const v1::DetachRequest*,
+                                    v1::DetachResponse*) {
+  return handle(ctx, [&] {
+    const uint64_t id = session_of(ctx);
+    loop_.call([&] { runtime_.end_session(id, false); });
+  });
+}
+
+grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
+                                            const v1::RegisterBufferRequest* req,
+                                            v1::RegisterBufferResponse* resp) {
+  return handle(ctx, [&] {
+    const uint64_t id = session_of(ctx);
+    *resp = loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); });
+  });
+}
+
+grpc::Status ControlService::DeregisterBuffer(grpc::ServerContext* ctx,
+                                              const v1::DeregisterBufferRequest* req,
+                                              v1::DeregisterBufferResponse*) {
+  return handle(ctx, [&] {
+    const uint64_t id = session_of(ctx);
+    loop_.call([&] { runtime_.deregister_buffer(id, req->buffer_id()); });
+  });
+}
+
+grpc::Status ControlService::CommInit(grpc::ServerContext* ctx, const v1::CommInitRequest* req,
+                                      v1::CommInitResponse* resp) {
+  return handle(ctx, [&] {
+    const uint64_t id = session_of(ctx);
+    resp->set_comm_id(
+        loop_.call([&] { return runtime_.comm_init(id, req->key(), req->nranks(), req->rank()); }));
+  });
+}
+
+grpc::Status ControlService::CommDestroy(grpc::ServerContext* ctx,
+                                         const v1::CommDestroyRequest* req,
+                                         v1::CommDestroyResponse*) {
+  return handle(ctx, [&] {
+    const uint64_t id = session_of(ctx);
+    loop_.call([&] { runtime_.comm_destroy(id, req->comm_id()); });
+  });
+}
+
+grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
+                                       v1::GetStatusResponse* resp) {
+  return handle(ctx, [&] {
+    resp->set_version(std::string(release_version()));
+    resp->set_build(std::string(build_info()));
+    resp->set_protocol_version(kProtocolVersion);
+    resp->set_uptime_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+    const EngineDescription& engine = runtime_.engine_description();
+    resp->set_engine(engine.name);
+    resp->set_engine_reason(engine.reason);
+    for (const DeviceDescription& d : engine.devices) {
+      auto* dev = resp->add_devices();
+      dev->set_name(d.name);
+      dev->set_bus_id(d.bus_id);
+      dev->set_memory_bytes(d.memory_bytes);
+      for (const CopyEngineDescription& e : d.engines) {
+        auto* ce = dev->add_engines();
+        ce->set_name(e.name);
+        ce->set_index(e.index);
+      }
+    }
+    const auto [sessions, comms] = loop_.call([&] {
+      return std::pair{runtime_.session_count(), runtime_.comm_count()};
+    });
+    resp->set_sessions(static_cast<uint32_t>(sessions));
+    resp->set_communicators(static_cast<uint32_t>(comms));
+    resp->set_socket_path(config_.socket_path);
+    resp->set_pid(static_cast<uint32_t>(::getpid()));
+  });
+}
+
+grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest*,
+                                      v1::GetStatsResponse* resp) {
+  return handle(ctx, [&] {
+    auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+    resp->set_sessions_attached_total(get(stats_.sessions_attached_total));
+    resp->set_sessions_lost_total(get(stats_.sessions_lost_total));
+    resp->set_ring_entries_total(get(stats_.ring_entries_total));
+    resp->set_collectives_completed_total(get(stats_.collectives_completed_total));
+    resp->set_collectives_failed_total(get(stats_.collectives_failed_total));
+    resp->set_collectives_in_flight(get(stats_.collectives_in_flight));
+    resp->set_copies_total(get(stats_.copies_total));
+    resp->set_bytes_copied_total(get(stats_.bytes_copied_total));
+    resp->set_copy_engine_bytes_total(get(stats_.copy_engine_bytes_total));
+    resp->set_sm_bytes_total(get(stats_.compute_unit_bytes_total));
+    resp->set_buffers_registered(get(stats_.buffers_registered));
+    resp->set_buffer_bytes_registered(get(stats_.buffer_bytes_registered));
+    for (uint32_t i = 1; i < kErrorCodeCount; ++i) {
+      const uint64_t n = get(stats_.errors[i]);
+      if (n == 0) continue;
+      auto* e = resp->add_errors();
+      e->set_code(std::string(to_string(static_cast<ErrorCode>(i))));
+      e->set_count(n);
+    }
+  });
+}
+
+grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,
+                                          v1::ListSessionsResponse* resp) {
+  return handle(ctx, [&] { loop_.call([&] { runtime_.fill_sessions(*resp); }); });
+}
+
+grpc::Status ControlService::ListComms(grpc::ServerContext* ctx, const v1::ListCommsRequest*,
+                                       v1::ListCommsResponse* resp) {
+  return handle(ctx, [&] { loop_.call([&] { runtime_.fill_comms(*resp); }); });
+}
+
+}  // namespace iris::daemon

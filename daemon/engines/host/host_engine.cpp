@@ -1,0 +1,111 @@
+#include "daemon/engines/host/host_engine.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace iris::daemon {
+
+struct HostEngine::Job {
+  uint64_t cookie;
+  uint64_t bytes;
+  std::atomic<uint64_t> chunks_left;
+};
+
+HostEngine::HostEngine(const EngineOptions& options, std::string reason)
+    : options_(options), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  if (options_.workers == 0) options_.workers = 1;
+  if (options_.chunk_bytes == 0) options_.chunk_bytes = 1 << 20;
+  description_.name = "host";
+  description_.reason = std::move(reason);
+  DeviceDescription host{"host memory", "", 0, {}};
+  for (uint32_t i = 0; i < options_.workers; ++i)
+    host.engines.push_back({"host-worker-" + std::to_string(i), i});
+  description_.devices.push_back(std::move(host));
+  for (uint32_t i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { worker_main(); });
+}
+
+HostEngine::~HostEngine() {
+  {
+    std::lock_guard lock(queue_mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  for (auto& w : workers_) w.join();
+  for (const Chunk& c : queue_) finish_chunk(c.job);
+}
+
+void HostEngine::submit(std::span<const CopyRequest> copies) {
+  std::size_t queued = 0;
+  {
+    std::unique_lock lock(queue_mutex_, std::defer_lock);
+    for (const CopyRequest& copy : copies) {
+      if (copy.bytes <= options_.inline_bytes) {
+        if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
+        inline_done_.push_back(
+            {copy.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, copy.bytes});
+        continue;
+      }
+      const uint64_t chunks = (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes;
+      auto* job = new Job{copy.cookie, copy.bytes, {chunks}};
+      if (!lock.owns_lock()) lock.lock();
+      for (uint64_t i = 0; i < chunks; ++i) {
+        const uint64_t offset = i * options_.chunk_bytes;
+        const uint64_t n = std::min(options_.chunk_bytes, copy.bytes - offset);
+        queue_.push_back({job, copy.src + offset, copy.dst + offset, n});
+      }
+      queued += chunks;
+    }
+  }
+  if (queued == 1) {
+    queue_cv_.notify_one();
+  } else if (queued > 1) {
+    queue_cv_.notify_all();
+  }
+}
+
+void HostEngine::worker_main() {
+  for (;;) {
+    Chunk chunk;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      chunk = queue_.front();
+      queue_.pop_front();
+    }
+    std::memcpy(chunk.dst, chunk.src, chunk.bytes);
+    finish_chunk(chunk.job);
+  }
+}
+
+void HostEngine::finish_chunk(Job* job) {
+  if (job->chunks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  {
+    std::lock_guard lock(done_mutex_);
+    done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes});
+  }
+  delete job;
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(event_fd_.get(), &one, sizeof(one));
+}
+
+std::size_t HostEngine::poll(std::vector<CopyCompletion>& out) {
+  const std::size_t before = out.size();
+  out.insert(out.end(), inline_done_.begin(), inline_done_.end());
+  inline_done_.clear();
+  uint64_t counter;
+  if (::read(event_fd_.get(), &counter, sizeof(counter)) > 0) {
+    std::lock_guard lock(done_mutex_);
+    out.insert(out.end(), done_.begin(), done_.end());
+    done_.clear();
+  }
+  return out.size() - before;
+}
+
+}  // namespace iris::daemon

@@ -1,0 +1,115 @@
+#include "daemon/progress_loop.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+namespace iris::daemon {
+
+namespace {
+// Bit 63 of the epoll cookie marks fds the loop drains itself.
+constexpr uint64_t kDrainBit = 1ull << 63;
+
+void drain_eventfd(int fd) {
+  uint64_t counter;
+  [[maybe_unused]] ssize_t r = ::read(fd, &counter, sizeof(counter));
+}
+}  // namespace
+
+ProgressLoop::ProgressLoop(std::chrono::microseconds spin)
+    : spin_(spin),
+      epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
+      command_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!epoll_fd_ || !command_fd_)
+    throw std::runtime_error(std::string("progress loop: ") + std::strerror(errno));
+  watch(command_fd_.get(), true);
+}
+
+ProgressLoop::~ProgressLoop() { stop(); }
+
+void ProgressLoop::start(LoopWork& work) {
+  work_ = &work;
+  thread_ = std::thread([this] { run(); });
+}
+
+void ProgressLoop::stop() {
+  if (!thread_.joinable()) return;
+  stop_requested_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(command_fd_.get(), &one, sizeof(one));
+  thread_.join();
+}
+
+void ProgressLoop::watch(int fd, bool drain) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = static_cast<uint64_t>(fd) | (drain ? kDrainBit : 0);
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
+    spdlog::error("epoll_ctl add fd {}: {}", fd, std::strerror(errno));
+}
+
+void ProgressLoop::unwatch(int fd) { ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr); }
+
+bool ProgressLoop::post(std::function<void()> f) {
+  {
+    std::lock_guard lock(commands_mutex_);
+    if (!accepting_) return false;
+    commands_.push_back(std::move(f));
+    commands_pending_.store(true, std::memory_order_release);
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(command_fd_.get(), &one, sizeof(one));
+  return true;
+}
+
+void ProgressLoop::run_commands() {
+  std::deque<std::function<void()>> batch;
+  {
+    std::lock_guard lock(commands_mutex_);
+    batch.swap(commands_);
+    commands_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& f : batch) f();
+}
+
+void ProgressLoop::run() {
+  using clock = std::chrono::steady_clock;
+  auto last_work = clock::now();
+  epoll_event events[64];
+  while (!stop_requested_.load(std::memory_order_relaxed)) {
+    if (commands_pending_.load(std::memory_order_acquire)) run_commands();
+    if (work_->poll_once()) {
+      last_work = clock::now();
+      continue;
+    }
+    if (clock::now() - last_work < spin_) {
+      cpu_relax();
+      continue;
+    }
+    work_->set_sleeping(true);
+    if (work_->has_ready_work() || commands_pending_.load(std::memory_order_acquire)) {
+      work_->set_sleeping(false);
+      continue;
+    }
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 1000);
+    work_->set_sleeping(false);
+    for (int i = 0; i < n; ++i) {
+      if ((events[i].data.u64 & kDrainBit) != 0)
+        drain_eventfd(static_cast<int>(events[i].data.u64 & ~kDrainBit));
+    }
+    last_work = clock::now();
+  }
+  {
+    std::lock_guard lock(commands_mutex_);
+    accepting_ = false;
+  }
+  run_commands();
+}
+
+}  // namespace iris::daemon

@@ -1,0 +1,91 @@
+// The daemon's data-path state and the operations on it: sessions, buffers, communicators, the
+// all-gather scheduler and the engine. Everything here runs on the progress thread (see
+// ProgressLoop), so none of it is locked.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/allgather_scheduler.hpp"
+#include "daemon/config.hpp"
+#include "daemon/progress_loop.hpp"
+#include "daemon/session.hpp"
+#include "iris/error.hpp"
+#include "iris/v1/control.pb.h"
+
+namespace iris::daemon {
+
+struct AttachResult {
+  uint64_t session_id;
+  std::string token;
+  std::string segment_name;
+  uint32_t ring_depth;
+  int wake_fd;  // the session keeps it; the listener sends a duplicate to the client
+};
+
+class Runtime final : public LoopWork {
+ public:
+  static constexpr uint32_t kMaxRanks = 4096;
+
+  Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoop& loop);
+  ~Runtime() override;
+
+  // Sessions. Throw iris::Error with a code and an operator-facing message.
+  AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name);
+  // Ends a session: `lost` when its connection dropped without Detach. Unknown ids are ignored.
+  void end_session(uint64_t session_id, bool lost);
+  uint64_t session_for_token(const std::string& token) const;
+
+  v1::RegisterBufferResponse register_buffer(uint64_t session_id, uint64_t bytes);
+  void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
+  uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank);
+  void comm_destroy(uint64_t session_id, uint64_t comm_id);
+
+  void fill_sessions(v1::ListSessionsResponse& out) const;
+  void fill_comms(v1::ListCommsResponse& out) const;
+  // Immutable after start: safe to read from any thread.
+  const EngineDescription& engine_description() const { return engine_.description(); }
+  std::size_t session_count() const { return sessions_.size(); }
+  std::size_t comm_count() const { return comms_.size(); }
+
+  // Clean shutdown: tell every client the daemon is gone.
+  void mark_all_stopped();
+
+  bool poll_once() override;
+  void set_sleeping(bool sleeping) override;
+  bool has_ready_work() override;
+
+ private:
+  Session& session(uint64_t id) const;
+  void handle_entry(Session& s, const shm::SubmitEntry& e);
+  void handle_all_gather(Session& s, const shm::SubmitEntry& e);
+  void complete(const CompletionTarget& target, ErrorCode code);
+  void leave_comm(Session& s, uint64_t comm_id, ErrorCode reason_for_others);
+  void remove_comm_if_unused(uint64_t comm_id);
+  std::string new_token();
+  std::string session_shm_name(uint64_t session_id) const;
+  std::string buffer_shm_name(uint64_t session_id, uint64_t buffer_id) const;
+
+  const Config& config_;
+  Engine& engine_;
+  Stats& stats_;
+  ProgressLoop& loop_;
+  AllGatherScheduler scheduler_;
+  shm::SegmentLayout layout_;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::vector<Session*> session_list_;  // iteration order for polling
+  std::unordered_map<std::string, uint64_t> session_by_token_;
+  std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
+  std::unordered_map<std::string, uint64_t> comm_by_key_;  // communicators still accepting ranks
+  std::vector<uint64_t> sessions_to_end_;                   // found corrupt while polling
+  std::vector<CopyCompletion> completions_;
+  uint64_t next_session_id_ = 1;
+  uint64_t next_buffer_id_ = 1;
+  uint64_t next_comm_id_ = 1;
+};
+
+}  // namespace iris::daemon

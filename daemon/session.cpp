@@ -1,0 +1,52 @@
+#include "daemon/session.hpp"
+
+#include <unistd.h>
+
+#include "iris/shared/futex.hpp"
+
+namespace iris::daemon {
+
+Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
+                 shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd)
+    : id_(id),
+      peer_(peer),
+      client_name_(std::move(client_name)),
+      token_(std::move(token)),
+      attached_at_(std::chrono::steady_clock::now()),
+      segment_(std::move(segment)),
+      view_(shm::SegmentView::at(segment_.data(), layout)),
+      ring_(view_.ring_control, view_.ring_entries, layout.ring_depth),
+      wake_fd_(std::move(wake_fd)) {}
+
+Session::~Session() { shm::ShmSegment::remove(segment_.name()); }
+
+void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code) {
+  view_.slots[slot].word.store(shm::pack_completion(generation, code), std::memory_order_release);
+  needs_wake_ = true;
+}
+
+void Session::flush_wake() {
+  if (!needs_wake_) return;
+  needs_wake_ = false;
+  view_.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+  if (view_.header->client_waiters.load(std::memory_order_seq_cst) != 0)
+    shm::futex_wake_all(view_.header->completion_epoch);
+}
+
+void Session::set_daemon_needs_wakeup(bool value) {
+  view_.header->daemon_needs_wakeup.store(value ? 1u : 0u, std::memory_order_seq_cst);
+}
+
+void Session::mark_daemon_stopped() {
+  view_.header->daemon_state.store(static_cast<uint32_t>(shm::DaemonState::kStopped),
+                                   std::memory_order_seq_cst);
+  view_.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+  shm::futex_wake_all(view_.header->completion_epoch);
+}
+
+void Session::drain_wake_fd() {
+  uint64_t counter;
+  [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &counter, sizeof(counter));
+}
+
+}  // namespace iris::daemon

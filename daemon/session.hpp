@@ -1,0 +1,66 @@
+// One attached client: who it is (from SO_PEERCRED), its segment (ring and completion slots),
+// its buffers and the communicators it holds a rank in.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "daemon/mapped_buffer.hpp"
+#include "iris/shared/segment_layout.hpp"
+#include "iris/shared/shm_segment.hpp"
+#include "iris/shared/unix_socket.hpp"
+
+namespace iris::daemon {
+
+class Session {
+ public:
+  Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
+          shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd);
+  ~Session();
+
+  uint64_t id() const { return id_; }
+  const net::PeerCredentials& peer() const { return peer_; }
+  const std::string& client_name() const { return client_name_; }
+  const std::string& token() const { return token_; }
+  const std::string& segment_name() const { return segment_.name(); }
+  std::chrono::steady_clock::time_point attached_at() const { return attached_at_; }
+  int wake_fd() const { return wake_fd_.get(); }
+  uint32_t ring_depth() const { return view_.ring_depth; }
+
+  shm::RingConsumer<shm::SubmitEntry>& ring() { return ring_; }
+  bool ring_has_entries() const { return ring_.has_entries(); }
+
+  // Writes a completion into the client's slot; the wake happens in flush_wake().
+  void complete(uint32_t slot, uint32_t generation, ErrorCode code);
+  // Bumps the completion epoch and wakes sleeping client threads, once per progress iteration.
+  void flush_wake();
+  void set_daemon_needs_wakeup(bool value);
+  // Tells the client's waits the daemon is gone (clean shutdown).
+  void mark_daemon_stopped();
+  // Drains the session's wake eventfd after the progress loop woke up.
+  void drain_wake_fd();
+
+  std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
+  uint64_t buffer_bytes = 0;
+  std::map<uint64_t, uint32_t> comm_ranks;  // comm id -> this session's rank
+  uint64_t submitted = 0;
+
+ private:
+  uint64_t id_;
+  net::PeerCredentials peer_;
+  std::string client_name_;
+  std::string token_;
+  std::chrono::steady_clock::time_point attached_at_;
+  shm::ShmSegment segment_;
+  shm::SegmentView view_;
+  shm::RingConsumer<shm::SubmitEntry> ring_;
+  net::Fd wake_fd_;
+  bool needs_wake_ = false;
+};
+
+}  // namespace iris::daemon

@@ -1,0 +1,49 @@
+// What travels through a session's shared-memory segment: submissions (client -> daemon) and
+// completion slots (daemon -> client). Plain integers only: the segment maps at different
+// addresses in each process, so buffers are named by id and offset, never by pointer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "iris/error_code.hpp"
+
+namespace iris::shm {
+
+enum class Opcode : uint32_t {
+  kNop = 1,        // completes at once; measures the ring round trip
+  kAllGather = 2,  // send[send_offset, +bytes) of every rank lands at recv + rank*bytes
+};
+
+struct SubmitEntry {
+  uint32_t opcode;
+  uint32_t slot;        // completion slot index, < ring depth
+  uint32_t generation;  // echoed into the slot so a stale completion is never mistaken
+  uint32_t reserved;
+  uint64_t comm_id;
+  uint64_t seq;  // per communicator, 1, 2, 3, ...
+  uint64_t send_buffer;
+  uint64_t send_offset;
+  uint64_t recv_buffer;
+  uint64_t recv_offset;
+  uint64_t bytes;  // per rank
+};
+static_assert(sizeof(SubmitEntry) == 72);
+
+// One per in-flight request. The daemon stores (generation << 32) | (code << 1) | 1.
+struct CompletionSlot {
+  std::atomic<uint64_t> word;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+constexpr uint64_t pack_completion(uint32_t generation, ErrorCode code) {
+  return (uint64_t{generation} << 32) | (uint64_t{static_cast<uint32_t>(code)} << 1) | 1u;
+}
+constexpr bool completion_matches(uint64_t word, uint32_t generation) {
+  return (word & 1u) != 0 && static_cast<uint32_t>(word >> 32) == generation;
+}
+constexpr ErrorCode completion_code(uint64_t word) {
+  return static_cast<ErrorCode>(static_cast<uint32_t>(word) >> 1);
+}
+
+}  // namespace iris::shm

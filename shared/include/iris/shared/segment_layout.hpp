@@ -1,0 +1,63 @@
+// Layout of a session segment: header, submission ring, completion slots. Created by irisd
+// (0600, owned by the client's uid), mapped by the client. Every section starts on a cache line.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "iris/shared/descriptor.hpp"
+#include "iris/shared/spsc_ring.hpp"
+
+namespace iris::shm {
+
+enum class DaemonState : uint32_t { kRunning = 1, kStopped = 2 };
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t ring_depth;
+  uint64_t total_bytes;
+  uint64_t session_id;
+  // Written by the daemon. kStopped plus a wake tells waiting clients the daemon is gone.
+  alignas(kCacheLine) std::atomic<uint32_t> daemon_state;
+  // Set by the daemon before it sleeps; a client that sees it rings the session's eventfd
+  // (io_uring's SQ_NEED_WAKEUP).
+  alignas(kCacheLine) std::atomic<uint32_t> daemon_needs_wakeup;
+  // Bumped by the daemon after it fills completion slots; clients futex-wait on it.
+  alignas(kCacheLine) std::atomic<uint32_t> completion_epoch;
+  std::atomic<uint32_t> client_waiters;  // the daemon skips the wake syscall while this is 0
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+struct SegmentLayout {
+  uint32_t ring_depth;
+  std::size_t ring_control_offset;
+  std::size_t ring_entries_offset;
+  std::size_t slots_offset;
+  std::size_t total_bytes;
+
+  // nullopt when depth is not a power of two in [2, 65536].
+  static std::optional<SegmentLayout> for_depth(uint32_t depth);
+};
+
+// Typed view of a mapped segment.
+struct SegmentView {
+  SegmentHeader* header = nullptr;
+  RingControl* ring_control = nullptr;
+  SubmitEntry* ring_entries = nullptr;
+  CompletionSlot* slots = nullptr;
+  uint32_t ring_depth = 0;
+
+  static SegmentView at(void* base, const SegmentLayout& layout);
+};
+
+// Lays out a fresh segment (daemon side). `base` must be zeroed memory of layout.total_bytes.
+void initialize_segment(void* base, const SegmentLayout& layout, uint64_t session_id);
+
+// Checks the header of a segment mapped by a client; nullopt when it is not a valid segment of
+// this version.
+std::optional<SegmentView> validate_segment(void* base, std::size_t mapped_bytes);
+
+}  // namespace iris::shm

@@ -1,0 +1,61 @@
+// Plain Unix stream sockets for the attach handshake: framed messages (4-byte little-endian
+// length, then bytes), optional file descriptors beside them (SCM_RIGHTS), and the peer's
+// credentials from the kernel (SO_PEERCRED).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace iris::net {
+
+inline constexpr std::size_t kMaxFrameBytes = 1 << 20;
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+  int get() const { return fd_; }
+  int release();
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+struct PeerCredentials {
+  pid_t pid;
+  uid_t uid;
+  gid_t gid;
+};
+
+// Listens on `path` (must not exist) with the given mode and, when group is not empty, group.
+// Throws std::runtime_error naming the path and the OS reason.
+Fd listen_unix(const std::string& path, mode_t mode, const std::string& group);
+// Connects; throws std::runtime_error with errno's text when it cannot.
+Fd connect_unix(const std::string& path);
+PeerCredentials peer_credentials(int fd);
+
+// Sends one frame and, when fds is not empty, the descriptors with it. Returns false on error.
+bool send_frame(int fd, const std::string& payload, const std::vector<int>& fds = {});
+// Receives one frame with up to `max_fds` descriptors. nullopt on EOF, error, timeout, or a
+// frame over kMaxFrameBytes.
+struct Frame {
+  std::string payload;
+  std::vector<Fd> fds;
+};
+std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::size_t max_fds = 4);
+
+// True when the peer has closed its end (checked without blocking).
+bool peer_closed(int fd);
+
+}  // namespace iris::net

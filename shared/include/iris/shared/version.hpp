@@ -1,0 +1,18 @@
+// Versions of the wire protocol and of the shared-memory layout. Bump kProtocolVersion on any
+// change to control.proto semantics, the attach handshake or the segment layout.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace iris {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint64_t kSegmentMagic = 0x3130474553534952ull;  // "IRISSEG1"
+
+// Set from the build (CMake) so that status shows what runs.
+std::string_view release_version();
+std::string_view build_info();
+
+}  // namespace iris

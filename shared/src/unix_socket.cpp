@@ -1,0 +1,197 @@
+#include "iris/shared/unix_socket.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace iris::net {
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.release();
+  }
+  return *this;
+}
+
+Fd::~Fd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int Fd::release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+namespace {
+
+sockaddr_un make_address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path))
+    throw std::runtime_error("socket path too long (max " +
+                             std::to_string(sizeof(addr.sun_path) - 1) + " bytes): " + path);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+std::string os_error(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool wait_readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, timeout_ms);
+  } while (r < 0 && errno == EINTR);
+  return r > 0;
+}
+
+bool recv_exact(int fd, char* out, std::size_t n, int timeout_ms) {
+  while (n > 0) {
+    if (!wait_readable(fd, timeout_ms)) return false;
+    ssize_t r = ::recv(fd, out, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    out += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+Fd listen_unix(const std::string& path, mode_t mode, const std::string& group_name) {
+  sockaddr_un addr = make_address(path);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error(os_error("socket()"));
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw std::runtime_error(os_error("cannot bind " + path));
+  if (!group_name.empty()) {
+    const ::group* g = ::getgrnam(group_name.c_str());
+    if (g == nullptr) {
+      ::unlink(path.c_str());
+      throw std::runtime_error("socket group '" + group_name + "' does not exist");
+    }
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      ::unlink(path.c_str());
+      throw std::runtime_error(os_error("cannot set group of " + path + " to " + group_name));
+    }
+  }
+  if (::chmod(path.c_str(), mode) != 0) {
+    ::unlink(path.c_str());
+    throw std::runtime_error(os_error("cannot chmod " + path));
+  }
+  if (::listen(fd.get(), 128) != 0) throw std::runtime_error(os_error("cannot listen on " + path));
+  return fd;
+}
+
+Fd connect_unix(const std::string& path) {
+  sockaddr_un addr = make_address(path);
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error(os_error("socket()"));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw std::runtime_error(os_error("cannot connect to " + path));
+  return fd;
+}
+
+PeerCredentials peer_credentials(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    throw std::runtime_error(os_error("SO_PEERCRED"));
+  return {cred.pid, cred.uid, cred.gid};
+}
+
+bool send_frame(int fd, const std::string& payload, const std::vector<int>& fds) {
+  if (payload.size() > kMaxFrameBytes) return false;
+  std::string frame(4, '\0');
+  const auto len = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  frame += payload;
+
+  iovec iov{frame.data(), frame.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  std::vector<char> control;
+  if (!fds.empty()) {
+    control.resize(CMSG_SPACE(sizeof(int) * fds.size()));
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t r = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    sent += static_cast<std::size_t>(r);
+    iov.iov_base = frame.data() + sent;
+    iov.iov_len = frame.size() - sent;
+    msg.msg_control = nullptr;  // descriptors go with the first bytes only
+    msg.msg_controllen = 0;
+  }
+  return true;
+}
+
+std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::size_t max_fds) {
+  const int timeout_ms = static_cast<int>(timeout.count());
+  if (!wait_readable(fd, timeout_ms)) return std::nullopt;
+  char header[4];
+  iovec iov{header, sizeof(header)};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds == 0 ? 1 : max_fds)));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t r;
+  do {
+    r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (r < 0 && errno == EINTR);
+  if (r <= 0) return std::nullopt;
+
+  Frame frame;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < n; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      frame.fds.emplace_back(received);
+    }
+  }
+  if ((msg.msg_flags & MSG_CTRUNC) != 0 || frame.fds.size() > max_fds) return std::nullopt;
+  if (r < 4 && !recv_exact(fd, header + r, static_cast<std::size_t>(4 - r), timeout_ms))
+    return std::nullopt;
+  uint32_t len = 0;
+  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<unsigned char>(header[i])} << (8 * i);
+  if (len > kMaxFrameBytes) return std::nullopt;
+  frame.payload.resize(len);
+  if (len > 0 && !recv_exact(fd, frame.payload.data(), len, timeout_ms)) return std::nullopt;
+  return frame;
+}
+
+bool peer_closed(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0) return true;
+  char c;
+  ssize_t r = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return r == 0;
+}
+
+}  // namespace iris::net
