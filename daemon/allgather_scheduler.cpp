@@ -6,7 +6,10 @@ namespace iris::daemon {
 
 AllGatherScheduler::AllGatherScheduler(Engine& engine, Stats& stats, CompleteFn complete,
                                        uint64_t max_in_flight)
-    : engine_(engine), stats_(stats), complete_(std::move(complete)), max_in_flight_(max_in_flight) {}
+    : engine_(engine),
+      stats_(stats),
+      complete_(std::move(complete)),
+      max_in_flight_(max_in_flight) {}
 
 Collective* AllGatherScheduler::find_or_create(Communicator& comm, uint64_t seq, bool& over_limit) {
   over_limit = false;
@@ -35,9 +38,10 @@ void AllGatherScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
   ++c.arrived;
 
   if (over_limit) {
-    spdlog::warn("comm {} seq {}: more than {} collectives in flight; failing it (raise "
-                 "max_inflight in the irisd config)",
-                 comm.key, seq, max_in_flight_);
+    spdlog::warn(
+        "comm {} seq {}: more than {} collectives in flight; failing it (raise "
+        "max_inflight in the irisd config)",
+        comm.key, seq, max_in_flight_);
     fail(c, ErrorCode::kLimitExceeded);
   } else if (!c.arrivals[rank]->plan) {
     fail(c, error);

@@ -39,8 +39,8 @@ AttachListener::AttachListener(const Config& config, Runtime& runtime, ProgressL
     : config_(config),
       runtime_(runtime),
       loop_(loop),
-      listen_fd_(net::listen_unix(config.attach_socket_path(), config.socket_mode,
-                                  config.socket_group)),
+      listen_fd_(
+          net::listen_unix(config.attach_socket_path(), config.socket_mode, config.socket_group)),
       epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
   if (!epoll_fd_ || !stop_fd_)
@@ -124,9 +124,8 @@ void AttachListener::handshake(Connection& conn) {
   }
   if (request.protocol_version() != kProtocolVersion) {
     send_error(fd, ErrorCode::kProtocolMismatch,
-               "client speaks protocol " + std::to_string(request.protocol_version()) +
-                   ", irisd " + std::string(release_version()) + " speaks " +
-                   std::to_string(kProtocolVersion) +
+               "client speaks protocol " + std::to_string(request.protocol_version()) + ", irisd " +
+                   std::string(release_version()) + " speaks " + std::to_string(kProtocolVersion) +
                    ": use a libiris from the same irisd release");
     close_connection(fd);
     return;
@@ -135,7 +134,7 @@ void AttachListener::handshake(Connection& conn) {
   try {
     peer = net::peer_credentials(fd);
     const AttachResult attached =
-        loop_.call([&] { return runtime_.attach(peer, request.client_name()); });
+        loop_.call([&] { return runtime_.attach(peer, request.client_name(), fd); });
     v1::AttachResponse response;
     response.set_session_id(attached.session_id);
     response.set_token(attached.token);

@@ -16,19 +16,30 @@ grpc::StatusCode grpc_code(ErrorCode code) {
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kSizeMismatch:
     case ErrorCode::kNranksMismatch:
-    case ErrorCode::kSequenceError: return grpc::StatusCode::INVALID_ARGUMENT;
-    case ErrorCode::kNotFound: return grpc::StatusCode::NOT_FOUND;
-    case ErrorCode::kOutOfRange: return grpc::StatusCode::OUT_OF_RANGE;
-    case ErrorCode::kPermissionDenied: return grpc::StatusCode::PERMISSION_DENIED;
-    case ErrorCode::kAlreadyExists: return grpc::StatusCode::ALREADY_EXISTS;
+    case ErrorCode::kSequenceError:
+      return grpc::StatusCode::INVALID_ARGUMENT;
+    case ErrorCode::kNotFound:
+      return grpc::StatusCode::NOT_FOUND;
+    case ErrorCode::kOutOfRange:
+      return grpc::StatusCode::OUT_OF_RANGE;
+    case ErrorCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
+    case ErrorCode::kAlreadyExists:
+      return grpc::StatusCode::ALREADY_EXISTS;
     case ErrorCode::kLimitExceeded:
-    case ErrorCode::kBusy: return grpc::StatusCode::RESOURCE_EXHAUSTED;
-    case ErrorCode::kTimeout: return grpc::StatusCode::DEADLINE_EXCEEDED;
-    case ErrorCode::kProtocolMismatch: return grpc::StatusCode::FAILED_PRECONDITION;
+    case ErrorCode::kBusy:
+      return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case ErrorCode::kTimeout:
+      return grpc::StatusCode::DEADLINE_EXCEEDED;
+    case ErrorCode::kProtocolMismatch:
+      return grpc::StatusCode::FAILED_PRECONDITION;
     case ErrorCode::kUnavailable:
-    case ErrorCode::kDaemonGone: return grpc::StatusCode::UNAVAILABLE;
-    case ErrorCode::kPeerLost: return grpc::StatusCode::ABORTED;
-    default: return grpc::StatusCode::INTERNAL;
+    case ErrorCode::kDaemonGone:
+      return grpc::StatusCode::UNAVAILABLE;
+    case ErrorCode::kPeerLost:
+      return grpc::StatusCode::ABORTED;
+    default:
+      return grpc::StatusCode::INTERNAL;
   }
 }
 

@@ -71,8 +71,8 @@ void Daemon::start() {
   net::Fd lock(::open(config_.lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock) throw std::runtime_error(os_error("cannot open " + config_.lock_path()));
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
-    throw std::runtime_error("another irisd already serves " + config_.socket_path +
-                             " (lock " + config_.lock_path() + " is held); stop it first");
+    throw std::runtime_error("another irisd already serves " + config_.socket_path + " (lock " +
+                             config_.lock_path() + " is held); stop it first");
   p.lock_fd = std::move(lock);  // from here on, the sockets and segments are ours to clean
 
   // Whatever a dead daemon left behind is stale now that we hold the lock.
@@ -135,7 +135,12 @@ void Daemon::shutdown() {
     } catch (const Error&) {
     }
   }
-  if (p.server) p.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (p.server) {
+    spdlog::debug("stopping the gRPC server");
+    // Idle client connections hold Shutdown until its deadline; calls still running get this long.
+    p.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  }
+  spdlog::debug("stopping the progress loop");
   if (p.loop) p.loop->stop();
   p.server.reset();
   p.service.reset();

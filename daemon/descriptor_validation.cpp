@@ -8,8 +8,10 @@ namespace {
 ValidationError error(ErrorCode code, std::string message) { return {code, std::move(message)}; }
 }  // namespace
 
-std::variant<ValidatedAllGather, ValidationError> validate_all_gather(
-    const shm::SubmitEntry& entry, uint32_t nranks, uint32_t rank, const BufferLookup& lookup) {
+std::variant<ValidatedAllGather, ValidationError> validate_all_gather(const shm::SubmitEntry& entry,
+                                                                      uint32_t nranks,
+                                                                      uint32_t rank,
+                                                                      const BufferLookup& lookup) {
   if (nranks == 0 || rank >= nranks)
     return error(ErrorCode::kInvalidArgument, "rank out of range for the communicator");
   auto send = lookup(entry.send_buffer);
@@ -39,8 +41,7 @@ std::variant<ValidatedAllGather, ValidationError> validate_all_gather(
   if (send->id == recv->id) {
     const uint64_t own_block = entry.recv_offset + uint64_t{rank} * entry.bytes;  // no overflow:
     in_place = entry.send_offset == own_block;  // within recv_bytes checked above
-    if (!in_place &&
-        ranges_overlap(entry.send_offset, entry.bytes, entry.recv_offset, *recv_bytes))
+    if (!in_place && ranges_overlap(entry.send_offset, entry.bytes, entry.recv_offset, *recv_bytes))
       return error(ErrorCode::kInvalidArgument,
                    "send range overlaps the receive range but is not this rank's block "
                    "(in-place all-gather needs send == recv + rank * bytes)");

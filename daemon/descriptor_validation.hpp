@@ -30,7 +30,9 @@ struct ValidationError {
 // Returns the session's buffer with this id, or nullptr when the session has none.
 using BufferLookup = std::function<std::shared_ptr<MappedBuffer>(uint64_t id)>;
 
-std::variant<ValidatedAllGather, ValidationError> validate_all_gather(
-    const shm::SubmitEntry& entry, uint32_t nranks, uint32_t rank, const BufferLookup& lookup);
+std::variant<ValidatedAllGather, ValidationError> validate_all_gather(const shm::SubmitEntry& entry,
+                                                                      uint32_t nranks,
+                                                                      uint32_t rank,
+                                                                      const BufferLookup& lookup);
 
 }  // namespace iris::daemon

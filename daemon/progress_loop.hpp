@@ -52,8 +52,7 @@ class ProgressLoop {
   auto call(F&& f) -> std::invoke_result_t<F> {
     std::packaged_task<std::invoke_result_t<F>()> task(std::forward<F>(f));
     auto result = task.get_future();
-    if (!post([&task] { task(); }))
-      throw Error(ErrorCode::kUnavailable, "irisd is shutting down");
+    if (!post([&task] { task(); })) throw Error(ErrorCode::kUnavailable, "irisd is shutting down");
     return result.get();
   }
 

@@ -1,5 +1,6 @@
 #include "daemon/runtime.hpp"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 
 #include <cerrno>
@@ -58,7 +59,8 @@ std::string Runtime::new_token() {
   return token;
 }
 
-AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string& client_name) {
+AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string& client_name,
+                             int connection) {
   if (sessions_.size() >= config_.limits.max_sessions)
     throw Error(ErrorCode::kLimitExceeded,
                 "irisd already has " + std::to_string(sessions_.size()) +
@@ -74,9 +76,10 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   shm::initialize_segment(segment.data(), layout_, id);
   net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake) throw Error(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
+  net::Fd connection_dup(::fcntl(connection, F_DUPFD_CLOEXEC, 0));
   std::string token = new_token();
   auto s = std::make_unique<Session>(id, peer, client_name, token, std::move(segment), layout_,
-                                     std::move(wake));
+                                     std::move(wake), std::move(connection_dup));
   AttachResult result{id, token, name, layout_.ring_depth, s->wake_fd()};
   loop_.watch(s->wake_fd(), true);
   session_by_token_.emplace(token, id);
@@ -169,32 +172,31 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
   if (key.empty() || key.size() > 256)
     throw Error(ErrorCode::kInvalidArgument, "communicator key must be 1 to 256 bytes");
   if (nranks == 0 || nranks > kMaxRanks)
-    throw Error(ErrorCode::kInvalidArgument,
-                "nranks must be 1 to " + std::to_string(kMaxRanks) + ", got " +
-                    std::to_string(nranks));
+    throw Error(ErrorCode::kInvalidArgument, "nranks must be 1 to " + std::to_string(kMaxRanks) +
+                                                 ", got " + std::to_string(nranks));
   if (rank >= nranks)
-    throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) +
-                                                 " is out of range for nranks " +
-                                                 std::to_string(nranks));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "rank " + std::to_string(rank) + " is out of range for nranks " + std::to_string(nranks));
   Communicator* comm = nullptr;
   if (auto it = comm_by_key_.find(key); it != comm_by_key_.end()) {
     comm = comms_.at(it->second).get();
     if (comm->nranks != nranks)
-      throw Error(ErrorCode::kNranksMismatch,
-                  "communicator '" + key + "' has nranks " + std::to_string(comm->nranks) +
-                      ", this rank passed " + std::to_string(nranks));
+      throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
+                                                  std::to_string(comm->nranks) +
+                                                  ", this rank passed " + std::to_string(nranks));
     if (comm->uid != s.peer().uid && !config_.allow_cross_uid_comms)
       throw Error(ErrorCode::kPermissionDenied,
                   "communicator '" + key + "' belongs to uid " + std::to_string(comm->uid) +
                       "; irisd is configured to keep users apart (allow_cross_uid_comms)");
     if (comm->members[rank])
-      throw Error(ErrorCode::kAlreadyExists,
-                  "rank " + std::to_string(rank) + " of communicator '" + key +
-                      "' is already taken by session " + std::to_string(*comm->members[rank]));
+      throw Error(ErrorCode::kAlreadyExists, "rank " + std::to_string(rank) + " of communicator '" +
+                                                 key + "' is already taken by session " +
+                                                 std::to_string(*comm->members[rank]));
     if (s.comm_ranks.count(comm->id) != 0)
-      throw Error(ErrorCode::kAlreadyExists,
-                  "this session already holds rank " + std::to_string(s.comm_ranks[comm->id]) +
-                      " of communicator '" + key + "'");
+      throw Error(ErrorCode::kAlreadyExists, "this session already holds rank " +
+                                                 std::to_string(s.comm_ranks[comm->id]) +
+                                                 " of communicator '" + key + "'");
   } else {
     auto created = std::make_unique<Communicator>();
     created->id = next_comm_id_++;
@@ -257,8 +259,8 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
   stats_.ring_entries_total.fetch_add(1, std::memory_order_relaxed);
   if (e.slot >= s.ring_depth()) {
     // Nowhere to report it: the client library never does this.
-    spdlog::warn("session {}: ring entry names completion slot {} (ring depth {}); dropped",
-                 s.id(), e.slot, s.ring_depth());
+    spdlog::warn("session {}: ring entry names completion slot {} (ring depth {}); dropped", s.id(),
+                 e.slot, s.ring_depth());
     stats_.count_error(ErrorCode::kInvalidArgument);
     return;
   }
@@ -284,8 +286,8 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e) {
   };
   auto rank_it = s.comm_ranks.find(e.comm_id);
   if (rank_it == s.comm_ranks.end())
-    return reject(ErrorCode::kNotFound, "communicator " + std::to_string(e.comm_id) +
-                                            " unknown to this session");
+    return reject(ErrorCode::kNotFound,
+                  "communicator " + std::to_string(e.comm_id) + " unknown to this session");
   Communicator& comm = *comms_.at(e.comm_id);
   const uint32_t rank = rank_it->second;
   const uint64_t expected = comm.next_seq[rank];

@@ -34,7 +34,9 @@ class Runtime final : public LoopWork {
   ~Runtime() override;
 
   // Sessions. Throw iris::Error with a code and an operator-facing message.
-  AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name);
+  // `connection` is the attach connection; the session keeps a duplicate to close it at its end.
+  AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name,
+                      int connection);
   // Ends a session: `lost` when its connection dropped without Detach. Unknown ids are ignored.
   void end_session(uint64_t session_id, bool lost);
   uint64_t session_for_token(const std::string& token) const;
@@ -81,7 +83,7 @@ class Runtime final : public LoopWork {
   std::unordered_map<std::string, uint64_t> session_by_token_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
   std::unordered_map<std::string, uint64_t> comm_by_key_;  // communicators still accepting ranks
-  std::vector<uint64_t> sessions_to_end_;                   // found corrupt while polling
+  std::vector<uint64_t> sessions_to_end_;                  // found corrupt while polling
   std::vector<CopyCompletion> completions_;
   uint64_t next_session_id_ = 1;
   uint64_t next_buffer_id_ = 1;

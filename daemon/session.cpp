@@ -1,5 +1,6 @@
 #include "daemon/session.hpp"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "iris/shared/futex.hpp"
@@ -7,7 +8,8 @@
 namespace iris::daemon {
 
 Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
-                 shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd)
+                 shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd,
+                 net::Fd connection)
     : id_(id),
       peer_(peer),
       client_name_(std::move(client_name)),
@@ -16,9 +18,14 @@ Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name
       segment_(std::move(segment)),
       view_(shm::SegmentView::at(segment_.data(), layout)),
       ring_(view_.ring_control, view_.ring_entries, layout.ring_depth),
-      wake_fd_(std::move(wake_fd)) {}
+      wake_fd_(std::move(wake_fd)),
+      connection_(std::move(connection)) {}
 
-Session::~Session() { shm::ShmSegment::remove(segment_.name()); }
+Session::~Session() {
+  shm::ShmSegment::remove(segment_.name());
+  // The client learns at once that its session is over (detached, or ended by the daemon).
+  if (connection_) ::shutdown(connection_.get(), SHUT_RDWR);
+}
 
 void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code) {
   view_.slots[slot].word.store(shm::pack_completion(generation, code), std::memory_order_release);

@@ -20,7 +20,8 @@ namespace iris::daemon {
 class Session {
  public:
   Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
-          shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd);
+          shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd,
+          net::Fd connection);
   ~Session();
 
   uint64_t id() const { return id_; }
@@ -60,6 +61,7 @@ class Session {
   shm::SegmentView view_;
   shm::RingConsumer<shm::SubmitEntry> ring_;
   net::Fd wake_fd_;
+  net::Fd connection_;  // a duplicate of the attach connection, shut down when the session ends
   bool needs_wake_ = false;
 };
 

@@ -2,6 +2,7 @@
 // tables. One printer renders text for people, the other JSON for scripts.
 #pragma once
 
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -13,7 +14,7 @@ struct Section {
   std::string name;
   bool is_table = false;
   std::vector<std::pair<std::string, nlohmann::json>> fields;  // key/value section
-  std::vector<std::string> columns;                             // table section
+  std::vector<std::string> columns;                            // table section
   std::vector<std::vector<nlohmann::json>> rows;
 };
 
@@ -21,10 +22,10 @@ class Report {
  public:
   Section& fields(std::string name);
   Section& table(std::string name, std::vector<std::string> columns);
-  const std::vector<Section>& sections() const { return sections_; }
+  const std::deque<Section>& sections() const { return sections_; }
 
  private:
-  std::vector<Section> sections_;
+  std::deque<Section> sections_;  // stable references while sections are added
 };
 
 void print_text(const Report& report, std::ostream& out);

@@ -62,8 +62,8 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
   request.set_client_name(options.client_name);
   if (!net::send_frame(attach_fd.get(), request.SerializeAsString()))
     throw Error(ErrorCode::kUnavailable, "irisd closed the attach socket " + attach_path);
-  auto frame = net::recv_frame(attach_fd.get(),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(kAttachTimeout));
+  auto frame = net::recv_frame(
+      attach_fd.get(), std::chrono::duration_cast<std::chrono::milliseconds>(kAttachTimeout));
   v1::AttachResponse response;
   if (!frame || !response.ParseFromString(frame->payload))
     throw Error(ErrorCode::kUnavailable, "no attach answer from irisd on " + attach_path);
@@ -91,8 +91,8 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
     throw Error(ErrorCode::kProtocolMismatch,
                 "session segment " + response.segment_name() + " has an unknown layout");
   view = *validated;
-  producer_ = shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries,
-                                                  view.ring_depth);
+  producer_ =
+      shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
   slots_.resize(view.ring_depth);
   for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
 }
@@ -112,11 +112,13 @@ void Client::Impl::detach() {
   attach_fd = net::Fd();
 }
 
+bool Client::Impl::daemon_stopped() const {
+  return view.header->daemon_state.load(std::memory_order_acquire) ==
+         static_cast<uint32_t>(shm::DaemonState::kStopped);
+}
+
 bool Client::Impl::daemon_gone() const {
-  if (view.header->daemon_state.load(std::memory_order_acquire) ==
-      static_cast<uint32_t>(shm::DaemonState::kStopped))
-    return true;
-  return !attach_fd || net::peer_closed(attach_fd.get());
+  return daemon_stopped() || !attach_fd || net::peer_closed(attach_fd.get());
 }
 
 void Client::Impl::throw_if_daemon_gone() const {
@@ -220,7 +222,10 @@ void Client::Impl::ring_doorbell() {
 }
 
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter) {
-  if (detached) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  // Only the cheap check here: a crashed daemon is noticed by the wait.
+  if (detached || daemon_stopped())
+    throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
+                                                 : "irisd stopped; attach again once it is back");
   const auto deadline = deadline_after(options.submit_timeout);
   const uint32_t slot = acquire_slot(deadline);
   const uint32_t generation = slots_[slot].generation;
@@ -242,8 +247,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
   }
   ring_doorbell();
-  return Request(std::make_shared<Request::Impl>(
-      Request::Impl{shared_from_this(), slot, generation, false, ErrorCode::kOk}));
+  return Request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
 }
 
 Buffer Client::Impl::allocate(std::size_t bytes) {
@@ -260,8 +264,8 @@ Buffer Client::Impl::allocate(std::size_t bytes) {
     std::lock_guard lock(buffers_mutex_);
     buffers_[reinterpret_cast<uintptr_t>(mapping->data())] = {response.buffer_id(), bytes};
   }
-  return Buffer(std::make_shared<Buffer::Impl>(
-      Buffer::Impl{shared_from_this(), response.buffer_id(), bytes, std::move(mapping)}));
+  return Buffer(std::make_shared<Buffer::Impl>(shared_from_this(), response.buffer_id(), bytes,
+                                               std::move(mapping)));
 }
 
 void Client::Impl::forget_buffer(uint64_t id, void* base) {

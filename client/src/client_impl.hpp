@@ -48,6 +48,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::optional<BufferLocation> locate(const void* ptr) const;
 
   void detach();
+  // True once irisd marked the segment stopped (a shared-memory load, no syscall).
+  bool daemon_stopped() const;
+  // Also true when the attach connection closed (irisd died, or ended the session).
   bool daemon_gone() const;
 
   ClientOptions options;
@@ -91,22 +94,33 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 };
 
 struct Request::Impl {
+  Impl(std::shared_ptr<Client::Impl> c, uint32_t s, uint32_t g)
+      : client(std::move(c)), slot(s), generation(g) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();
+
   std::shared_ptr<Client::Impl> client;
   uint32_t slot;
   uint32_t generation;
   bool done = false;
   ErrorCode code = ErrorCode::kOk;
 
-  ~Impl();
   void finish(ErrorCode result);
 };
 
 struct Buffer::Impl {
+  Impl(std::shared_ptr<Client::Impl> c, uint64_t i, std::size_t b,
+       std::shared_ptr<shm::ShmSegment> m)
+      : client(std::move(c)), id(i), bytes(b), mapping(std::move(m)) {}
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl();
+
   std::shared_ptr<Client::Impl> client;
   uint64_t id;
   std::size_t bytes;
   std::shared_ptr<shm::ShmSegment> mapping;
-  ~Impl();
 };
 
 // For tests that must put entries in the ring that libiris itself never would.

@@ -53,9 +53,9 @@ Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes
                 "receive pointer is not inside a buffer from Client::allocate");
   const auto recv_bytes = checked_mul(bytes, impl_->nranks);
   if (bytes > from->available || !recv_bytes || *recv_bytes > to->available)
-    throw Error(ErrorCode::kOutOfRange,
-                "all_gather of " + std::to_string(bytes) + " bytes x " +
-                    std::to_string(impl_->nranks) + " ranks runs past the end of its buffer");
+    throw Error(ErrorCode::kOutOfRange, "all_gather of " + std::to_string(bytes) + " bytes x " +
+                                            std::to_string(impl_->nranks) +
+                                            " ranks runs past the end of its buffer");
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
   entry.comm_id = impl_->id;

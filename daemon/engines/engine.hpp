@@ -72,8 +72,8 @@ class Engine {
 };
 
 struct EngineOptions {
-  std::string kind = "auto";  // auto | host
-  uint32_t workers = 2;       // host engine: worker threads, each one "engine"
+  std::string kind = "auto";          // auto | host
+  uint32_t workers = 2;               // host engine: worker threads, each one "engine"
   uint64_t inline_bytes = 64 * 1024;  // host engine: copies this small run on the caller
   uint64_t chunk_bytes = 1 << 20;     // host engine: large copies split into chunks this big
 };

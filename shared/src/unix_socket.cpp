@@ -71,7 +71,7 @@ bool recv_exact(int fd, char* out, std::size_t n, int timeout_ms) {
 
 Fd listen_unix(const std::string& path, mode_t mode, const std::string& group_name) {
   sockaddr_un addr = make_address(path);
-  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));  // accept loops
   if (!fd) throw std::runtime_error(os_error("socket()"));
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
     throw std::runtime_error(os_error("cannot bind " + path));

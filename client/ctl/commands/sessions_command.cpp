@@ -9,10 +9,9 @@ Report SessionsCommand::run(const client::ControlChannel& channel) const {
   auto& table = report.table("sessions", {"session", "pid", "uid", "gid", "name", "buffers",
                                           "buffer_bytes", "comms", "submitted", "attached_s"});
   for (const auto& s : r.sessions())
-    table.rows.push_back({s.session_id(), s.pid(), s.uid(), s.gid(),
-                          s.client_name().empty() ? "-" : s.client_name(), s.buffers(),
-                          s.buffer_bytes(), s.communicators(), s.submitted(),
-                          s.attached_seconds()});
+    table.rows.push_back(
+        {s.session_id(), s.pid(), s.uid(), s.gid(), s.client_name().empty() ? "-" : s.client_name(),
+         s.buffers(), s.buffer_bytes(), s.communicators(), s.submitted(), s.attached_seconds()});
   return report;
 }
 

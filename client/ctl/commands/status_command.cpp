@@ -23,8 +23,7 @@ Report StatusCommand::run(const client::ControlChannel& channel) const {
     nlohmann::json engines = nlohmann::json::array();
     for (const auto& e : d.engines()) engines.push_back(e.name());
     devices.rows.push_back({d.name(), d.bus_id().empty() ? "-" : d.bus_id(),
-                            d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()),
-                            engines});
+                            d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()), engines});
   }
   return report;
 }

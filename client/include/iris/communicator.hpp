@@ -18,8 +18,7 @@ class Communicator {
   struct Impl;
   // Joins (or creates) the communicator `key` as `rank` of `nranks`. Returns at once: the other
   // ranks may join later, and collectives wait for them.
-  static Communicator init(Client& client, const std::string& key, uint32_t nranks,
-                           uint32_t rank);
+  static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank);
 
   Communicator();
   Communicator(Communicator&&) noexcept;

@@ -30,24 +30,42 @@ enum class ErrorCode : uint32_t {
 
 constexpr std::string_view to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid_argument";
-    case ErrorCode::kNotFound: return "not_found";
-    case ErrorCode::kOutOfRange: return "out_of_range";
-    case ErrorCode::kPermissionDenied: return "permission_denied";
-    case ErrorCode::kAlreadyExists: return "already_exists";
-    case ErrorCode::kSizeMismatch: return "size_mismatch";
-    case ErrorCode::kSequenceError: return "sequence_error";
-    case ErrorCode::kNranksMismatch: return "nranks_mismatch";
-    case ErrorCode::kPeerLost: return "peer_lost";
-    case ErrorCode::kLimitExceeded: return "limit_exceeded";
-    case ErrorCode::kBusy: return "busy";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kDaemonGone: return "daemon_gone";
-    case ErrorCode::kProtocolMismatch: return "protocol_mismatch";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kInternal: return "internal";
-    case ErrorCode::kEngineError: return "engine_error";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kNotFound:
+      return "not_found";
+    case ErrorCode::kOutOfRange:
+      return "out_of_range";
+    case ErrorCode::kPermissionDenied:
+      return "permission_denied";
+    case ErrorCode::kAlreadyExists:
+      return "already_exists";
+    case ErrorCode::kSizeMismatch:
+      return "size_mismatch";
+    case ErrorCode::kSequenceError:
+      return "sequence_error";
+    case ErrorCode::kNranksMismatch:
+      return "nranks_mismatch";
+    case ErrorCode::kPeerLost:
+      return "peer_lost";
+    case ErrorCode::kLimitExceeded:
+      return "limit_exceeded";
+    case ErrorCode::kBusy:
+      return "busy";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kDaemonGone:
+      return "daemon_gone";
+    case ErrorCode::kProtocolMismatch:
+      return "protocol_mismatch";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
+    case ErrorCode::kInternal:
+      return "internal";
+    case ErrorCode::kEngineError:
+      return "engine_error";
   }
   return "unknown";
 }

@@ -1,0 +1,346 @@
+// Bad input and faults against a real irisd: each gets a clear error code, the daemon survives,
+// and nothing else is lost or corrupted.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "client/src/client_impl.hpp"
+#include "examples/allgather_sweep/pattern.hpp"
+#include "iris/iris.hpp"
+#include "tests/support/daemon_process.hpp"
+
+namespace iris::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+ClientOptions options_for(const DaemonProcess& d, std::string name = "faults_test") {
+  ClientOptions o;
+  o.socket_path = d.socket();
+  o.client_name = std::move(name);
+  return o;
+}
+
+ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
+// A raw all-gather entry for tests that need what libiris itself never sends.
+shm::SubmitEntry raw_gather(uint64_t comm, uint64_t seq, uint64_t send_buffer, uint64_t send_off,
+                            uint64_t recv_buffer, uint64_t recv_off, uint64_t bytes) {
+  shm::SubmitEntry e{};
+  e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
+  e.comm_id = comm;
+  e.seq = seq;
+  e.send_buffer = send_buffer;
+  e.send_offset = send_off;
+  e.recv_buffer = recv_buffer;
+  e.recv_offset = recv_off;
+  e.bytes = bytes;
+  return e;
+}
+
+ErrorCode wait_code(Request& r, std::chrono::nanoseconds timeout = 10s) {
+  try {
+    if (!r.wait(timeout)) return ErrorCode::kTimeout;
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
+class Faults : public ::testing::Test {
+ protected:
+  DaemonProcess daemon;
+};
+
+TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "solo", 1, 0);
+  auto buf = client.allocate(4096);
+  auto recv = client.allocate(4096);
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  struct Case {
+    const char* what;
+    shm::SubmitEntry entry;
+    ErrorCode expected;
+  };
+  const Case cases[] = {
+      {"unknown buffer", raw_gather(comm.id(), 1, 424242, 0, recv.id(), 0, 8),
+       ErrorCode::kNotFound},
+      {"send past end", raw_gather(comm.id(), 2, buf.id(), 4000, recv.id(), 0, 97),
+       ErrorCode::kOutOfRange},
+      {"recv past end", raw_gather(comm.id(), 3, buf.id(), 0, recv.id(), 1, 4096),
+       ErrorCode::kOutOfRange},
+      {"offset overflows 64 bits", raw_gather(comm.id(), 4, buf.id(), max, recv.id(), 0, 2),
+       ErrorCode::kOutOfRange},
+      {"unknown communicator", raw_gather(777, 1, buf.id(), 0, recv.id(), 0, 8),
+       ErrorCode::kNotFound},
+      {"sequence skipped", raw_gather(comm.id(), 9, buf.id(), 0, recv.id(), 0, 8),
+       ErrorCode::kSequenceError},
+      {"sequence reused", raw_gather(comm.id(), 1, buf.id(), 0, recv.id(), 0, 8),
+       ErrorCode::kSequenceError},
+  };
+  for (const Case& c : cases) {
+    auto r = ClientInternals::submit_raw(client, c.entry);
+    EXPECT_EQ(wait_code(r), c.expected) << c.what;
+  }
+  shm::SubmitEntry bad_opcode{};
+  bad_opcode.opcode = 77;
+  auto r = ClientInternals::submit_raw(client, bad_opcode);
+  EXPECT_EQ(wait_code(r), ErrorCode::kInvalidArgument);
+
+  // The session and the daemon still work: seq 5 is next (1-4 were consumed above).
+  example::fill_block(buf.data(), 4096, 5, 0, 0);
+  auto ok = ClientInternals::submit_raw(client,
+                                        raw_gather(comm.id(), 5, buf.id(), 0, recv.id(), 0, 4096));
+  EXPECT_EQ(wait_code(ok), ErrorCode::kOk);
+  EXPECT_EQ(example::check_block(recv.data(), 4096, 5, 0, 0), 4096u);
+}
+
+TEST_F(Faults, ClientSideChecksNamePointersOutsideBuffers) {
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "k", 2, 0);
+  auto buf = client.allocate(1024);
+  std::vector<char> not_registered(64);
+  EXPECT_EQ(code_of([&] { comm.all_gather(not_registered.data(), buf.data(), 8); }),
+            ErrorCode::kNotFound);
+  EXPECT_EQ(code_of([&] { comm.all_gather(buf.data(), buf.as<char>() + 1000, 16); }),
+            ErrorCode::kOutOfRange);
+  EXPECT_EQ(code_of([&] {
+              comm.all_gather(buf.data(), buf.data(),
+                              std::numeric_limits<std::size_t>::max() / 2 + 1);
+            }),
+            ErrorCode::kOutOfRange);
+}
+
+TEST_F(Faults, BytesDifferingBetweenRanksFailsEveryRank) {
+  auto a = Client::connect(options_for(daemon, "a"));
+  auto b = Client::connect(options_for(daemon, "b"));
+  auto ca = Communicator::init(a, "mismatch", 2, 0);
+  auto cb = Communicator::init(b, "mismatch", 2, 1);
+  auto sa = a.allocate(1 << 20), ra = a.allocate(2 << 20);
+  auto sb = b.allocate(1 << 20), rb = b.allocate(2 << 20);
+  auto r0 = ca.all_gather(sa.data(), ra.data(), 1000);
+  auto r1 = cb.all_gather(sb.data(), rb.data(), 1001);
+  EXPECT_EQ(wait_code(r0), ErrorCode::kSizeMismatch);
+  EXPECT_EQ(wait_code(r1), ErrorCode::kSizeMismatch);
+  // The next collective on the same communicator works.
+  example::fill_block(sa.data(), 1 << 20, 3, 0, 0);
+  example::fill_block(sb.data(), 1 << 20, 3, 1, 0);
+  auto n0 = ca.all_gather(sa.data(), ra.data(), 1 << 20);
+  auto n1 = cb.all_gather(sb.data(), rb.data(), 1 << 20);
+  EXPECT_EQ(wait_code(n0), ErrorCode::kOk);
+  EXPECT_EQ(wait_code(n1), ErrorCode::kOk);
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(example::check_block(ra.as<char>() + r * (1 << 20), 1 << 20, 3, r, 0), 1u << 20);
+    EXPECT_EQ(example::check_block(rb.as<char>() + r * (1 << 20), 1 << 20, 3, r, 0), 1u << 20);
+  }
+}
+
+TEST_F(Faults, CommInitErrors) {
+  auto a = Client::connect(options_for(daemon, "a"));
+  auto b = Client::connect(options_for(daemon, "b"));
+  auto ca = Communicator::init(a, "ci", 4, 0);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "ci", 4, 4); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "ci", 4, 0); }), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "ci", 3, 1); }), ErrorCode::kNranksMismatch);
+  EXPECT_EQ(code_of([&] { Communicator::init(a, "ci", 4, 1); }), ErrorCode::kAlreadyExists);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "", 4, 1); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "zero", 0, 0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { Communicator::init(b, "ci", 4, 1); }), ErrorCode::kOk);
+}
+
+TEST_F(Faults, RegisterBufferErrors) {
+  auto client = Client::connect(options_for(daemon));
+  EXPECT_EQ(code_of([&] { client.allocate(0); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { client.allocate(uint64_t{1} << 50); }), ErrorCode::kLimitExceeded);
+}
+
+TEST(FaultsRing, FullRingIsBackPressureNotLoss) {
+  DaemonProcess daemon({"--ring-depth", "4"});
+  auto o = options_for(daemon, "a");
+  o.submit_timeout = 0ns;
+  auto a = Client::connect(o);
+  auto b = Client::connect(options_for(daemon, "b"));
+  auto ca = Communicator::init(a, "full", 2, 0);
+  auto cb = Communicator::init(b, "full", 2, 1);
+  constexpr uint64_t kBytes = 4096;
+  auto sa = a.allocate(kBytes * 4), ra = a.allocate(2 * kBytes * 4);
+  auto sb = b.allocate(kBytes * 4), rb = b.allocate(2 * kBytes * 4);
+  std::vector<Request> ra_reqs;
+  for (uint64_t i = 0; i < 4; ++i) {
+    example::fill_block(sa.as<char>() + i * kBytes, kBytes, 11, 0, i);
+    ra_reqs.push_back(
+        ca.all_gather(sa.as<char>() + i * kBytes, ra.as<char>() + 2 * i * kBytes, kBytes));
+  }
+  // Rank 1 has not submitted: all 4 slots are in flight, the 5th is refused, not queued or lost.
+  EXPECT_EQ(code_of([&] { ca.all_gather(sa.data(), ra.data(), kBytes); }), ErrorCode::kBusy);
+  std::vector<Request> rb_reqs;
+  for (uint64_t i = 0; i < 4; ++i) {
+    example::fill_block(sb.as<char>() + i * kBytes, kBytes, 11, 1, i);
+    rb_reqs.push_back(
+        cb.all_gather(sb.as<char>() + i * kBytes, rb.as<char>() + 2 * i * kBytes, kBytes));
+  }
+  for (uint64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(wait_code(ra_reqs[i]), ErrorCode::kOk);
+    EXPECT_EQ(wait_code(rb_reqs[i]), ErrorCode::kOk);
+    for (uint32_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(example::check_block(ra.as<char>() + (2 * i + r) * kBytes, kBytes, 11, r, i),
+                kBytes);
+      EXPECT_EQ(example::check_block(rb.as<char>() + (2 * i + r) * kBytes, kBytes, 11, r, i),
+                kBytes);
+    }
+  }
+}
+
+TEST_F(Faults, CorruptRingIndicesEndOnlyThatSession) {
+  auto bad = Client::connect(options_for(daemon, "bad"));
+  auto good = Client::connect(options_for(daemon, "good"));
+  auto& impl = ClientInternals::impl(bad);
+  impl.view.ring_control->tail.store(1'000'000, std::memory_order_release);
+  ::write(impl.wake_fd.get(), "\1\0\0\0\0\0\0\0", 8);
+  // The daemon ends the bad session; its connection closes, which libiris reports as gone.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!impl.daemon_gone() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  auto r = good.nop();
+  EXPECT_EQ(wait_code(r), ErrorCode::kOk);
+  EXPECT_NE(daemon.log().find("ring indices corrupt"), std::string::npos);
+}
+
+TEST_F(Faults, KilledClientFailsPeersAndIsCleanedUp) {
+  auto client = Client::connect(options_for(daemon, "survivor"));
+  auto comm = Communicator::init(client, "kill", 2, 0);
+  constexpr uint64_t kBytes = 8 << 20;
+  auto send = client.allocate(kBytes), recv = client.allocate(2 * kBytes);
+  // The victim submits 2 collectives and stops; we submit 4: two match, two wait on the victim.
+  const pid_t victim = spawn({rank_program_path(), "--socket", daemon.socket(), "--mode", "hang",
+                              "--key", "kill", "--nranks", "2", "--rank", "1", "--inflight", "2",
+                              "--max-bytes", std::to_string(kBytes)});
+  std::vector<Request> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(comm.all_gather(send.data(), recv.data(), kBytes));
+  EXPECT_EQ(wait_code(requests[0]), ErrorCode::kOk);
+  EXPECT_EQ(wait_code(requests[1]), ErrorCode::kOk);
+  const auto names_before = daemon.shm_names();
+  ::kill(victim, SIGKILL);
+  EXPECT_EQ(wait_for(victim), 128 + SIGKILL);
+  // The pending collectives fail within a second rather than hang.
+  EXPECT_EQ(wait_code(requests[2], 1s), ErrorCode::kPeerLost);
+  EXPECT_EQ(wait_code(requests[3], 1s), ErrorCode::kPeerLost);
+  // And so does anything later on the communicator.
+  auto later = comm.all_gather(send.data(), recv.data(), 64);
+  EXPECT_EQ(wait_code(later), ErrorCode::kPeerLost);
+  // The victim's segment and buffers are gone; ours stay.
+  const auto names_after = daemon.shm_names();
+  EXPECT_EQ(names_before.size(), 6u) << "2 sessions x (segment + 2 buffers)";
+  EXPECT_EQ(names_after.size(), 3u);
+  // The key is free for a new communicator with fresh ranks.
+  auto other = Client::connect(options_for(daemon, "newcomer"));
+  EXPECT_EQ(code_of([&] { Communicator::init(other, "kill", 2, 1); }), ErrorCode::kOk);
+}
+
+TEST_F(Faults, DaemonStoppedWhileWaitingReturnsDaemonGone) {
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "stop", 2, 0);
+  auto send = client.allocate(64), recv = client.allocate(128);
+  auto pending = comm.all_gather(send.data(), recv.data(), 64);  // rank 1 never comes
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    daemon.stop();
+  });
+  EXPECT_EQ(wait_code(pending, 10s), ErrorCode::kDaemonGone);
+  stopper.join();
+  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64); }),
+            ErrorCode::kDaemonGone);
+}
+
+TEST_F(Faults, DaemonKilledWhileWaitingReturnsDaemonGoneAndRestartCleansUp) {
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "crash", 2, 0);
+  auto send = client.allocate(64), recv = client.allocate(128);
+  auto pending = comm.all_gather(send.data(), recv.data(), 64);
+  daemon.kill();  // SIGKILL: sockets, lock file and segments stay behind
+  EXPECT_EQ(wait_code(pending, 10s), ErrorCode::kDaemonGone);
+  EXPECT_EQ(daemon.shm_names().size(), 3u);
+  daemon.start();  // same socket path
+  EXPECT_TRUE(daemon.shm_names().empty()) << "stale segments of the dead daemon were removed";
+  EXPECT_NE(daemon.log().find("removed 3 stale shared-memory segments"), std::string::npos);
+  auto again = Client::connect(options_for(daemon));
+  auto r = again.nop();
+  EXPECT_EQ(wait_code(r), ErrorCode::kOk);
+}
+
+TEST_F(Faults, SecondDaemonOnTheSameSocketRefusesToStart) {
+  const auto result = run_program({irisd_path(), "--socket", daemon.socket()});
+  EXPECT_EQ(result.exit_code, 1);
+  auto client = Client::connect(options_for(daemon));  // the first one is untouched
+  auto r = client.nop();
+  EXPECT_EQ(wait_code(r), ErrorCode::kOk);
+}
+
+TEST_F(Faults, ProtocolMismatchIsRefusedClearly) {
+  net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
+  v1::AttachRequest request;
+  request.set_protocol_version(kProtocolVersion + 1);
+  ASSERT_TRUE(net::send_frame(fd.get(), request.SerializeAsString()));
+  auto frame = net::recv_frame(fd.get(), 5s);
+  ASSERT_TRUE(frame);
+  v1::AttachResponse response;
+  ASSERT_TRUE(response.ParseFromString(frame->payload));
+  EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kProtocolMismatch));
+  EXPECT_NE(response.error_message().find("same irisd release"), std::string::npos);
+
+  // gRPC calls without the protocol header are refused too.
+  auto stub = v1::Control::NewStub(
+      grpc::CreateChannel("unix:" + daemon.socket(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  v1::GetStatusResponse status;
+  EXPECT_EQ(stub->GetStatus(&ctx, {}, &status).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(Faults, GarbageOnTheAttachSocketIsDropped) {
+  {
+    net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
+    ASSERT_TRUE(net::send_frame(fd.get(), "\xff\xff\xff not a protobuf"));
+    auto frame = net::recv_frame(fd.get(), 5s);
+    ASSERT_TRUE(frame);
+    v1::AttachResponse response;
+    ASSERT_TRUE(response.ParseFromString(frame->payload));
+    EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  }
+  {
+    net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
+    const char huge_length[4] = {'\xff', '\xff', '\xff', '\x7f'};
+    ASSERT_EQ(::write(fd.get(), huge_length, 4), 4);
+  }
+  auto client = Client::connect(options_for(daemon));
+  auto r = client.nop();
+  EXPECT_EQ(wait_code(r), ErrorCode::kOk);
+}
+
+TEST_F(Faults, UnknownTokenIsRejected) {
+  client::ControlChannel channel(daemon.socket());
+  channel.set_token("not-a-token");
+  v1::RegisterBufferRequest request;
+  request.set_host_bytes(64);
+  EXPECT_EQ(code_of([&] { channel.call(&v1::Control::Stub::RegisterBuffer, request, "register"); }),
+            ErrorCode::kNotFound);
+  client::ControlChannel anonymous(daemon.socket());
+  EXPECT_EQ(
+      code_of([&] { anonymous.call(&v1::Control::Stub::RegisterBuffer, request, "register"); }),
+      ErrorCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace iris::testing

@@ -1,0 +1,161 @@
+// iris-test-rank: one rank of an integration test, a real client process of irisd.
+// Exit status: 0 on success, 10 + iris::ErrorCode when libiris threw, 2 on a data mismatch.
+#include <grp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "examples/allgather_sweep/pattern.hpp"
+#include "iris/iris.hpp"
+
+namespace {
+
+struct Options {
+  std::string socket;
+  std::string key = "test";
+  std::string mode = "sweep";
+  uint32_t nranks = 1;
+  uint32_t rank = 0;
+  uint64_t seed = 1;
+  uint32_t iterations = 10;
+  uint64_t max_bytes = 1 << 20;
+  uint32_t inflight = 1;
+  uint32_t comms = 1;
+  bool inplace = false;
+  int64_t as_uid = -1;
+};
+
+// Size of iteration i: log-uniform over [1, max_bytes], with odd sizes and the extremes mixed in.
+uint64_t size_for(const Options& o, uint64_t iteration) {
+  uint64_t state = o.seed ^ (iteration * 0x9e3779b97f4a7c15ull);
+  const uint64_t r = iris::example::splitmix64(state);
+  if (iteration == 0) return 1;
+  if (iteration == 1) return o.max_bytes;
+  const double span = std::log2(static_cast<double>(o.max_bytes));
+  const double exponent = span * static_cast<double>(r >> 11) / static_cast<double>(1ull << 53);
+  uint64_t bytes = static_cast<uint64_t>(std::exp2(exponent));
+  if ((r & 1) != 0) bytes |= 1;  // odd
+  return std::clamp<uint64_t>(bytes, 1, o.max_bytes);
+}
+
+uint64_t offset_for(const Options& o, uint64_t iteration, uint32_t which) {
+  uint64_t state = o.seed ^ (iteration * 0xd1b54a32d192ed03ull) ^ which;
+  return iris::example::splitmix64(state) % 61;  // odd offsets too
+}
+
+struct Slot {
+  iris::Buffer send;
+  iris::Buffer recv;
+};
+
+int sweep(const Options& o, iris::Client& client) {
+  std::vector<iris::Communicator> comms;
+  for (uint32_t c = 0; c < o.comms; ++c)
+    comms.push_back(
+        iris::Communicator::init(client, o.key + "." + std::to_string(c), o.nranks, o.rank));
+  std::vector<Slot> slots;
+  for (uint32_t s = 0; s < o.inflight; ++s)
+    slots.push_back(
+        {client.allocate(o.max_bytes + 64), client.allocate(o.nranks * o.max_bytes + 128)});
+
+  for (uint32_t first = 0; first < o.iterations; first += o.inflight) {
+    const uint32_t batch = std::min(o.inflight, o.iterations - first);
+    std::vector<iris::Request> requests;
+    for (uint32_t b = 0; b < batch; ++b) {
+      const uint64_t it = first + b;
+      const uint64_t bytes = size_for(o, it);
+      auto* recv = slots[b].recv.as<unsigned char>() + offset_for(o, it, 1);
+      for (uint32_t r = 0; r < o.nranks; ++r)
+        iris::example::fill_block(recv + r * bytes, bytes, o.seed, r, it, /*invert=*/true);
+      unsigned char* send = o.inplace ? recv + o.rank * bytes
+                                      : slots[b].send.as<unsigned char>() + offset_for(o, it, 0);
+      iris::example::fill_block(send, bytes, o.seed, o.rank, it);
+      requests.push_back(comms[it % comms.size()].all_gather(send, recv, bytes));
+    }
+    for (uint32_t b = 0; b < batch; ++b) {
+      requests[b].wait();
+      const uint64_t it = first + b;
+      const uint64_t bytes = size_for(o, it);
+      const auto* recv = slots[b].recv.as<unsigned char>() + offset_for(o, it, 1);
+      for (uint32_t r = 0; r < o.nranks; ++r) {
+        const std::size_t bad = iris::example::check_block(recv + r * bytes, bytes, o.seed, r, it);
+        if (bad != bytes) {
+          std::cerr << "rank " << o.rank << " iteration " << it << " (" << bytes
+                    << " bytes): block of rank " << r << " wrong at byte " << bad << " (seed "
+                    << o.seed << ")\n";
+          return 2;
+        }
+      }
+    }
+  }
+  std::cout << "ok rank " << o.rank << " iterations " << o.iterations << std::endl;
+  return 0;
+}
+
+// Joins, submits `inflight` all-gathers, says so, and waits to be killed.
+int hang(const Options& o, iris::Client& client) {
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  auto send = client.allocate(o.max_bytes);
+  auto recv = client.allocate(o.nranks * o.max_bytes);
+  std::vector<iris::Request> requests;
+  for (uint32_t i = 0; i < o.inflight; ++i)
+    requests.push_back(comm.all_gather(send.data(), recv.data(), o.max_bytes));
+  std::cout << "submitted" << std::endl;
+  for (;;) ::pause();
+}
+
+int comm_init_only(const Options& o, iris::Client& client) {
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  std::cout << "joined comm " << comm.id() << " session " << client.session_id() << " pid "
+            << ::getpid() << " uid " << ::getuid() << std::endl;
+  // Stay until stdin closes, so that the test can look at the session.
+  char c;
+  while (::read(STDIN_FILENO, &c, 1) > 0) {
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"iris-test-rank"};
+  app.add_option("--socket", o.socket)->required();
+  app.add_option("--key", o.key);
+  app.add_option("--mode", o.mode)->check(CLI::IsMember({"sweep", "hang", "comm-init"}));
+  app.add_option("--nranks", o.nranks);
+  app.add_option("--rank", o.rank);
+  app.add_option("--seed", o.seed);
+  app.add_option("--iterations", o.iterations);
+  app.add_option("--max-bytes", o.max_bytes);
+  app.add_option("--inflight", o.inflight)->check(CLI::Range(1u, 64u));
+  app.add_option("--comms", o.comms)->check(CLI::Range(1u, 16u));
+  app.add_flag("--inplace", o.inplace);
+  app.add_option("--as-uid", o.as_uid, "drop to this uid (and its primary gid) first");
+  CLI11_PARSE(app, argc, argv);
+
+  if (o.as_uid >= 0) {
+    const auto uid = static_cast<uid_t>(o.as_uid);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
+      std::perror("drop privileges");
+      return 3;
+    }
+  }
+  try {
+    iris::ClientOptions options;
+    options.socket_path = o.socket;
+    options.client_name = "iris-test-rank " + std::to_string(o.rank);
+    auto client = iris::Client::connect(options);
+    if (o.mode == "hang") return hang(o, client);
+    if (o.mode == "comm-init") return comm_init_only(o, client);
+    return sweep(o, client);
+  } catch (const iris::Error& e) {
+    std::cerr << "rank " << o.rank << ": " << e.what() << std::endl;
+    std::cout << "error " << static_cast<uint32_t>(e.code()) << std::endl;
+    return 10 + static_cast<int>(e.code());
+  }
+}

@@ -1,0 +1,165 @@
+#include "tests/support/daemon_process.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "iris/shared/unix_socket.hpp"
+
+namespace iris::testing {
+
+std::string irisd_path() { return IRIS_TEST_IRISD; }
+std::string iris_ctl_path() { return IRIS_TEST_IRIS_CTL; }
+std::string rank_program_path() { return IRIS_TEST_RANK_PROGRAM; }
+
+namespace {
+std::vector<char*> to_argv(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  return argv;
+}
+}  // namespace
+
+pid_t spawn(const std::vector<std::string>& args) {
+  auto argv = to_argv(args);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+ProgramResult run_program(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe");
+  auto argv = to_argv(args);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(pipe_fds[1], STDOUT_FILENO);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ::close(pipe_fds[1]);
+  std::string output;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0) output.append(buf, n);
+  ::close(pipe_fds[0]);
+  return {wait_for(pid), output};
+}
+
+DaemonProcess::DaemonProcess(std::vector<std::string> extra_args) : args_(std::move(extra_args)) {
+  char tmpl[] = "/tmp/irisd-test-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  ::chmod(dir_.c_str(), 0755);  // tests that drop privileges must reach the sockets
+  socket_ = dir_ + "/irisd.sock";
+  start();
+}
+
+DaemonProcess::~DaemonProcess() {
+  if (pid_ > 0) stop();
+  for (const auto& name : shm_names()) ::unlink(("/dev/shm/" + name).c_str());
+  std::system(("rm -rf " + dir_).c_str());
+}
+
+std::string DaemonProcess::shm_prefix() const {
+  // Same derivation as irisd's Config::shm_prefix().
+  const auto hash = std::hash<std::string>{}(socket_);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
+  return buf;
+}
+
+std::vector<std::string> DaemonProcess::shm_names() const {
+  std::vector<std::string> names;
+  const std::string prefix = shm_prefix();
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.rfind(prefix, 0) == 0) names.push_back(name);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+void DaemonProcess::start() {
+  std::vector<std::string> args = {irisd_path(), "--socket", socket_, "--log-level", "debug"};
+  args.insert(args.end(), args_.begin(), args_.end());
+  auto argv = to_argv(args);
+  const std::string log_path = dir_ + "/irisd.log";
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    std::FILE* log = std::fopen(log_path.c_str(), "a");
+    if (log != nullptr) {
+      ::dup2(fileno(log), STDOUT_FILENO);
+      ::dup2(fileno(log), STDERR_FILENO);
+    }
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Ready once the attach socket accepts (it is the last thing irisd opens).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("irisd exited at start:\n" + log());
+    }
+    try {
+      net::connect_unix(socket_ + ".attach");
+      return;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  throw std::runtime_error("irisd did not become ready:\n" + log());
+}
+
+int DaemonProcess::stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  const int status = wait_for(pid_);
+  pid_ = -1;
+  return status;
+}
+
+void DaemonProcess::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  wait_for(pid_);
+  pid_ = -1;
+}
+
+std::string DaemonProcess::log() const {
+  std::ifstream in(dir_ + "/irisd.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace iris::testing

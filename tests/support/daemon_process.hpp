@@ -1,0 +1,60 @@
+// Starts a real irisd for a test (fork + exec of the built binary) on a private socket, waits
+// until it answers, and stops it at the end.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace iris::testing {
+
+class DaemonProcess {
+ public:
+  // `extra_args` are appended to irisd's command line.
+  explicit DaemonProcess(std::vector<std::string> extra_args = {});
+  ~DaemonProcess();
+  DaemonProcess(const DaemonProcess&) = delete;
+  DaemonProcess& operator=(const DaemonProcess&) = delete;
+
+  const std::string& socket() const { return socket_; }
+  const std::string& directory() const { return dir_; }
+  pid_t pid() const { return pid_; }
+  // The prefix of the daemon's names in /dev/shm.
+  std::string shm_prefix() const;
+  // Shared-memory names the daemon has created, now.
+  std::vector<std::string> shm_names() const;
+
+  void start();
+  // SIGTERM and wait; returns the exit status.
+  int stop();
+  // SIGKILL and wait: leaves sockets and segments behind, as a crash would.
+  void kill();
+  // The daemon's log so far.
+  std::string log() const;
+
+ private:
+  std::vector<std::string> args_;
+  std::string dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// Paths of the binaries under test, set by CMake.
+std::string irisd_path();
+std::string iris_ctl_path();
+std::string rank_program_path();
+
+// Runs a program, waits, returns its exit status and what it printed on stdout.
+struct ProgramResult {
+  int exit_code;
+  std::string output;
+};
+ProgramResult run_program(const std::vector<std::string>& argv);
+
+// Starts a program without waiting; returns its pid.
+pid_t spawn(const std::vector<std::string>& argv);
+// Waits for a spawned pid; returns its exit code, or 128 + signal.
+int wait_for(pid_t pid);
+
+}  // namespace iris::testing

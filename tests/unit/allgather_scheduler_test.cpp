@@ -1,0 +1,151 @@
+// The scheduler against the real host engine, on plain process memory: matching by
+// (communicator, seq), copies started as soon as two ranks are there, completion only when every
+// block has landed, and failures that reach every rank.
+#include "daemon/allgather_scheduler.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "daemon/engines/host/host_engine.hpp"
+
+namespace iris::daemon {
+namespace {
+
+class Scheduler : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kRanks = 3;
+
+  void SetUp() override {
+    EngineOptions options;
+    options.workers = 2;
+    options.inline_bytes = 16;  // small, so that both the inline and the worker path run
+    options.chunk_bytes = 4096;
+    engine = std::make_unique<HostEngine>(options, "test");
+    scheduler = std::make_unique<AllGatherScheduler>(
+        *engine, stats,
+        [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+    comm.id = 1;
+    comm.key = "k";
+    comm.nranks = kRanks;
+    comm.members.resize(kRanks);
+    comm.next_seq.assign(kRanks, 1);
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      comm.members[r] = r;
+      send.emplace_back(1 << 16);
+      recv.emplace_back(kRanks << 16, std::byte{0xEE});
+    }
+  }
+
+  ValidatedAllGather plan(uint32_t rank, uint64_t bytes) {
+    for (uint64_t i = 0; i < bytes; ++i) send[rank][i] = std::byte(rank * 37 + i);
+    ValidatedAllGather p{};
+    p.send_ptr = send[rank].data();
+    p.recv_ptr = recv[rank].data();
+    p.bytes = bytes;
+    return p;
+  }
+
+  void arrive(uint32_t rank, uint64_t seq, uint64_t bytes) {
+    scheduler->arrive(comm, rank, seq, {rank, 0, 1}, plan(rank, bytes), ErrorCode::kOk);
+  }
+
+  bool copies_in_flight() const {
+    for (const auto& [seq, c] : comm.in_flight)
+      if (c->total_in_flight != 0) return true;
+    return false;
+  }
+
+  // Drives engine completions until `n` ranks have completed and no copy is in flight (or 10 s
+  // pass, which fails the test's expectations).
+  void drain_until(std::size_t n) {
+    std::vector<CopyCompletion> done;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((completions.size() < n || copies_in_flight()) &&
+           std::chrono::steady_clock::now() < deadline) {
+      done.clear();
+      engine->poll(done);
+      for (const auto& c : done) scheduler->on_copy_complete(c);
+      if (done.empty()) std::this_thread::yield();
+    }
+  }
+
+  void expect_gathered(uint32_t rank, uint64_t bytes) {
+    for (uint32_t src = 0; src < kRanks; ++src)
+      for (uint64_t i = 0; i < bytes; ++i)
+        ASSERT_EQ(recv[rank][src * bytes + i], std::byte(src * 37 + i))
+            << "rank " << rank << " block " << src << " byte " << i;
+  }
+
+  Stats stats;
+  std::unique_ptr<HostEngine> engine;
+  std::unique_ptr<AllGatherScheduler> scheduler;
+  Communicator comm;
+  std::vector<std::vector<std::byte>> send, recv;
+  std::map<uint64_t, ErrorCode> completions;  // by rank (session id = rank here)
+};
+
+TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
+  arrive(0, 1, 10000);
+  arrive(2, 1, 10000);
+  drain_until(0);  // copies 0<->2 land
+  EXPECT_TRUE(completions.empty());
+  ASSERT_EQ(comm.in_flight.size(), 1u);
+  arrive(1, 1, 10000);
+  drain_until(kRanks);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 10000);
+  }
+  EXPECT_TRUE(comm.in_flight.empty());
+  EXPECT_EQ(stats.collectives_completed_total.load(), 1u);
+  EXPECT_EQ(stats.copies_total.load(), kRanks * kRanks);
+}
+
+TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
+  arrive(0, 1, 64);
+  arrive(1, 1, 65);
+  drain_until(2);
+  EXPECT_EQ(completions[0], ErrorCode::kSizeMismatch);
+  EXPECT_EQ(completions[1], ErrorCode::kSizeMismatch);
+  arrive(2, 1, 64);
+  drain_until(3);
+  EXPECT_EQ(completions[2], ErrorCode::kSizeMismatch);
+  EXPECT_TRUE(comm.in_flight.empty());
+  EXPECT_EQ(stats.collectives_failed_total.load(), 1u);
+}
+
+TEST_F(Scheduler, OneRanksBadRequestFailsTheCollectiveForAll) {
+  arrive(0, 1, 100);
+  scheduler->arrive(comm, 1, 1, {1, 0, 1}, std::nullopt, ErrorCode::kOutOfRange);
+  arrive(2, 1, 100);
+  drain_until(3);
+  for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kOutOfRange);
+}
+
+TEST_F(Scheduler, BrokenCommunicatorFailsPendingAndLaterCollectives) {
+  arrive(0, 1, 50000);
+  arrive(1, 1, 50000);
+  scheduler->break_comm(comm, ErrorCode::kPeerLost);
+  drain_until(2);
+  EXPECT_EQ(completions[0], ErrorCode::kPeerLost);
+  EXPECT_EQ(completions[1], ErrorCode::kPeerLost);
+  EXPECT_TRUE(comm.in_flight.empty());
+  completions.clear();
+  arrive(0, 2, 10);
+  EXPECT_EQ(completions[0], ErrorCode::kPeerLost);
+}
+
+TEST_F(Scheduler, CollectivesBeyondTheLimitFailInsteadOfGrowingWithoutBound) {
+  for (uint64_t seq = 1; seq <= 9; ++seq) arrive(0, seq, 8);
+  ASSERT_EQ(completions.count(0), 1u);  // only the 9th completed (with an error)
+  EXPECT_EQ(completions[0], ErrorCode::kLimitExceeded);
+  EXPECT_EQ(scheduler->collectives_in_flight(), 9u);
+}
+
+}  // namespace
+}  // namespace iris::daemon
