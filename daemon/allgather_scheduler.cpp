@@ -54,7 +54,9 @@ void AllGatherScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
     c.bytes_known = true;
     start_copies(comm, c, rank);
   }
-  try_deliver(c, rank);
+  // Blocks that need no copy (0 bytes, in place) land without an engine completion, so any
+  // arrived rank may be done now, not only this one.
+  for (uint32_t r = 0; r < comm.nranks; ++r) try_deliver(c, r);
   retire_if_done(comm, c);
 }
 
@@ -142,9 +144,12 @@ void AllGatherScheduler::break_comm(Communicator& comm, ErrorCode code) {
     comm.broken = true;
     comm.broken_code = code;
   }
-  std::vector<Collective*> all;
-  for (auto& [seq, c] : comm.in_flight) all.push_back(c.get());
-  for (Collective* c : all) {
+  // A collective every rank has submitted has all its sources: it completes normally (copies
+  // in flight keep a dead rank's buffers mapped). Only those still waiting for a rank fail.
+  std::vector<Collective*> waiting;
+  for (auto& [seq, c] : comm.in_flight)
+    if (c->arrived < comm.nranks) waiting.push_back(c.get());
+  for (Collective* c : waiting) {
     fail(*c, code);
     retire_if_done(comm, *c);
   }

@@ -1,5 +1,6 @@
 #include "daemon/progress_loop.hpp"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 namespace iris::daemon {
 
 namespace {
+constexpr auto kPureSpin = std::chrono::microseconds(2);
 // Bit 63 of the epoll cookie marks fds the loop drains itself.
 constexpr uint64_t kDrainBit = 1ull << 63;
 
@@ -88,8 +90,15 @@ void ProgressLoop::run() {
       last_work = clock::now();
       continue;
     }
-    if (clock::now() - last_work < spin_) {
-      cpu_relax();
+    const auto idle = clock::now() - last_work;
+    if (idle < spin_) {
+      // A brief pure spin catches back-to-back work; after it, each turn gives the core away,
+      // so that engine workers and ranks sharing it run while we wait.
+      if (idle < kPureSpin) {
+        cpu_relax();
+      } else {
+        sched_yield();
+      }
       continue;
     }
     work_->set_sleeping(true);

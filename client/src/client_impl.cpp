@@ -1,5 +1,6 @@
 #include "client/src/client_impl.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <thread>
@@ -13,7 +14,8 @@ namespace {
 using clock = std::chrono::steady_clock;
 // How long wait() polls before it sleeps: long enough to catch small collectives without a
 // syscall, short enough not to burn a core the rank's own work needs.
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(30);
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
+constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
 constexpr auto kAttachTimeout = std::chrono::seconds(10);
@@ -149,11 +151,20 @@ std::optional<ErrorCode> Client::Impl::poll(uint32_t slot, uint32_t generation) 
 
 std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
                                             clock::time_point deadline) {
-  const auto spin_until = std::min(deadline, clock::now() + kSpinBeforeSleep);
-  do {
+  const auto start = clock::now();
+  const auto spin_until = std::min(deadline, start + kSpinBeforeSleep);
+  const auto yield_after = start + kPureSpin;
+  for (auto now = start; now < spin_until; now = clock::now()) {
     if (auto code = poll(slot, generation)) return code;
-    cpu_relax();
-  } while (clock::now() < spin_until);
+    // Past the first microseconds, give the core away on each turn: on a busy node the daemon
+    // (or a peer rank) may be runnable on this very core, and a pure spin would hold it off
+    // until our time slice ends.
+    if (now < yield_after) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
   for (;;) {
     if (auto code = poll(slot, generation)) return code;
     throw_if_daemon_gone();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -104,6 +105,28 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
   EXPECT_TRUE(comm.in_flight.empty());
   EXPECT_EQ(stats.collectives_completed_total.load(), 1u);
   EXPECT_EQ(stats.copies_total.load(), kRanks * kRanks);
+}
+
+TEST_F(Scheduler, ZeroByteCollectiveCompletesEveryRank) {
+  for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 1, 0);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kOk);
+  EXPECT_TRUE(comm.in_flight.empty());
+}
+
+TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    ValidatedAllGather p = plan(r, 8);
+    p.in_place = true;
+    p.send_ptr = recv[r].data() + r * 8;
+    std::memcpy(p.send_ptr, send[r].data(), 8);
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+  }
+  drain_until(kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 8);
+  }
 }
 
 TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
