@@ -29,7 +29,7 @@ struct Config {
   Limits limits;
   bool allow_cross_uid_comms = false;
   std::string log_level = "info";
-  uint32_t spin_us = 50;  // progress loop: polling this long with no work before it sleeps
+  uint32_t spin_us = 1000;  // progress loop: polling this long with no work before it sleeps
 
   // The attach socket (plain, SO_PEERCRED) lives beside the gRPC one.
   std::string attach_socket_path() const { return socket_path + ".attach"; }

@@ -14,7 +14,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 // How long wait() polls before it sleeps: long enough to catch small collectives without a
 // syscall, short enough not to burn a core the rank's own work needs.
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
 constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);

@@ -47,19 +47,28 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) usage();
       return argv[++i];
     };
-    if (a == "--socket") o.socket = value();
-    else if (a == "--key") o.key = value();
-    else if (a == "--nranks") o.nranks = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--rank") o.rank = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--min-bytes") o.min_bytes = std::stoull(value());
-    else if (a == "--max-bytes") o.max_bytes = std::stoull(value());
-    else if (a == "--iterations") o.iterations = static_cast<uint32_t>(std::stoul(value()));
-    else if (a == "--no-verify") o.verify = false;
-    else if (a == "--csv") o.csv = true;
-    else usage();
+    if (a == "--socket")
+      o.socket = value();
+    else if (a == "--key")
+      o.key = value();
+    else if (a == "--nranks")
+      o.nranks = static_cast<uint32_t>(std::stoul(value()));
+    else if (a == "--rank")
+      o.rank = static_cast<uint32_t>(std::stoul(value()));
+    else if (a == "--min-bytes")
+      o.min_bytes = std::stoull(value());
+    else if (a == "--max-bytes")
+      o.max_bytes = std::stoull(value());
+    else if (a == "--iterations")
+      o.iterations = static_cast<uint32_t>(std::stoul(value()));
+    else if (a == "--no-verify")
+      o.verify = false;
+    else if (a == "--csv")
+      o.csv = true;
+    else
+      usage();
   }
-  if (o.nranks == 0 || o.rank >= o.nranks || o.min_bytes == 0 || o.min_bytes > o.max_bytes)
-    usage();
+  if (o.nranks == 0 || o.rank >= o.nranks || o.min_bytes == 0 || o.min_bytes > o.max_bytes) usage();
   return o;
 }
 
@@ -102,8 +111,9 @@ int main(int argc, char** argv) {
     uint64_t iteration = 0;
     for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
       const uint32_t iters =
-          o.iterations != 0 ? o.iterations
-                            : static_cast<uint32_t>(std::clamp<uint64_t>((256ull << 20) / bytes, 5, 200));
+          o.iterations != 0
+              ? o.iterations
+              : static_cast<uint32_t>(std::clamp<uint64_t>((256ull << 20) / bytes, 5, 200));
       std::vector<double> latency_us;
       for (uint32_t it = 0; it < iters; ++it, ++iteration) {
         if (o.verify) {
@@ -117,8 +127,8 @@ int main(int argc, char** argv) {
         const auto end = std::chrono::steady_clock::now();
         if (o.verify) {
           for (uint32_t r = 0; r < o.nranks; ++r) {
-            const auto bad = iris::example::check_block(recv.as<char>() + r * bytes, bytes, seed,
-                                                        r, iteration);
+            const auto bad =
+                iris::example::check_block(recv.as<char>() + r * bytes, bytes, seed, r, iteration);
             if (bad != bytes) {
               std::fprintf(stderr, "rank %u: %llu-byte all-gather: block of rank %u wrong at %zu\n",
                            o.rank, static_cast<unsigned long long>(bytes), r, bad);

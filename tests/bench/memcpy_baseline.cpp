@@ -17,10 +17,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const uint64_t v = std::stoull(argv[i + 1]);
-    if (a == "--nranks") nranks = v;
-    else if (a == "--bytes") bytes = v;
-    else if (a == "--threads") threads = v;
-    else if (a == "--iterations") iterations = v;
+    if (a == "--nranks")
+      nranks = v;
+    else if (a == "--bytes")
+      bytes = v;
+    else if (a == "--threads")
+      threads = v;
+    else if (a == "--iterations")
+      iterations = v;
     else {
       std::fprintf(stderr, "usage: iris-bench-memcpy --nranks N --bytes B --threads T\n");
       return 2;

@@ -27,8 +27,8 @@ void BM_RingRoundTrip(benchmark::State& state) {
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     client.nop().wait();
-    ns.push_back(std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
-                     .count());
+    ns.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
   }
   state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
   state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;

@@ -71,6 +71,26 @@ TEST(Isolation, SocketModeAndGroupAreConfigurable) {
   }
 }
 
+TEST(Isolation, ConfigFileSetsWhatFlagsSetAndFlagsWin) {
+  char path[] = "/tmp/irisd-config-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string toml = "ring-depth = 8\nsocket-mode = \"0600\"\nengine-workers = 3\n";
+  ASSERT_EQ(::write(fd, toml.data(), toml.size()), static_cast<ssize_t>(toml.size()));
+  ::close(fd);
+  DaemonProcess daemon({"--config", path, "--engine-workers", "5"});
+  auto client = Client::connect(options_for(daemon));
+  EXPECT_EQ(client.ring_depth(), 8u);
+  struct stat st {};
+  ASSERT_EQ(::stat(daemon.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const auto status =
+      run_program({iris_ctl_path(), "--socket", daemon.socket(), "status", "--json"});
+  EXPECT_NE(status.output.find("host-worker-4"), std::string::npos) << status.output;
+  EXPECT_EQ(status.output.find("host-worker-5"), std::string::npos);
+  ::unlink(path);
+}
+
 TEST(Isolation, BadSocketSettingsStopTheDaemonWithAReason) {
   char dir[] = "/tmp/irisd-bad-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Benchmarks (not tests): ring round trip; all-gather p50/p99 and bandwidth for 2, 4 and 8 ranks
+# on the host engine; in the same run, a plain memcpy of the same bytes by the same number of
+# threads, and Open MPI's MPI_Allgather with the same ranks and sizes. Prints markdown tables.
+#   scripts/bench.sh [engine workers, default 2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=${1:-2}
+BUILD_TYPE=Release scripts/build.sh >/dev/null
+bin=build/tests/bench
+run=$(mktemp -d /tmp/irisd-bench-XXXXXX)
+socket=$run/irisd.sock
+build/daemon/irisd --socket "$socket" --engine host --engine-workers "$workers" \
+  --log-level warn >"$run/irisd.log" 2>&1 &
+daemon=$!
+trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$run"' EXIT
+for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
+
+echo "## Machine"
+echo "- $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
+echo "- $(uname -sr), $(g++ --version | head -1), $(mpirun --version 2>/dev/null | head -1)"
+echo "- irisd $(git describe --always --dirty), host engine with $workers worker threads"
+echo
+echo "## Ring round trip (no-op submitted, completion seen by the client)"
+"$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
+  awk -F, '/RingRoundTrip/ {printf "p50 %.2f us, p99 %.2f us, mean %.0f ns\n", $(NF-1), $NF, $3}'
+echo
+
+for nranks in 2 4 8; do
+  max=$((64 << 20)); [ "$nranks" -eq 8 ] && max=$((16 << 20))
+  pids=()
+  for ((r = nranks - 1; r >= 0; r--)); do
+    "$bin/iris-allgather-sweep" --socket "$socket" --key "bench$nranks" --nranks "$nranks" \
+      --rank "$r" --no-verify --max-bytes "$max" --csv >"$run/iris.$r" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  tail -n +2 "$run/iris.0" >"$run/iris.csv"
+  : >"$run/memcpy.csv"
+  for bytes in $(cut -d, -f2 "$run/iris.csv"); do
+    if [ "$bytes" -ge $((4 << 20)) ]; then
+      "$bin/iris-bench-memcpy" --nranks "$nranks" --bytes "$bytes" --threads "$workers" >>"$run/memcpy.csv"
+    fi
+  done
+  mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi-allgather" \
+    --max-bytes "$max" 2>/dev/null | tail -n +2 >"$run/mpi.csv"
+  echo "## $nranks ranks"
+  echo "| bytes/rank | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  awk -F, -v OFS=' | ' '
+    FILENAME ~ /memcpy/ {mem[$2] = $4; next}
+    FILENAME ~ /mpi/ {mp50[$2] = $4; mp99[$2] = $5; next}
+    {
+      b = $2; m = (b in mem) ? sprintf("%.2f", mem[b]) : "-";
+      r = (b in mem) ? sprintf("%.2f", $7 / mem[b]) : "-";
+      lr = (b in mp50) ? sprintf("%.2f", $4 / mp50[b]) : "-";
+      print "| " b, $4, $5, mp50[b], mp99[b], lr, $7, m, r " |"
+    }' "$run/memcpy.csv" "$run/mpi.csv" "$run/iris.csv"
+  echo
+done

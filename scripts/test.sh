@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Every test: installs what is missing, builds, runs unit and integration tests (real irisd, real
+# client processes) with ctest, then checks that the installed package builds the example.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+# Integration tests start their own daemons and rank processes; run them one at a time so that
+# 8-rank cases do not share 2 cores with another test's ranks.
+ctest --test-dir build --output-on-failure --timeout 600
+scripts/check-install.sh
