@@ -78,8 +78,9 @@ void AllGatherScheduler::add_copy(Communicator& comm, Collective& c, uint32_t sr
     return;
   }
   const uint64_t cookie = next_cookie_++;
-  copies_.emplace(cookie, CopyTag{&comm, &c, dst});
-  ++c.copies_in_flight[dst];
+  copies_.emplace(cookie, CopyTag{&comm, &c, src, dst});
+  ++c.copies_touching[src];
+  if (dst != src) ++c.copies_touching[dst];
   ++c.total_in_flight;
   batch_.push_back({from.send_ptr, to.recv_ptr + uint64_t{src} * c.bytes, c.bytes, cookie});
 }
@@ -90,10 +91,11 @@ void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {
     spdlog::error("engine completed unknown copy {}", completion.cookie);
     return;
   }
-  CopyTag tag = it->second;
+  const CopyTag tag = it->second;
   copies_.erase(it);
   Collective& c = *tag.collective;
-  --c.copies_in_flight[tag.dst_rank];
+  --c.copies_touching[tag.src_rank];
+  if (tag.dst_rank != tag.src_rank) --c.copies_touching[tag.dst_rank];
   --c.total_in_flight;
   stats_.copies_total.fetch_add(1, std::memory_order_relaxed);
   if (completion.code == ErrorCode::kOk) {
@@ -103,9 +105,10 @@ void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {
                                                                  : stats_.compute_unit_bytes_total;
     by_path.fetch_add(completion.bytes, std::memory_order_relaxed);
     try_deliver(c, tag.dst_rank);
+    try_deliver(c, tag.src_rank);
   } else {
-    spdlog::error("comm {} seq {}: copy into rank {} failed: {}", tag.comm->key, c.seq,
-                  tag.dst_rank, to_string(completion.code));
+    spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key, c.seq,
+                  tag.src_rank, tag.dst_rank, to_string(completion.code));
     fail(c, completion.code);
   }
   retire_if_done(*tag.comm, c);
@@ -117,7 +120,9 @@ void AllGatherScheduler::fail(Collective& c, ErrorCode code) {
 }
 
 void AllGatherScheduler::try_deliver(Collective& c, uint32_t rank) {
-  if (c.delivered[rank] || !c.arrivals[rank] || c.copies_in_flight[rank] != 0) return;
+  // No copy in flight reads or writes this rank's buffers, and (unless failed) all blocks are in
+  // its receive buffer: by then every rank has arrived, so its own block has reached them all.
+  if (c.delivered[rank] || !c.arrivals[rank] || c.copies_touching[rank] != 0) return;
   if (c.error == ErrorCode::kOk && c.landed[rank] != c.arrivals.size()) return;
   c.delivered[rank] = true;
   ++c.delivered_count;

@@ -2,9 +2,10 @@
 //
 // When rank r's request arrives, every rank j already there gets r's block (r -> j) and r gets
 // j's block (j -> r) at once: no barrier waits for the last rank. Rank j completes when all
-// nranks blocks have landed in its receive buffer. A failure (size mismatch, a bad request from
-// one rank, an engine error, a lost peer) fails the collective for every rank, each rank's error
-// written only after the engine has finished every copy into its buffer.
+// nranks blocks have landed in its receive buffer and its own block has landed at every rank, so
+// that it may reuse both buffers the moment its wait returns. A failure (size mismatch, a bad
+// request from one rank, an engine error, a lost peer) fails the collective for every rank, each
+// rank's error written only after the engine has finished every copy into its buffer.
 #pragma once
 
 #include <functional>
@@ -38,6 +39,7 @@ class AllGatherScheduler {
   struct CopyTag {
     Communicator* comm;
     Collective* collective;
+    uint32_t src_rank;
     uint32_t dst_rank;
   };
 

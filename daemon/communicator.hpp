@@ -35,9 +35,9 @@ struct Collective {
   bool bytes_known = false;
   ErrorCode error = ErrorCode::kOk;
   std::vector<std::optional<Arrival>> arrivals;  // by rank
-  std::vector<uint32_t> landed;                  // by destination rank: source blocks in place
-  std::vector<uint32_t> copies_in_flight;        // by destination rank
-  std::vector<bool> delivered;                   // by rank: completion written
+  std::vector<uint32_t> landed;                  // by rank: blocks in place in its receive buffer
+  std::vector<uint32_t> copies_touching;  // by rank: copies in flight from or into its buffers
+  std::vector<bool> delivered;            // by rank: completion written
   uint32_t arrived = 0;
   uint32_t delivered_count = 0;
   uint64_t total_in_flight = 0;
@@ -46,7 +46,7 @@ struct Collective {
       : seq(s),
         arrivals(nranks),
         landed(nranks, 0),
-        copies_in_flight(nranks, 0),
+        copies_touching(nranks, 0),
         delivered(nranks, false) {}
 };
 

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=${1:-2}
-BUILD_TYPE=Release scripts/build.sh >/dev/null
+scripts/build.sh >/dev/null
 bin=build/tests/bench
 run=$(mktemp -d /tmp/irisd-bench-XXXXXX)
 socket=$run/irisd.sock

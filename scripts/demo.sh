@@ -5,7 +5,7 @@
 # `iris-ctl stats`, and stops the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_TYPE=Release scripts/build.sh
+scripts/build.sh
 scripts/check-install.sh
 prefix=$PWD/build/install
 run=$(mktemp -d /tmp/irisd-demo-XXXXXX)

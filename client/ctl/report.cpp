@@ -26,7 +26,10 @@ std::string cell_text(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_array()) {
     std::string joined;
-    for (const auto& e : v) joined += (joined.empty() ? "" : ",") + cell_text(e);
+    for (const auto& e : v) {
+      if (!joined.empty()) joined += ',';
+      joined += cell_text(e);
+    }
     return joined.empty() ? "-" : joined;
   }
   if (v.is_number_float()) {

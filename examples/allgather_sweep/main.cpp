@@ -96,8 +96,13 @@ int main(int argc, char** argv) {
     std::memset(send.data(), 1, send.size());
     std::memset(recv.data(), 2, recv.size());
 
+    // Fresh data every run: rank 0 draws the seed and every rank takes it from an all-gather.
     std::random_device entropy;
-    const uint64_t seed = (uint64_t{entropy()} << 32) | entropy();  // fresh data every run
+    const uint64_t my_seed = (uint64_t{entropy()} << 32) | entropy();
+    std::memcpy(send.data(), &my_seed, sizeof(my_seed));
+    comm.all_gather(send.data(), recv.data(), sizeof(my_seed)).wait();
+    uint64_t seed;
+    std::memcpy(&seed, recv.data(), sizeof(seed));
     if (o.rank == 0) {
       if (o.csv) {
         std::printf("nranks,bytes_per_rank,iterations,p50_us,p99_us,algbw_GBps,moved_GBps\n");

@@ -42,6 +42,11 @@ struct SweepCase {
   uint32_t iterations;
 };
 
+void PrintTo(const SweepCase& c, std::ostream* out) {
+  *out << c.nranks << " ranks, up to " << c.max_bytes << " bytes, " << c.iterations
+       << " iterations";
+}
+
 class AllGatherSweep : public ::testing::TestWithParam<SweepCase> {};
 
 TEST_P(AllGatherSweep, EveryByteArrivesFromTheRightRank) {

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <vector>
@@ -80,6 +81,15 @@ int sweep(const Options& o, iris::Client& client) {
       requests[b].wait();
       const uint64_t it = first + b;
       const uint64_t bytes = size_for(o, it);
+      // Once wait() returns, the send buffer is the rank's again: scribble over it at once.
+      // Peers whose copies still read it would then receive the scribble and fail their check.
+      // The tail first: that is where copies still in flight would be reading.
+      if (!o.inplace) {
+        auto* send = slots[b].send.as<unsigned char>() + offset_for(o, it, 0);
+        const uint64_t tail = std::min<uint64_t>(bytes, 64 << 10);
+        std::memset(send + bytes - tail, 0x5A, tail);
+        std::memset(slots[b].send.data(), 0x5A, slots[b].send.size());
+      }
       const auto* recv = slots[b].recv.as<unsigned char>() + offset_for(o, it, 1);
       for (uint32_t r = 0; r < o.nranks; ++r) {
         const std::size_t bad = iris::example::check_block(recv + r * bytes, bytes, o.seed, r, it);

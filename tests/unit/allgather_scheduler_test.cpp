@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "daemon/engines/host/host_engine.hpp"
@@ -105,6 +107,73 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
   EXPECT_TRUE(comm.in_flight.empty());
   EXPECT_EQ(stats.collectives_completed_total.load(), 1u);
   EXPECT_EQ(stats.copies_total.load(), kRanks * kRanks);
+}
+
+// An engine that copies only when told to, one copy at a time, in an order the test picks: the
+// threaded host engine cannot show a completion order deterministically.
+class SteppedEngine final : public Engine {
+ public:
+  const EngineDescription& description() const override { return description_; }
+  void submit(std::span<const CopyRequest> copies) override {
+    queued.insert(queued.end(), copies.begin(), copies.end());
+  }
+  std::size_t poll(std::vector<CopyCompletion>& out) override {
+    out.insert(out.end(), finished.begin(), finished.end());
+    const std::size_t n = finished.size();
+    finished.clear();
+    return n;
+  }
+  int completion_fd() const override { return -1; }
+  // Runs the queued copy at `index` (really copying) and reports it on the next poll.
+  void run(std::size_t index) {
+    const CopyRequest c = queued[index];
+    std::memcpy(c.dst, c.src, c.bytes);
+    finished.push_back({c.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, c.bytes});
+    queued.erase(queued.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+  std::vector<CopyRequest> queued;
+  std::vector<CopyCompletion> finished;
+
+ private:
+  EngineDescription description_{"stepped", "test", {}};
+};
+
+TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
+  // Its wait() returning hands the send buffer back to the rank: no copy may still read it.
+  SteppedEngine stepped;
+  scheduler = std::make_unique<AllGatherScheduler>(
+      stepped, stats,
+      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+  arrive(0, 1, 64);
+  arrive(1, 1, 64);
+  arrive(2, 1, 64);
+  // Land every block into rank 0 first (its own included), but not rank 0's block at the others.
+  auto run_where = [&](auto pick) {
+    for (std::size_t i = 0; i < stepped.queued.size();) {
+      if (!pick(stepped.queued[i])) {
+        ++i;
+        continue;
+      }
+      stepped.run(i);
+      std::vector<CopyCompletion> done;
+      stepped.poll(done);
+      for (const auto& c : done) scheduler->on_copy_complete(c);
+    }
+  };
+  const std::byte* rank0_send = send[0].data();
+  const std::byte* rank0_recv = recv[0].data();
+  run_where([&](const CopyRequest& c) {
+    return c.dst >= rank0_recv && c.dst < rank0_recv + recv[0].size();
+  });
+  ASSERT_TRUE(std::any_of(stepped.queued.begin(), stepped.queued.end(),
+                          [&](const CopyRequest& c) { return c.src == rank0_send; }));
+  EXPECT_EQ(completions.count(0), 0u) << "rank 0 completed while copies still read its send buffer";
+  run_where([](const CopyRequest&) { return true; });
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 64);
+  }
 }
 
 TEST_F(Scheduler, ZeroByteCollectiveCompletesEveryRank) {
