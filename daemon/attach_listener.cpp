@@ -151,7 +151,7 @@ void AttachListener::handshake(Connection& conn) {
     }
   } catch (const Error& e) {
     spdlog::warn("attach from pid {} uid {} refused: {}", peer.pid, peer.uid, e.what());
-    send_error(fd, e.code(), e.what());
+    send_error(fd, e.code(), e.message());
     close_connection(fd);
   } catch (const std::exception& e) {
     send_error(fd, ErrorCode::kInternal, e.what());

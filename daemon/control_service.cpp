@@ -68,7 +68,7 @@ grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
     body();
     return grpc::Status::OK;
   } catch (const Error& e) {
-    return grpc::Status(grpc_code(e.code()), e.what(),
+    return grpc::Status(grpc_code(e.code()), e.message(),
                         std::to_string(static_cast<uint32_t>(e.code())));
   } catch (const std::exception& e) {
     spdlog::error("control call failed: {}", e.what());

@@ -70,11 +70,8 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
   if (!frame || !response.ParseFromString(frame->payload))
     throw Error(ErrorCode::kUnavailable, "no attach answer from irisd on " + attach_path);
   if (response.error_code() != 0) {
-    std::string message = response.error_message();
-    const auto code = static_cast<ErrorCode>(response.error_code());
-    const std::string prefix = std::string(to_string(code)) + ": ";
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    throw Error(code, "attach refused: " + message);
+    throw Error(static_cast<ErrorCode>(response.error_code()),
+                "attach refused: " + response.error_message());
   }
   if (frame->fds.size() != 1)
     throw Error(ErrorCode::kProtocolMismatch, "attach answer carried no wake descriptor");

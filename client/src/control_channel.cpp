@@ -5,12 +5,8 @@ namespace iris::client {
 Error to_error(const grpc::Status& status, const std::string& socket_path, const char* what) {
   const std::string& details = status.error_details();
   if (!details.empty() && details.find_first_not_of("0123456789") == std::string::npos) {
-    const auto code = static_cast<ErrorCode>(std::stoul(details));
-    // The daemon's message already starts with the code's name.
-    std::string message = status.error_message();
-    const std::string prefix = std::string(to_string(code)) + ": ";
-    if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
-    return Error(code, std::string(what) + ": " + message);
+    return Error(static_cast<ErrorCode>(std::stoul(details)),
+                 std::string(what) + ": " + status.error_message());
   }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE)
     return Error(ErrorCode::kUnavailable,

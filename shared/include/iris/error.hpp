@@ -11,11 +11,16 @@ namespace iris {
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message)
-      : std::runtime_error(std::string(to_string(code)) + ": " + message), code_(code) {}
+      : std::runtime_error(std::string(to_string(code)) + ": " + message),
+        code_(code),
+        message_(message) {}
   ErrorCode code() const noexcept { return code_; }
+  // The message without the code's name (what() has both); this is what goes on the wire.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorCode code_;
+  std::string message_;
 };
 
 }  // namespace iris
