@@ -82,7 +82,8 @@ void AllGatherScheduler::add_copy(Communicator& comm, Collective& c, uint32_t sr
   ++c.copies_touching[src];
   if (dst != src) ++c.copies_touching[dst];
   ++c.total_in_flight;
-  batch_.push_back({from.send_ptr, to.recv_ptr + uint64_t{src} * c.bytes, c.bytes, cookie});
+  batch_.push_back({from.send_ptr, to.recv_ptr + uint64_t{src} * c.bytes, c.bytes, cookie,
+                    from.send->device, to.recv->device});
 }
 
 void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {

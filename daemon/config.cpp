@@ -24,8 +24,9 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->capture_default_str();
   app.add_option("--socket-mode", mode, "octal mode of both sockets")->capture_default_str();
   app.add_option("--socket-group", c.socket_group, "group owning both sockets");
-  app.add_option("--engine", c.engine.kind, "copy engine: auto | host")
-      ->check(CLI::IsMember({"auto", "host"}))
+  app.add_option("--engine", c.engine.kind,
+                 "copy engine: auto (cuda if an NVIDIA GPU is usable, else host) | cuda | host")
+      ->check(CLI::IsMember({"auto", "cuda", "host"}))
       ->capture_default_str();
   app.add_option("--engine-workers", c.engine.workers, "host engine: worker threads")
       ->check(CLI::Range(1u, 256u))

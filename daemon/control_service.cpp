@@ -98,7 +98,13 @@ grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
                                             v1::RegisterBufferResponse* resp) {
   return handle(ctx, [&] {
     const uint64_t id = session_of(ctx);
-    *resp = loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); });
+    if (req->has_cuda_ipc()) {
+      const auto& ipc = req->cuda_ipc();
+      const DeviceBufferExport exported{ipc.handle(), ipc.bus_id(), ipc.offset(), ipc.bytes()};
+      *resp = loop_.call([&] { return runtime_.register_device_buffer(id, exported); });
+    } else {
+      *resp = loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); });
+    }
   });
 }
 
@@ -140,6 +146,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
     const EngineDescription& engine = runtime_.engine_description();
     resp->set_engine(engine.name);
     resp->set_engine_reason(engine.reason);
+    resp->set_driver_version(engine.driver_version);
     for (const DeviceDescription& d : engine.devices) {
       auto* dev = resp->add_devices();
       dev->set_name(d.name);

@@ -15,6 +15,7 @@ struct MappedBuffer {
   std::byte* base;
   uint64_t bytes;
   std::shared_ptr<void> mapping;  // keeps `base` valid (a shared-memory mapping, an IPC import)
+  int device = -1;                // engine device index; -1 (kHostMemory) for host memory
 };
 
 }  // namespace iris::daemon

@@ -102,7 +102,7 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
               s.comm_ranks.size());
   while (!s.comm_ranks.empty()) leave_comm(s, s.comm_ranks.begin()->first, ErrorCode::kPeerLost);
   for (auto& [id, buffer] : s.buffers) {
-    shm::ShmSegment::remove(buffer_shm_name(session_id, id));
+    if (buffer->device == kHostMemory) shm::ShmSegment::remove(buffer_shm_name(session_id, id));
     stats_.buffers_registered.fetch_sub(1, std::memory_order_relaxed);
     stats_.buffer_bytes_registered.fetch_sub(buffer->bytes, std::memory_order_relaxed);
   }
@@ -122,6 +122,52 @@ uint64_t Runtime::session_for_token(const std::string& token) const {
 
 v1::RegisterBufferResponse Runtime::register_buffer(uint64_t session_id, uint64_t bytes) {
   Session& s = session(session_id);
+  check_buffer_limits(s, bytes);
+  const uint64_t id = next_buffer_id_++;
+  const std::string name = buffer_shm_name(session_id, id);
+  // Declared in this order so that the engine unpins before the segment is unmapped.
+  struct HostMapping {
+    shm::ShmSegment segment;
+    std::shared_ptr<void> pin;
+  };
+  auto mapping = std::make_shared<HostMapping>();
+  try {
+    mapping->segment = shm::ShmSegment::create(name, bytes, s.peer().uid);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kLimitExceeded, e.what());
+  }
+  auto* base = static_cast<std::byte*>(mapping->segment.data());
+  try {
+    mapping->pin = engine_.prepare_host_memory(base, bytes);
+  } catch (...) {
+    shm::ShmSegment::remove(name);
+    throw;
+  }
+  add_buffer(s, std::make_shared<MappedBuffer>(
+                    MappedBuffer{id, session_id, base, bytes, mapping, kHostMemory}));
+  v1::RegisterBufferResponse out;
+  out.set_buffer_id(id);
+  out.set_shm_name(name);
+  out.set_bytes(bytes);
+  return out;
+}
+
+v1::RegisterBufferResponse Runtime::register_device_buffer(uint64_t session_id,
+                                                           const DeviceBufferExport& exported) {
+  Session& s = session(session_id);
+  check_buffer_limits(s, exported.bytes);
+  ImportedMemory imported = engine_.import_device_memory(exported);
+  const uint64_t id = next_buffer_id_++;
+  add_buffer(
+      s, std::make_shared<MappedBuffer>(MappedBuffer{id, session_id, imported.base, imported.bytes,
+                                                     imported.keepalive, imported.device}));
+  v1::RegisterBufferResponse out;
+  out.set_buffer_id(id);
+  out.set_bytes(imported.bytes);
+  return out;
+}
+
+void Runtime::check_buffer_limits(const Session& s, uint64_t bytes) const {
   if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "buffer size must be at least 1 byte");
   if (bytes > config_.limits.max_buffer_bytes)
     throw Error(ErrorCode::kLimitExceeded,
@@ -131,25 +177,14 @@ v1::RegisterBufferResponse Runtime::register_buffer(uint64_t session_id, uint64_
     throw Error(ErrorCode::kLimitExceeded,
                 "session already has " + std::to_string(s.buffers.size()) +
                     " buffers (max_buffers); free some or raise --max-buffers");
-  const uint64_t id = next_buffer_id_++;
-  const std::string name = buffer_shm_name(session_id, id);
-  std::shared_ptr<shm::ShmSegment> segment;
-  try {
-    segment = std::make_shared<shm::ShmSegment>(shm::ShmSegment::create(name, bytes, s.peer().uid));
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kLimitExceeded, e.what());
-  }
-  auto buffer = std::make_shared<MappedBuffer>(
-      MappedBuffer{id, session_id, static_cast<std::byte*>(segment->data()), bytes, segment});
-  s.buffers.emplace(id, std::move(buffer));
-  s.buffer_bytes += bytes;
+}
+
+void Runtime::add_buffer(Session& s, std::shared_ptr<MappedBuffer> buffer) {
+  s.buffer_bytes += buffer->bytes;
   stats_.buffers_registered.fetch_add(1, std::memory_order_relaxed);
-  stats_.buffer_bytes_registered.fetch_add(bytes, std::memory_order_relaxed);
-  v1::RegisterBufferResponse out;
-  out.set_buffer_id(id);
-  out.set_shm_name(name);
-  out.set_bytes(bytes);
-  return out;
+  stats_.buffer_bytes_registered.fetch_add(buffer->bytes, std::memory_order_relaxed);
+  const uint64_t id = buffer->id;
+  s.buffers.emplace(id, std::move(buffer));
 }
 
 void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
@@ -158,8 +193,9 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
   if (it == s.buffers.end())
     throw Error(ErrorCode::kNotFound,
                 "buffer " + std::to_string(buffer_id) + " is not registered by this session");
-  // Copies in flight keep the mapping (shared_ptr); the name goes now.
-  shm::ShmSegment::remove(buffer_shm_name(session_id, buffer_id));
+  // Copies in flight keep the mapping or import (shared_ptr); a host buffer's name goes now.
+  if (it->second->device == kHostMemory)
+    shm::ShmSegment::remove(buffer_shm_name(session_id, buffer_id));
   s.buffer_bytes -= it->second->bytes;
   stats_.buffers_registered.fetch_sub(1, std::memory_order_relaxed);
   stats_.buffer_bytes_registered.fetch_sub(it->second->bytes, std::memory_order_relaxed);

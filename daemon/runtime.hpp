@@ -42,6 +42,8 @@ class Runtime final : public LoopWork {
   uint64_t session_for_token(const std::string& token) const;
 
   v1::RegisterBufferResponse register_buffer(uint64_t session_id, uint64_t bytes);
+  v1::RegisterBufferResponse register_device_buffer(uint64_t session_id,
+                                                    const DeviceBufferExport& exported);
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank);
   void comm_destroy(uint64_t session_id, uint64_t comm_id);
@@ -68,6 +70,8 @@ class Runtime final : public LoopWork {
   void leave_comm(Session& s, uint64_t comm_id, ErrorCode reason_for_others);
   void remove_comm_if_unused(uint64_t comm_id);
   std::string new_token();
+  void check_buffer_limits(const Session& s, uint64_t bytes) const;
+  void add_buffer(Session& s, std::shared_ptr<MappedBuffer> buffer);
   std::string session_shm_name(uint64_t session_id) const;
   std::string buffer_shm_name(uint64_t session_id, uint64_t buffer_id) const;
 

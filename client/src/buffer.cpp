@@ -4,12 +4,12 @@
 
 namespace iris {
 
-Buffer::Impl::~Impl() { client->forget_buffer(id, mapping->data()); }
+Buffer::Impl::~Impl() { client->forget_buffer(id, data); }
 
 Buffer::Buffer() = default;
 Buffer::Buffer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-void* Buffer::data() const { return impl_ ? impl_->mapping->data() : nullptr; }
+void* Buffer::data() const { return impl_ ? impl_->data : nullptr; }
 std::size_t Buffer::size() const { return impl_ ? impl_->bytes : 0; }
 uint64_t Buffer::id() const { return impl_ ? impl_->id : 0; }
 

@@ -25,6 +25,10 @@ Client& Client::operator=(Client&& other) noexcept {
 
 Buffer Client::allocate(std::size_t bytes) { return impl_->allocate(bytes); }
 
+Buffer Client::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
+  return impl_->register_cuda_buffer(device_ptr, bytes);
+}
+
 Request Client::nop() {
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kNop);

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "client/src/cuda_export.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -268,12 +269,26 @@ Buffer Client::Impl::allocate(std::size_t bytes) {
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kPermissionDenied, e.what());
   }
+  void* base = mapping->data();
+  return add_buffer(response.buffer_id(), base, bytes, std::move(mapping));
+}
+
+Buffer Client::Impl::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
+  v1::RegisterBufferRequest request;
+  *request.mutable_cuda_ipc() = export_cuda_buffer(device_ptr, bytes);
+  const auto response =
+      channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
+  return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
+}
+
+Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
+                                std::shared_ptr<shm::ShmSegment> mapping) {
   {
     std::lock_guard lock(buffers_mutex_);
-    buffers_[reinterpret_cast<uintptr_t>(mapping->data())] = {response.buffer_id(), bytes};
+    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes};
   }
-  return Buffer(std::make_shared<Buffer::Impl>(shared_from_this(), response.buffer_id(), bytes,
-                                               std::move(mapping)));
+  return Buffer(
+      std::make_shared<Buffer::Impl>(shared_from_this(), id, base, bytes, std::move(mapping)));
 }
 
 void Client::Impl::forget_buffer(uint64_t id, void* base) {

@@ -43,7 +43,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void release_slot(uint32_t slot, bool completed);
 
   Buffer allocate(std::size_t bytes);
+  Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
   void forget_buffer(uint64_t id, void* base);
+  // Records a registered range for locate(); `mapping` is null for memory the caller owns.
+  Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,
+                    std::shared_ptr<shm::ShmSegment> mapping);
   // Finds the registered buffer holding `ptr`; nullopt when none does.
   std::optional<BufferLocation> locate(const void* ptr) const;
 
@@ -110,17 +114,18 @@ struct Request::Impl {
 };
 
 struct Buffer::Impl {
-  Impl(std::shared_ptr<Client::Impl> c, uint64_t i, std::size_t b,
+  Impl(std::shared_ptr<Client::Impl> c, uint64_t i, void* d, std::size_t b,
        std::shared_ptr<shm::ShmSegment> m)
-      : client(std::move(c)), id(i), bytes(b), mapping(std::move(m)) {}
+      : client(std::move(c)), id(i), data(d), bytes(b), mapping(std::move(m)) {}
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   ~Impl();
 
   std::shared_ptr<Client::Impl> client;
   uint64_t id;
+  void* data;
   std::size_t bytes;
-  std::shared_ptr<shm::ShmSegment> mapping;
+  std::shared_ptr<shm::ShmSegment> mapping;  // null for GPU memory the caller owns
 };
 
 // For tests that must put entries in the ring that libiris itself never would.

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "iris/error_code.hpp"
+#include "iris/error.hpp"
 
 namespace iris::daemon {
 
@@ -27,11 +27,16 @@ enum class TransferPath : uint8_t {
   kComputeUnits,  // host threads or GPU SMs/CUs moved the bytes
 };
 
+// Device index of host memory in CopyRequest and MappedBuffer.
+inline constexpr int kHostMemory = -1;
+
 struct CopyRequest {
   const std::byte* src;
   std::byte* dst;
   uint64_t bytes;
   uint64_t cookie;  // returned untouched in the completion
+  int src_device = kHostMemory;
+  int dst_device = kHostMemory;
 };
 
 struct CopyCompletion {
@@ -57,6 +62,22 @@ struct EngineDescription {
   std::string name;    // "host", "cuda", "hsa"
   std::string reason;  // why this engine was chosen
   std::vector<DeviceDescription> devices;
+  std::string driver_version;  // empty for the host engine
+};
+
+// GPU memory a client exported for irisd (RegisterBuffer's cuda_ipc).
+struct DeviceBufferExport {
+  std::string ipc_handle;  // the exporting runtime's IPC handle bytes
+  std::string bus_id;      // PCI bus id of the device, as the client sees it
+  uint64_t offset;         // start of the registered range inside the allocation
+  uint64_t bytes;
+};
+
+struct ImportedMemory {
+  std::byte* base;  // the registered range, mapped in irisd
+  uint64_t bytes;
+  int device;                       // the engine's device index
+  std::shared_ptr<void> keepalive;  // the import; closed when the last user drops it
 };
 
 class Engine {
@@ -69,6 +90,12 @@ class Engine {
   virtual std::size_t poll(std::vector<CopyCompletion>& out) = 0;
   // Readable while completions wait; the engine clears it in poll().
   virtual int completion_fd() const = 0;
+
+  // Host memory the engine will copy from or to: pinned if the engine needs it (DMA); the
+  // returned handle unpins it when the last copy is dropped. The host engine needs nothing.
+  virtual std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) { return nullptr; }
+  // Imports GPU memory another process exported. Throws iris::Error when it cannot.
+  virtual ImportedMemory import_device_memory(const DeviceBufferExport& exported);
 };
 
 struct EngineOptions {

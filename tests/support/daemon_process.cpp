@@ -18,9 +18,19 @@
 
 namespace iris::testing {
 
-std::string irisd_path() { return IRIS_TEST_IRISD; }
-std::string iris_ctl_path() { return IRIS_TEST_IRIS_CTL; }
-std::string rank_program_path() { return IRIS_TEST_RANK_PROGRAM; }
+namespace {
+std::string binary(const char* built_at) {
+  const char* dir = std::getenv("IRIS_BIN_DIR");
+  if (dir == nullptr || dir[0] == '\0') return built_at;
+  const std::string path = built_at;
+  return std::string(dir) + "/" + path.substr(path.rfind('/') + 1);
+}
+}  // namespace
+
+std::string irisd_path() { return binary(IRIS_TEST_IRISD); }
+std::string iris_ctl_path() { return binary(IRIS_TEST_IRIS_CTL); }
+std::string rank_program_path() { return binary(IRIS_TEST_RANK_PROGRAM); }
+std::string gpu_rank_program_path() { return binary(IRIS_TEST_GPU_RANK_PROGRAM); }
 
 namespace {
 std::vector<char*> to_argv(const std::vector<std::string>& args) {

@@ -40,10 +40,12 @@ class DaemonProcess {
   pid_t pid_ = -1;
 };
 
-// Paths of the binaries under test, set by CMake.
+// Paths of the binaries under test: set by CMake, or all in $IRIS_BIN_DIR when that is set
+// (bundles run on another machine, such as the GPU host).
 std::string irisd_path();
 std::string iris_ctl_path();
 std::string rank_program_path();
+std::string gpu_rank_program_path();
 
 // Runs a program, waits, returns its exit status and what it printed on stdout.
 struct ProgramResult {

@@ -46,6 +46,10 @@ class Scheduler : public ::testing::Test {
   ValidatedAllGather plan(uint32_t rank, uint64_t bytes) {
     for (uint64_t i = 0; i < bytes; ++i) send[rank][i] = std::byte(rank * 37 + i);
     ValidatedAllGather p{};
+    p.send = std::make_shared<MappedBuffer>(
+        MappedBuffer{2 * rank, rank, send[rank].data(), send[rank].size(), nullptr});
+    p.recv = std::make_shared<MappedBuffer>(
+        MappedBuffer{2 * rank + 1, rank, recv[rank].data(), recv[rank].size(), nullptr});
     p.send_ptr = send[rank].data();
     p.recv_ptr = recv[rank].data();
     p.bytes = bytes;
@@ -135,7 +139,7 @@ class SteppedEngine final : public Engine {
   std::vector<CopyCompletion> finished;
 
  private:
-  EngineDescription description_{"stepped", "test", {}};
+  EngineDescription description_{"stepped", "test", {}, ""};
 };
 
 TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {

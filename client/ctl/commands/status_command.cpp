@@ -15,6 +15,7 @@ Report StatusCommand::run(const client::ControlChannel& channel) const {
       {"uptime_s", s.uptime_seconds()},
       {"engine", s.engine()},
       {"engine_reason", s.engine_reason()},
+      {"driver", s.driver_version().empty() ? "-" : s.driver_version()},
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
   };

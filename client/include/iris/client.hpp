@@ -32,8 +32,14 @@ class Client {
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;
 
-  // Allocates host memory shared with irisd and registers it.
+  // Allocates host memory shared with irisd and registers it. With the cuda engine irisd pins
+  // it, so copies to and from GPUs run on copy engines.
   Buffer allocate(std::size_t bytes);
+  // Registers GPU memory this process allocated with cudaMalloc (or cuMemAlloc): any range of
+  // an allocation. irisd imports the allocation once over CUDA IPC. The memory stays the
+  // caller's: it must outlive the returned Buffer. Throws kUnavailable without a CUDA driver,
+  // kInvalidArgument for memory that cannot be exported (e.g. VMM/expandable segments).
+  Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();
   // Ends the session (also done by the destructor).

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds here and bundles what scripts/gpu-run.sh needs into .gpu/ (with the Debian libraries the
+# GPU host lacks), for the device tool to carry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh >/dev/null
+rm -rf .gpu
+../shared/tools/device-bundle .gpu build/daemon/irisd build/client/iris-ctl \
+  build/tests/gpu/gpu_tests build/tests/gpu/iris-gpu-rank build/tests/gpu/iris-gpu-spin-proof

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
+# .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
+# table last. Logs go to $OUT when it is set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/iris-gpu-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export IRIS_BIN_DIR=$PWD/.gpu/bin
+# Never NVLink multicast (see the GPU host's rules).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+bin=.gpu/bin
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv | tee "$out/gpu.txt"
+
+"$bin/gpu_tests" --gtest_brief=0 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) " 
+tests_rc=${PIPESTATUS[0]}
+
+run=$(mktemp -d /tmp/irisd-gpu-XXXXXX)
+"$bin/irisd" --socket "$run/irisd.sock" --engine cuda >"$run/irisd.log" 2>&1 &
+daemon=$!
+for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; done
+"$bin/iris-ctl" --socket "$run/irisd.sock" status | tee "$out/status.txt"
+"$bin/iris-gpu-spin-proof" --socket "$run/irisd.sock" --bytes $((256 << 20)) | tee "$out/spin_proof.txt"
+"$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
+kill "$daemon"; wait "$daemon"
+cp "$run/irisd.log" "$out/irisd.log"
+
+echo
+echo "== summary"
+grep -E "^\[ +(PASSED|FAILED) " "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
+echo "gpu tests exit: $tests_rc"
+cat "$out/spin_proof.txt"
+grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"

@@ -1,0 +1,37 @@
+// The CUDA driver API, loaded at run time (dlopen of libcuda.so.1) so that irisd and libiris
+// start on machines without an NVIDIA driver. Types come from the toolkit's cuda.h at build time;
+// nothing links against libcuda.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+namespace iris::cuda {
+
+// Versioned entry points (cuda.h maps e.g. cuMemHostRegister to cuMemHostRegister_v2): the
+// member names go through the same macros, so each pointer has its real symbol's type.
+#define IRIS_CUDA_DRIVER_FUNCTIONS(X)                                                             \
+  X(cuInit)                                                                                       \
+  X(cuDriverGetVersion) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
+      X(cuDeviceGetPCIBusId) X(cuDeviceGetByPCIBusId) X(cuDeviceTotalMem) X(cuDeviceGetAttribute) \
+          X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)             \
+              X(cuCtxGetCurrent) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)      \
+                  X(cuMemcpyAsync) X(cuLaunchHostFunc) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle) \
+                      X(cuIpcCloseMemHandle) X(cuMemHostRegister) X(cuMemHostUnregister)          \
+                          X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuMemGetInfo)
+
+struct Driver {
+#define IRIS_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
+  IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_DECLARE)
+#undef IRIS_CUDA_DECLARE
+
+  // "CUDA_ERROR_...: text" for a result code.
+  std::string describe(CUresult result) const;
+};
+
+// Loads libcuda.so.1 once and calls cuInit(0). Returns nullptr and sets `why` when there is no
+// usable driver (not installed, too old, no device node access, cuInit failed).
+const Driver* load_driver(std::string& why);
+
+}  // namespace iris::cuda

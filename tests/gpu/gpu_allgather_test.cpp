@@ -1,0 +1,76 @@
+// GPU all-gathers through a real irisd with the cuda engine and real rank processes on one GPU.
+// Without an NVIDIA GPU and driver every test skips and says why.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "iris/shared/cuda_driver.hpp"
+#include "tests/support/daemon_process.hpp"
+
+namespace iris::testing {
+namespace {
+
+class GpuAllGather : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (cuda::load_driver(why) == nullptr) GTEST_SKIP() << "no usable NVIDIA GPU: " << why;
+    daemon = std::make_unique<DaemonProcess>(std::vector<std::string>{"--engine", "cuda"});
+    std::random_device entropy;
+    seed = (uint64_t{entropy()} << 32) | entropy();
+  }
+
+  std::vector<int> run_ranks(uint32_t nranks, const std::vector<std::string>& args) {
+    std::vector<pid_t> pids;
+    for (uint32_t r = 0; r < nranks; ++r) {
+      std::vector<std::string> argv = {
+          gpu_rank_program_path(), "--socket", daemon->socket(),  "--nranks",
+          std::to_string(nranks),  "--rank",   std::to_string(r), "--seed",
+          std::to_string(seed)};
+      argv.insert(argv.end(), args.begin(), args.end());
+      pids.push_back(spawn(argv));
+    }
+    std::vector<int> codes;
+    for (pid_t p : pids) codes.push_back(wait_for(p));
+    return codes;
+  }
+
+  void expect_ok(const std::vector<int>& codes) {
+    for (std::size_t r = 0; r < codes.size(); ++r)
+      EXPECT_EQ(codes[r], 0) << "rank " << r << " (seed " << seed << "); daemon log:\n"
+                             << daemon->log();
+  }
+
+  std::unique_ptr<DaemonProcess> daemon;
+  uint64_t seed = 0;
+};
+
+TEST_F(GpuAllGather, TwoRanksUpTo256MiB) {
+  expect_ok(run_ranks(2, {"--iterations", "10", "--max-bytes", std::to_string(256 << 20)}));
+}
+
+TEST_F(GpuAllGather, FourRanksUpTo64MiB) {
+  expect_ok(run_ranks(4, {"--iterations", "10", "--max-bytes", std::to_string(64 << 20)}));
+}
+
+TEST_F(GpuAllGather, EightRanksUpTo32MiB) {
+  expect_ok(run_ranks(8, {"--iterations", "8", "--max-bytes", std::to_string(32 << 20)}));
+}
+
+TEST_F(GpuAllGather, InPlace) {
+  expect_ok(
+      run_ranks(4, {"--inplace", "--iterations", "10", "--max-bytes", std::to_string(16 << 20)}));
+}
+
+TEST_F(GpuAllGather, ReceiveIntoPinnedHostMemory) {
+  expect_ok(
+      run_ranks(2, {"--host-recv", "--iterations", "8", "--max-bytes", std::to_string(4 << 20)}));
+}
+
+TEST_F(GpuAllGather, TenThousandBackToBack) {
+  expect_ok(run_ranks(2, {"--iterations", "10000", "--max-bytes", "4096"}));
+}
+
+}  // namespace
+}  // namespace iris::testing

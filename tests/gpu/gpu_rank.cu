@@ -1,0 +1,171 @@
+// iris-gpu-rank: one rank of a GPU all-gather test, a real client process of irisd with the cuda
+// engine. Data is made by a kernel from (seed, rank, iteration), receive buffers are poisoned
+// with its complement first, and every byte is checked afterwards (by a kernel for GPU memory).
+// Exit status: 0 on success, 2 on a data mismatch, 3 on a CUDA error, 10 + iris::ErrorCode when
+// libiris threw.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "iris/iris.hpp"
+#include "tests/gpu/gpu_pattern.cuh"
+
+namespace {
+
+using iris::gpu_test::pattern_byte;
+
+#define CUDA_CHECK(call)                                                                       \
+  do {                                                                                         \
+    const cudaError_t err_ = (call);                                                           \
+    if (err_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                      \
+                   cudaGetErrorString(err_));                                                  \
+      std::exit(3);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+__global__ void fill_kernel(uint8_t* dst, uint64_t bytes, uint64_t seed, uint32_t rank,
+                            uint64_t iteration, uint8_t invert) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < bytes;
+       i += uint64_t{gridDim.x} * blockDim.x)
+    dst[i] = pattern_byte(seed, rank, iteration, i) ^ invert;
+}
+
+__global__ void check_kernel(const uint8_t* src, uint64_t bytes, uint64_t seed, uint32_t rank,
+                             uint64_t iteration, unsigned long long* first_bad) {
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < bytes;
+       i += uint64_t{gridDim.x} * blockDim.x)
+    if (src[i] != pattern_byte(seed, rank, iteration, i)) atomicMin(first_bad, i);
+}
+
+struct Options {
+  std::string socket;
+  std::string key = "gpu";
+  uint32_t nranks = 1, rank = 0, iterations = 10;
+  uint64_t seed = 1, max_bytes = 1 << 20;
+  bool host_recv = false, inplace = false, time_only = false;
+};
+
+uint64_t size_for(const Options& o, uint64_t it) {
+  const uint64_t r = iris::gpu_test::mix(o.seed ^ (it * 0x9e3779b97f4a7c15ull));
+  if (it == 0) return 1;
+  if (it == 1) return o.max_bytes;
+  const double exponent = std::log2(static_cast<double>(o.max_bytes)) *
+                          static_cast<double>(r >> 11) / static_cast<double>(1ull << 53);
+  uint64_t bytes = static_cast<uint64_t>(std::exp2(exponent)) | (r & 1);  // odd ones too
+  return std::clamp<uint64_t>(bytes, 1, o.max_bytes);
+}
+
+constexpr int kBlocks = 1024, kThreads = 256;
+
+int run(const Options& o) {
+  CUDA_CHECK(cudaSetDevice(0));
+  iris::ClientOptions options;
+  options.socket_path = o.socket;
+  options.client_name = "iris-gpu-rank " + std::to_string(o.rank);
+  auto client = iris::Client::connect(options);
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  const uint64_t recv_bytes = o.nranks * o.max_bytes + 64;
+  uint8_t* send_dev = nullptr;
+  uint8_t* recv_dev = nullptr;
+  CUDA_CHECK(cudaMalloc(&send_dev, o.max_bytes + 64));
+  auto send = client.register_cuda_buffer(send_dev, o.max_bytes + 64);
+  iris::Buffer recv_buffer;
+  uint8_t* recv = nullptr;
+  if (o.host_recv) {
+    recv_buffer = client.allocate(recv_bytes);  // shared memory, pinned by irisd
+    recv = recv_buffer.as<uint8_t>();
+  } else {
+    CUDA_CHECK(cudaMalloc(&recv_dev, recv_bytes));
+    recv_buffer = client.register_cuda_buffer(recv_dev, recv_bytes);
+    recv = recv_dev;
+  }
+  unsigned long long* first_bad = nullptr;
+  CUDA_CHECK(cudaMalloc(&first_bad, sizeof(*first_bad)));
+
+  for (uint64_t it = 0; it < o.iterations; ++it) {
+    const uint64_t bytes = size_for(o, it);
+    const uint64_t offset = o.time_only ? 0 : it % 7;  // odd offsets in the receive buffer
+    uint8_t* r = recv + offset;
+    if (!o.time_only) {
+      for (uint32_t src = 0; src < o.nranks; ++src) {
+        if (o.host_recv) {
+          for (uint64_t i = 0; i < bytes; ++i)
+            r[src * bytes + i] = pattern_byte(o.seed, src, it, i) ^ 0xff;
+        } else {
+          fill_kernel<<<kBlocks, kThreads>>>(r + src * bytes, bytes, o.seed, src, it, 0xff);
+        }
+      }
+    }
+    uint8_t* s = o.inplace && !o.host_recv ? r + o.rank * bytes : send_dev;
+    if (!o.time_only) fill_kernel<<<kBlocks, kThreads>>>(s, bytes, o.seed, o.rank, it, 0);
+    CUDA_CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    comm.all_gather(s, r, bytes).wait();
+    if (o.time_only) continue;
+    // The send buffer is ours again: scribble over it before checking.
+    if (!o.inplace) CUDA_CHECK(cudaMemset(send_dev, 0x5a, o.max_bytes + 64));
+    for (uint32_t src = 0; src < o.nranks; ++src) {
+      uint64_t bad = bytes;
+      if (o.host_recv) {
+        for (uint64_t i = 0; i < bytes && bad == bytes; ++i)
+          if (r[src * bytes + i] != pattern_byte(o.seed, src, it, i)) bad = i;
+      } else {
+        unsigned long long none = ~0ull, found = 0;
+        CUDA_CHECK(cudaMemcpy(first_bad, &none, sizeof(none), cudaMemcpyHostToDevice));
+        check_kernel<<<kBlocks, kThreads>>>(r + src * bytes, bytes, o.seed, src, it, first_bad);
+        CUDA_CHECK(cudaMemcpy(&found, first_bad, sizeof(found), cudaMemcpyDeviceToHost));
+        if (found != none) bad = found;
+      }
+      if (bad != bytes) {
+        std::fprintf(stderr, "rank %u iteration %llu (%llu bytes): block of rank %u wrong at %llu (seed %llu)\n",
+                     o.rank, static_cast<unsigned long long>(it),
+                     static_cast<unsigned long long>(bytes), src,
+                     static_cast<unsigned long long>(bad), static_cast<unsigned long long>(o.seed));
+        return 2;
+      }
+    }
+  }
+  std::printf("ok rank %u iterations %u\n", o.rank, o.iterations);
+  CUDA_CHECK(cudaFree(first_bad));
+  CUDA_CHECK(cudaFree(send_dev));
+  if (recv_dev != nullptr) CUDA_CHECK(cudaFree(recv_dev));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--socket") o.socket = next();
+    else if (a == "--key") o.key = next();
+    else if (a == "--nranks") o.nranks = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--rank") o.rank = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--seed") o.seed = std::stoull(next());
+    else if (a == "--iterations") o.iterations = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--max-bytes") o.max_bytes = std::stoull(next());
+    else if (a == "--host-recv") o.host_recv = true;
+    else if (a == "--inplace") o.inplace = true;
+    else if (a == "--time-only") o.time_only = true;
+    else {
+      std::fprintf(stderr, "iris-gpu-rank: unknown argument %s\n", a.c_str());
+      return 64;
+    }
+  }
+  try {
+    return run(o);
+  } catch (const iris::Error& e) {
+    std::fprintf(stderr, "rank %u: %s\n", o.rank, e.what());
+    return 10 + static_cast<int>(e.code());
+  }
+}
