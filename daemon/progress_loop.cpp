@@ -106,7 +106,7 @@ void ProgressLoop::run() {
       work_->set_sleeping(false);
       continue;
     }
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 1000);
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, work_->max_sleep_ms());
     work_->set_sleeping(false);
     for (int i = 0; i < n; ++i) {
       if ((events[i].data.u64 & kDrainBit) != 0)

@@ -305,7 +305,10 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
       s.complete(e.slot, e.generation, ErrorCode::kOk);
       return;
     case shm::Opcode::kAllGather:
-      handle_all_gather(s, e);
+      handle_all_gather(s, e, false);
+      return;
+    case shm::Opcode::kAllGatherStreamOrdered:
+      handle_all_gather(s, e, true);
       return;
   }
   spdlog::warn("session {}: unknown opcode {} in ring entry", s.id(), e.opcode);
@@ -313,7 +316,7 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
   s.complete(e.slot, e.generation, ErrorCode::kInvalidArgument);
 }
 
-void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e) {
+void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stream_ordered) {
   const CompletionTarget target{s.id(), e.slot, e.generation};
   auto reject = [&](ErrorCode code, const std::string& why) {
     spdlog::warn("session {}: all-gather rejected: {}", s.id(), why);
@@ -345,8 +348,43 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e) {
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code);
     return;
   }
-  scheduler_.arrive(comm, rank, e.seq, target, std::get<ValidatedAllGather>(std::move(validated)),
-                    ErrorCode::kOk);
+  if (stream_ordered && engine_.description().name == "host") {
+    spdlog::warn("session {}: stream-ordered all-gather on the host engine; failing it", s.id());
+    scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument);
+    return;
+  }
+  auto plan = std::get<ValidatedAllGather>(std::move(validated));
+  if (stream_ordered && !s.stream_ready(e.slot, e.generation)) {
+    // Polled, not waited for on the GPU: a daemon stream blocked on one rank's flag would hold
+    // up every later copy on that stream, other collectives' included.
+    awaiting_stream_.push_back({target, e.comm_id, rank, e.seq, std::move(plan)});
+    return;
+  }
+  scheduler_.arrive(comm, rank, e.seq, target, std::move(plan), ErrorCode::kOk);
+}
+
+bool Runtime::start_ready_stream_arrivals() {
+  bool started = false;
+  for (std::size_t i = 0; i < awaiting_stream_.size();) {
+    AwaitingStream& a = awaiting_stream_[i];
+    auto session_it = sessions_.find(a.target.session_id);
+    auto comm_it = comms_.find(a.comm_id);
+    const bool gone = session_it == sessions_.end() || comm_it == comms_.end();
+    if (!gone && !session_it->second->stream_ready(a.target.slot, a.target.generation)) {
+      ++i;
+      continue;
+    }
+    if (gone) {
+      complete(a.target, ErrorCode::kPeerLost);
+    } else {
+      scheduler_.arrive(*comm_it->second, a.rank, a.seq, a.target, std::move(a.plan),
+                        ErrorCode::kOk);
+    }
+    awaiting_stream_[i] = std::move(awaiting_stream_.back());
+    awaiting_stream_.pop_back();
+    started = true;
+  }
+  return started;
 }
 
 bool Runtime::poll_once() {
@@ -366,6 +404,7 @@ bool Runtime::poll_once() {
       worked = true;
     }
   }
+  if (!awaiting_stream_.empty() && start_ready_stream_arrivals()) worked = true;
   completions_.clear();
   if (engine_.poll(completions_) > 0) {
     worked = true;

@@ -61,11 +61,14 @@ class Runtime final : public LoopWork {
   bool poll_once() override;
   void set_sleeping(bool sleeping) override;
   bool has_ready_work() override;
+  int max_sleep_ms() override { return awaiting_stream_.empty() ? 1000 : 1; }
 
  private:
   Session& session(uint64_t id) const;
   void handle_entry(Session& s, const shm::SubmitEntry& e);
-  void handle_all_gather(Session& s, const shm::SubmitEntry& e);
+  void handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stream_ordered);
+  // Stream-ordered arrivals whose GPU stream has now reached the call go to the scheduler.
+  bool start_ready_stream_arrivals();
   void complete(const CompletionTarget& target, ErrorCode code);
   void leave_comm(Session& s, uint64_t comm_id, ErrorCode reason_for_others);
   void remove_comm_if_unused(uint64_t comm_id);
@@ -88,6 +91,15 @@ class Runtime final : public LoopWork {
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
   std::unordered_map<std::string, uint64_t> comm_by_key_;  // communicators still accepting ranks
   std::vector<uint64_t> sessions_to_end_;                  // found corrupt while polling
+  // A validated stream-ordered request, waiting for its rank's GPU stream to reach the call.
+  struct AwaitingStream {
+    CompletionTarget target;
+    uint64_t comm_id;
+    uint32_t rank;
+    uint64_t seq;
+    ValidatedAllGather plan;
+  };
+  std::vector<AwaitingStream> awaiting_stream_;
   std::vector<CopyCompletion> completions_;
   uint64_t next_session_id_ = 1;
   uint64_t next_buffer_id_ = 1;

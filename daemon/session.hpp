@@ -36,8 +36,11 @@ class Session {
   shm::RingConsumer<shm::SubmitEntry>& ring() { return ring_; }
   bool ring_has_entries() const { return ring_.has_entries(); }
 
-  // Writes a completion into the client's slot; the wake happens in flush_wake().
+  // Writes a completion into the client's slot, and the slot's stream done flag (which a GPU
+  // stream may wait on); the wake happens in flush_wake().
   void complete(uint32_t slot, uint32_t generation, ErrorCode code);
+  // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
+  bool stream_ready(uint32_t slot, uint32_t generation) const;
   // Bumps the completion epoch and wakes sleeping client threads, once per progress iteration.
   void flush_wake();
   void set_daemon_needs_wakeup(bool value);

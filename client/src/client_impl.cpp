@@ -5,7 +5,7 @@
 
 #include <thread>
 
-#include "client/src/cuda_export.hpp"
+#include "client/src/cuda_interop.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -91,6 +91,7 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
     throw Error(ErrorCode::kProtocolMismatch,
                 "session segment " + response.segment_name() + " has an unknown layout");
   view = *validated;
+  stream_flags = std::make_unique<StreamFlagsMapping>(segment.data(), segment.size(), view.flags);
   producer_ =
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
   slots_.resize(view.ring_depth);
@@ -121,11 +122,18 @@ bool Client::Impl::daemon_gone() const {
   return daemon_stopped() || !attach_fd || net::peer_closed(attach_fd.get());
 }
 
-void Client::Impl::throw_if_daemon_gone() const {
-  if (daemon_gone())
-    throw Error(ErrorCode::kDaemonGone,
-                detached ? "this client has detached"
-                         : "irisd stopped or died; attach again once it is back");
+void Client::Impl::release_stream_waits() {
+  std::lock_guard lock(slots_mutex_);
+  for (uint32_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].in_use) view.flags[i].done.store(slots_[i].generation, std::memory_order_release);
+}
+
+void Client::Impl::throw_if_daemon_gone() {
+  if (!daemon_gone()) return;
+  release_stream_waits();
+  throw Error(ErrorCode::kDaemonGone, detached
+                                          ? "this client has detached"
+                                          : "irisd stopped or died; attach again once it is back");
 }
 
 void Client::Impl::sleep_for_completions(clock::time_point deadline,
@@ -230,7 +238,8 @@ void Client::Impl::ring_doorbell() {
   }
 }
 
-Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter) {
+Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
+                             CUstream_st* stream) {
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
@@ -240,6 +249,14 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   const uint32_t generation = slots_[slot].generation;
   entry.slot = slot;
   entry.generation = generation;
+  if (stream != nullptr) {
+    try {
+      stream_flags->enqueue_ready(stream, slot, generation);
+    } catch (const Error&) {
+      release_slot(slot, true);
+      throw;
+    }
+  }
   {
     std::lock_guard lock(submit_mutex_);
     if (seq_counter != nullptr) entry.seq = seq_counter->load(std::memory_order_relaxed);
@@ -256,7 +273,11 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
   }
   ring_doorbell();
-  return Request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
+  // After the push: the request is in flight whatever happens here, and a failure to enqueue
+  // the wait is reported while the Request still tracks the slot.
+  Request request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
+  if (stream != nullptr) stream_flags->enqueue_wait_done(stream, slot, generation);
+  return request;
 }
 
 Buffer Client::Impl::allocate(std::size_t bytes) {

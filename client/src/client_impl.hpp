@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/src/control_channel.hpp"
+#include "client/src/cuda_interop.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
 #include "iris/request.hpp"
@@ -34,8 +35,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   ~Impl();
 
   // Submits one entry; `seq_counter`, when given, supplies entry.seq under the submission lock
-  // so that a communicator's sequence numbers enter the ring in order.
-  Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter);
+  // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
+  // request is ordered on it: ready flag written by the stream, the stream waits for done.
+  Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
+                 CUstream_st* stream = nullptr);
   // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
@@ -67,11 +70,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::string engine;
   std::string daemon_version;
   bool detached = false;
+  std::unique_ptr<StreamFlagsMapping> stream_flags;
 
  private:
   uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline);
   void ring_doorbell();
-  void throw_if_daemon_gone() const;
+  void throw_if_daemon_gone();
+  // Lets GPU streams waiting on this session's done flags go on (the daemon will not write them).
+  void release_stream_waits();
   // Sleeps until the daemon publishes completions, `deadline`, or a liveness check is due;
   // returns at once if `ready` already holds.
   void sleep_for_completions(std::chrono::steady_clock::time_point deadline,

@@ -41,6 +41,20 @@ uint32_t Communicator::nranks() const { return impl_->nranks; }
 uint64_t Communicator::id() const { return impl_->id; }
 
 Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes) {
+  return submit_all_gather(send, recv, bytes, nullptr);
+}
+
+Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
+                                 CUstream_st* stream) {
+  if (stream == nullptr)
+    throw Error(ErrorCode::kInvalidArgument,
+                "stream-ordered all_gather needs a stream (the legacy default stream is not "
+                "supported); use the host-blocking overload without one");
+  return submit_all_gather(send, recv, bytes, stream);
+}
+
+Request Communicator::submit_all_gather(const void* send, void* recv, std::size_t bytes,
+                                        CUstream_st* stream) {
   if (!impl_ || impl_->destroyed)
     throw Error(ErrorCode::kInvalidArgument, "all_gather on a destroyed communicator");
   Client::Impl& client = *impl_->client;
@@ -57,14 +71,15 @@ Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes
                                             std::to_string(impl_->nranks) +
                                             " ranks runs past the end of its buffer");
   shm::SubmitEntry entry{};
-  entry.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
+  entry.opcode = static_cast<uint32_t>(stream != nullptr ? shm::Opcode::kAllGatherStreamOrdered
+                                                         : shm::Opcode::kAllGather);
   entry.comm_id = impl_->id;
   entry.send_buffer = from->buffer_id;
   entry.send_offset = from->offset;
   entry.recv_buffer = to->buffer_id;
   entry.recv_offset = to->offset;
   entry.bytes = bytes;
-  return client.submit(entry, &impl_->next_seq);
+  return client.submit(entry, &impl_->next_seq, stream);
 }
 
 void Communicator::destroy() {

@@ -17,7 +17,10 @@ std::optional<SegmentLayout> SegmentLayout::for_depth(uint32_t depth) {
   l.ring_control_offset = align_up(sizeof(SegmentHeader));
   l.ring_entries_offset = align_up(l.ring_control_offset + sizeof(RingControl));
   l.slots_offset = align_up(l.ring_entries_offset + std::size_t{depth} * sizeof(SubmitEntry));
-  l.total_bytes = align_up(l.slots_offset + std::size_t{depth} * sizeof(CompletionSlot));
+  l.flags_offset = align_up(l.slots_offset + std::size_t{depth} * sizeof(CompletionSlot));
+  constexpr std::size_t kPage = 4096;
+  const std::size_t end = l.flags_offset + std::size_t{depth} * sizeof(StreamFlags);
+  l.total_bytes = (end + kPage - 1) / kPage * kPage;
   return l;
 }
 
@@ -28,6 +31,7 @@ SegmentView SegmentView::at(void* base, const SegmentLayout& layout) {
   v.ring_control = reinterpret_cast<RingControl*>(bytes + layout.ring_control_offset);
   v.ring_entries = reinterpret_cast<SubmitEntry*>(bytes + layout.ring_entries_offset);
   v.slots = reinterpret_cast<CompletionSlot*>(bytes + layout.slots_offset);
+  v.flags = reinterpret_cast<StreamFlags*>(bytes + layout.flags_offset);
   v.ring_depth = layout.ring_depth;
   return v;
 }
@@ -42,7 +46,10 @@ void initialize_segment(void* base, const SegmentLayout& layout, uint64_t sessio
   header->daemon_state.store(static_cast<uint32_t>(DaemonState::kRunning));
   auto view = SegmentView::at(base, layout);
   new (view.ring_control) RingControl{};
-  for (uint32_t i = 0; i < layout.ring_depth; ++i) new (&view.slots[i]) CompletionSlot{};
+  for (uint32_t i = 0; i < layout.ring_depth; ++i) {
+    new (&view.slots[i]) CompletionSlot{};
+    new (&view.flags[i]) StreamFlags{};
+  }
 }
 
 std::optional<SegmentView> validate_segment(void* base, std::size_t mapped_bytes) {

@@ -2,9 +2,12 @@
 // Without an NVIDIA GPU and driver every test skips and says why.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <random>
 #include <thread>
 
+#include "iris/error_code.hpp"
 #include "iris/shared/cuda_driver.hpp"
 #include "tests/support/daemon_process.hpp"
 
@@ -66,6 +69,31 @@ TEST_F(GpuAllGather, InPlace) {
 TEST_F(GpuAllGather, ReceiveIntoPinnedHostMemory) {
   expect_ok(
       run_ranks(2, {"--host-recv", "--iterations", "8", "--max-bytes", std::to_string(4 << 20)}));
+}
+
+TEST_F(GpuAllGather, StreamOrderedWithProducerAndConsumerKernels) {
+  expect_ok(
+      run_ranks(4, {"--stream", "--iterations", "12", "--max-bytes", std::to_string(16 << 20)}));
+}
+
+TEST_F(GpuAllGather, StreamOrderedInPlaceAndIntoHostMemory) {
+  expect_ok(run_ranks(
+      2, {"--stream", "--inplace", "--iterations", "8", "--max-bytes", std::to_string(8 << 20)}));
+  expect_ok(run_ranks(
+      2, {"--stream", "--host-recv", "--iterations", "6", "--max-bytes", std::to_string(1 << 20)}));
+}
+
+TEST_F(GpuAllGather, KilledRankLeavesOthersWithAnErrorNotAHang) {
+  const pid_t victim = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks",
+                              "2", "--rank", "1", "--seed", "1", "--iterations", "1000000",
+                              "--max-bytes", std::to_string(64 << 20), "--time-only"});
+  const pid_t survivor = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks",
+                                "2", "--rank", "0", "--seed", "1", "--iterations", "1000000",
+                                "--max-bytes", std::to_string(64 << 20), "--time-only"});
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // both deep in their loops
+  ::kill(victim, SIGKILL);
+  EXPECT_EQ(wait_for(victim), 128 + SIGKILL);
+  EXPECT_EQ(wait_for(survivor), 10 + static_cast<int>(ErrorCode::kPeerLost)) << daemon->log();
 }
 
 TEST_F(GpuAllGather, TenThousandBackToBack) {

@@ -50,7 +50,7 @@ struct Options {
   std::string key = "gpu";
   uint32_t nranks = 1, rank = 0, iterations = 10;
   uint64_t seed = 1, max_bytes = 1 << 20;
-  bool host_recv = false, inplace = false, time_only = false;
+  bool host_recv = false, inplace = false, time_only = false, stream = false;
 };
 
 uint64_t size_for(const Options& o, uint64_t it) {
@@ -90,6 +90,10 @@ int run(const Options& o) {
   unsigned long long* first_bad = nullptr;
   CUDA_CHECK(cudaMalloc(&first_bad, sizeof(*first_bad)));
 
+  // Stream-ordered mode: producer kernel, all-gather and checking kernel are queued on one
+  // stream with no host synchronisation between them; the host looks only at the end.
+  cudaStream_t st = nullptr;
+  if (o.stream) CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   for (uint64_t it = 0; it < o.iterations; ++it) {
     const uint64_t bytes = size_for(o, it);
     const uint64_t offset = o.time_only ? 0 : it % 7;  // odd offsets in the receive buffer
@@ -100,28 +104,36 @@ int run(const Options& o) {
           for (uint64_t i = 0; i < bytes; ++i)
             r[src * bytes + i] = pattern_byte(o.seed, src, it, i) ^ 0xff;
         } else {
-          fill_kernel<<<kBlocks, kThreads>>>(r + src * bytes, bytes, o.seed, src, it, 0xff);
+          fill_kernel<<<kBlocks, kThreads, 0, st>>>(r + src * bytes, bytes, o.seed, src, it, 0xff);
         }
       }
     }
     uint8_t* s = o.inplace && !o.host_recv ? r + o.rank * bytes : send_dev;
-    if (!o.time_only) fill_kernel<<<kBlocks, kThreads>>>(s, bytes, o.seed, o.rank, it, 0);
+    if (!o.time_only) fill_kernel<<<kBlocks, kThreads, 0, st>>>(s, bytes, o.seed, o.rank, it, 0);
     CUDA_CHECK(cudaGetLastError());
-    CUDA_CHECK(cudaDeviceSynchronize());
-    comm.all_gather(s, r, bytes).wait();
+    iris::Request request;
+    if (o.stream) {
+      request = comm.all_gather(s, r, bytes, st);
+    } else {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      comm.all_gather(s, r, bytes).wait();
+    }
     if (o.time_only) continue;
-    // The send buffer is ours again: scribble over it before checking.
-    if (!o.inplace) CUDA_CHECK(cudaMemset(send_dev, 0x5a, o.max_bytes + 64));
+    // The send buffer is ours again once the all-gather is done: scribble over it first.
+    if (!o.inplace) CUDA_CHECK(cudaMemsetAsync(send_dev, 0x5a, o.max_bytes + 64, st));
     for (uint32_t src = 0; src < o.nranks; ++src) {
       uint64_t bad = bytes;
       if (o.host_recv) {
+        if (o.stream) CUDA_CHECK(cudaStreamSynchronize(st));
         for (uint64_t i = 0; i < bytes && bad == bytes; ++i)
           if (r[src * bytes + i] != pattern_byte(o.seed, src, it, i)) bad = i;
       } else {
         unsigned long long none = ~0ull, found = 0;
-        CUDA_CHECK(cudaMemcpy(first_bad, &none, sizeof(none), cudaMemcpyHostToDevice));
-        check_kernel<<<kBlocks, kThreads>>>(r + src * bytes, bytes, o.seed, src, it, first_bad);
-        CUDA_CHECK(cudaMemcpy(&found, first_bad, sizeof(found), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpyAsync(first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, st));
+        check_kernel<<<kBlocks, kThreads, 0, st>>>(r + src * bytes, bytes, o.seed, src, it,
+                                                   first_bad);
+        CUDA_CHECK(cudaMemcpyAsync(&found, first_bad, sizeof(found), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
         if (found != none) bad = found;
       }
       if (bad != bytes) {
@@ -132,6 +144,11 @@ int run(const Options& o) {
         return 2;
       }
     }
+    if (request.valid()) request.wait();  // throws if the collective failed
+  }
+  if (st != nullptr) {
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaStreamDestroy(st));
   }
   std::printf("ok rank %u iterations %u\n", o.rank, o.iterations);
   CUDA_CHECK(cudaFree(first_bad));
@@ -157,6 +174,7 @@ int main(int argc, char** argv) {
     else if (a == "--host-recv") o.host_recv = true;
     else if (a == "--inplace") o.inplace = true;
     else if (a == "--time-only") o.time_only = true;
+    else if (a == "--stream") o.stream = true;
     else {
       std::fprintf(stderr, "iris-gpu-rank: unknown argument %s\n", a.c_str());
       return 64;

@@ -13,6 +13,12 @@ namespace iris {
 
 class Client;
 
+}  // namespace iris
+
+struct CUstream_st;  // cudaStream_t and CUstream point to it
+
+namespace iris {
+
 class Communicator {
  public:
   struct Impl;
@@ -30,6 +36,11 @@ class Communicator {
   // Client::allocate. Returns at once; blocks only while this client has ring_depth requests in
   // flight (then up to ClientOptions::submit_timeout, after which it throws kBusy).
   Request all_gather(const void* send, void* recv, std::size_t bytes);
+  // Stream-ordered (cuda engine): returns at once; the copies start once `stream` reaches this
+  // point (kernels before it have produced `send`), and work queued on `stream` after it runs
+  // once every block has landed. The Request completes then too; errors show there (the stream
+  // itself goes on). The stream's GPU must be the one `send` and `recv` live on or can reach.
+  Request all_gather(const void* send, void* recv, std::size_t bytes, CUstream_st* stream);
 
   uint32_t rank() const;
   uint32_t nranks() const;
@@ -39,6 +50,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
+  Request submit_all_gather(const void* send, void* recv, std::size_t bytes, CUstream_st* stream);
   std::unique_ptr<Impl> impl_;
 };
 

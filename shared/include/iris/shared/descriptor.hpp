@@ -13,7 +13,15 @@ namespace iris::shm {
 enum class Opcode : uint32_t {
   kNop = 1,        // completes at once; measures the ring round trip
   kAllGather = 2,  // send[send_offset, +bytes) of every rank lands at recv + rank*bytes
+  // The same, ordered on the client's GPU stream: irisd starts it once flags[slot].ready
+  // reaches the generation, and writes flags[slot].done when the rank is complete.
+  kAllGatherStreamOrdered = 3,
 };
+
+// Wrapping comparison of 32-bit generation counters: a >= b.
+constexpr bool generation_reached(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) >= 0;
+}
 
 struct SubmitEntry {
   uint32_t opcode;

@@ -31,12 +31,22 @@ struct SegmentHeader {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
+// Stream-ordered requests: the client's GPU stream writes ready[slot] = generation when it
+// reaches the call (its send is produced, its receive buffer free) and waits until
+// done[slot] >= generation, which irisd writes when the rank's copies are finished. Both are
+// compared as wrapping 32-bit counters.
+struct StreamFlags {
+  std::atomic<uint32_t> ready;
+  std::atomic<uint32_t> done;
+};
+
 struct SegmentLayout {
   uint32_t ring_depth;
   std::size_t ring_control_offset;
   std::size_t ring_entries_offset;
   std::size_t slots_offset;
-  std::size_t total_bytes;
+  std::size_t flags_offset;
+  std::size_t total_bytes;  // a multiple of the page size (the client pins it for its GPU)
 
   // nullopt when depth is not a power of two in [2, 65536].
   static std::optional<SegmentLayout> for_depth(uint32_t depth);
@@ -48,6 +58,7 @@ struct SegmentView {
   RingControl* ring_control = nullptr;
   SubmitEntry* ring_entries = nullptr;
   CompletionSlot* slots = nullptr;
+  StreamFlags* flags = nullptr;
   uint32_t ring_depth = 0;
 
   static SegmentView at(void* base, const SegmentLayout& layout);

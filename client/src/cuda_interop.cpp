@@ -1,0 +1,115 @@
+#include "client/src/cuda_interop.hpp"
+
+#include "iris/error.hpp"
+
+#ifdef IRIS_HAVE_CUDA
+#include "iris/shared/cuda_driver.hpp"
+#endif
+
+namespace iris {
+
+#ifdef IRIS_HAVE_CUDA
+namespace {
+const cuda::Driver& driver(const char* what) {
+  std::string why;
+  const cuda::Driver* cu = cuda::load_driver(why);
+  if (cu == nullptr) throw Error(ErrorCode::kUnavailable, std::string(what) + ": " + why);
+  return *cu;
+}
+
+void check(const cuda::Driver& cu, CUresult r, const std::string& what) {
+  if (r != CUDA_SUCCESS) throw Error(ErrorCode::kInvalidArgument, what + ": " + cu.describe(r));
+}
+}  // namespace
+
+v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
+  const cuda::Driver* cu = &driver("cannot register a GPU buffer");
+  const auto ptr = reinterpret_cast<CUdeviceptr>(device_ptr);
+  auto check = [&](CUresult r, const char* what) {
+    iris::check(*cu, r, std::string("cannot register GPU buffer: ") + what);
+  };
+  int ordinal = -1;
+  check(cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+        "not device memory of this process");
+  CUdevice device;
+  char bus[64] = {};
+  check(cu->cuDeviceGet(&device, ordinal), "cuDeviceGet");
+  check(cu->cuDeviceGetPCIBusId(bus, sizeof(bus), device), "cuDeviceGetPCIBusId");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  check(cu->cuMemGetAddressRange(&base, &size, ptr), "cuMemGetAddressRange");
+  const std::size_t offset = ptr - base;
+  if (bytes == 0 || bytes > size - offset)
+    throw Error(ErrorCode::kOutOfRange, "GPU buffer range of " + std::to_string(bytes) +
+                                            " bytes at offset " + std::to_string(offset) +
+                                            " does not fit its allocation of " +
+                                            std::to_string(size) + " bytes");
+  CUipcMemHandle handle;
+  check(cu->cuIpcGetMemHandle(&handle, base),
+        "cuIpcGetMemHandle (VMM allocations such as PyTorch's expandable segments are not "
+        "supported yet)");
+  v1::CudaIpcBuffer out;
+  out.set_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
+  out.set_bus_id(bus);
+  out.set_offset(offset);
+  out.set_bytes(bytes);
+  return out;
+}
+StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
+                                       shm::StreamFlags* flags)
+    : base_(segment_base), bytes_(segment_bytes), flags_(flags) {}
+
+StreamFlagsMapping::~StreamFlagsMapping() {
+  std::string why;
+  if (device_base_ != 0)
+    if (const cuda::Driver* cu = cuda::load_driver(why)) cu->cuMemHostUnregister(base_);
+}
+
+uint64_t StreamFlagsMapping::device_address(const void* host_address) {
+  std::call_once(registered_, [this] {
+    const cuda::Driver& cu = driver("stream-ordered all-gather");
+    check(cu,
+          cu.cuMemHostRegister(base_, bytes_,
+                               CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+          "pinning the session segment for the GPU (cuMemHostRegister)");
+    CUdeviceptr device = 0;
+    check(cu, cu.cuMemHostGetDevicePointer(&device, base_, 0), "cuMemHostGetDevicePointer");
+    device_base_ = device;
+  });
+  return device_base_ + (static_cast<const char*>(host_address) - static_cast<char*>(base_));
+}
+
+void StreamFlagsMapping::enqueue_ready(CUstream_st* stream, uint32_t slot, uint32_t generation) {
+  const cuda::Driver& cu = driver("stream-ordered all-gather");
+  check(cu,
+        cu.cuStreamWriteValue32(stream, device_address(&flags_[slot].ready), generation,
+                                CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue32 (input-ready flag)");
+}
+
+void StreamFlagsMapping::enqueue_wait_done(CUstream_st* stream, uint32_t slot,
+                                           uint32_t generation) {
+  const cuda::Driver& cu = driver("stream-ordered all-gather");
+  check(cu,
+        cu.cuStreamWaitValue32(stream, device_address(&flags_[slot].done), generation,
+                               CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32 (done flag)");
+}
+#else
+v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
+}
+
+StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
+                                       shm::StreamFlags* flags)
+    : base_(segment_base), bytes_(segment_bytes), flags_(flags) {}
+StreamFlagsMapping::~StreamFlagsMapping() = default;
+void StreamFlagsMapping::enqueue_ready(CUstream_st*, uint32_t, uint32_t) {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
+}
+void StreamFlagsMapping::enqueue_wait_done(CUstream_st*, uint32_t, uint32_t) {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
+}
+#endif
+
+}  // namespace iris
