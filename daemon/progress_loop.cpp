@@ -104,9 +104,10 @@ void ProgressLoop::run() {
     work_->set_sleeping(true);
     if (work_->has_ready_work() || commands_pending_.load(std::memory_order_acquire)) {
       work_->set_sleeping(false);
+      sched_yield();
       continue;
     }
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, work_->max_sleep_ms());
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 1000);
     work_->set_sleeping(false);
     for (int i = 0; i < n; ++i) {
       if ((events[i].data.u64 & kDrainBit) != 0)

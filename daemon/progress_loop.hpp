@@ -28,11 +28,9 @@ class LoopWork {
   virtual bool poll_once() = 0;
   // Before sleeping (true) and after waking (false): the clients' need-wakeup flags.
   virtual void set_sleeping(bool sleeping) = 0;
-  // Checked after set_sleeping(true) so that a submission racing with it is not slept through.
+  // Checked after set_sleeping(true) so that a submission racing with it is not slept through;
+  // also true while work waits on something no fd signals (GPU copies, streams' flags).
   virtual bool has_ready_work() = 0;
-  // The longest sleep allowed now: short while work waits on something no fd signals (a GPU
-  // stream's flag in host memory).
-  virtual int max_sleep_ms() = 0;
 };
 
 class ProgressLoop {

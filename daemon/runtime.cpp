@@ -431,6 +431,8 @@ void Runtime::set_sleeping(bool sleeping) {
 }
 
 bool Runtime::has_ready_work() {
+  // Work no fd announces: copies the engine must poll for, GPU streams' ready flags.
+  if (engine_.needs_polling() || !awaiting_stream_.empty()) return true;
   for (Session* s : session_list_)
     if (s->ring_has_entries()) return true;
   return false;

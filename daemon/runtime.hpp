@@ -61,7 +61,6 @@ class Runtime final : public LoopWork {
   bool poll_once() override;
   void set_sleeping(bool sleeping) override;
   bool has_ready_work() override;
-  int max_sleep_ms() override { return awaiting_stream_.empty() ? 1000 : 1; }
 
  private:
   Session& session(uint64_t id) const;

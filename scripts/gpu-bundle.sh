@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
 rm -rf .gpu
 ../shared/tools/device-bundle .gpu build/daemon/irisd build/client/iris-ctl \
-  build/tests/gpu/gpu_tests build/tests/gpu/iris-gpu-rank build/tests/gpu/iris-gpu-spin-proof
+  build/tests/gpu/gpu_tests build/tests/gpu/iris-gpu-rank build/tests/gpu/iris-gpu-spin-proof \
+  build/tests/gpu/iris-gpu-bench

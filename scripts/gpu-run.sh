@@ -23,6 +23,22 @@ daemon=$!
 for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; done
 "$bin/iris-ctl" --socket "$run/irisd.sock" status | tee "$out/status.txt"
 "$bin/iris-gpu-spin-proof" --socket "$run/irisd.sock" --bytes $((256 << 20)) | tee "$out/spin_proof.txt"
+
+# Benchmarks (not tests): 8 ranks on the one GPU; rank 0 prints markdown tables.
+bench() {  # bench NAME ARGS...
+  local name=$1; shift
+  local pids=()
+  for r in 7 6 5 4 3 2 1 0; do
+    "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key "$name" --nranks 8 --rank "$r" "$@" \
+      >"$out/bench_$name.$r" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  cat "$out/bench_$name.0" >"$out/bench_$name.md"
+}
+bench device --max-bytes $((256 << 20))
+bench host --max-bytes $((64 << 20)) --host-recv 1
+bench gemm --mode gemm --gemm-seconds 3
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
@@ -33,3 +49,4 @@ grep -E "^\[ +(PASSED|FAILED) " "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
 echo "gpu tests exit: $tests_rc"
 cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
+for name in device host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done

@@ -90,6 +90,9 @@ class Engine {
   virtual std::size_t poll(std::vector<CopyCompletion>& out) = 0;
   // Readable while completions wait; the engine clears it in poll().
   virtual int completion_fd() const = 0;
+  // True while copies are in flight whose completion no fd will signal: the progress loop then
+  // keeps polling instead of sleeping.
+  virtual bool needs_polling() const { return false; }
 
   // Host memory the engine will copy from or to: pinned if the engine needs it (DMA); the
   // returned handle unpins it when the last copy is dropped. The host engine needs nothing.

@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <new>
 
 #include <spdlog/spdlog.h>
+
+#include "iris/shared/descriptor.hpp"
 
 namespace iris::daemon {
 
@@ -33,6 +37,7 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
       "CUDA " + std::to_string(version / 1000) + "." + std::to_string((version % 1000) / 10);
   int count = 0;
   check(cu_.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  std::vector<int> engines_per_device;
   for (int i = 0; i < count; ++i) {
     Device d{};
     check(cu_.cuDeviceGet(&d.handle, i), "cuDeviceGet");
@@ -46,17 +51,32 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
     check(cu_.cuDeviceGetAttribute(&engines, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, d.handle),
           "cuDeviceGetAttribute(ASYNC_ENGINE_COUNT)");
     check(cu_.cuDevicePrimaryCtxRetain(&d.context, d.handle), "cuDevicePrimaryCtxRetain");
-    check(cu_.cuCtxSetCurrent(d.context), "cuCtxSetCurrent");
     d.bus_id = bus;
     DeviceDescription desc{name, bus, memory, {}};
-    for (int e = 0; e < std::max(engines, 1); ++e) {
-      CUstream stream = nullptr;
-      check(cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-      d.streams.push_back(stream);
+    for (int e = 0; e < std::max(engines, 1); ++e)
       desc.engines.push_back({"copy-engine-" + std::to_string(e), static_cast<uint32_t>(e)});
-    }
+    d.streams.resize(desc.engines.size());
     devices_.push_back(std::move(d));
     description_.devices.push_back(std::move(desc));
+  }
+  // One pinned page holds every stream's retired counter, each on its own cache line.
+  std::size_t streams = 0;
+  for (const Device& d : devices_) streams += d.streams.size();
+  use_device(0);
+  check(cu_.cuMemHostAlloc(&retired_words_, std::max<std::size_t>(4096, streams * 64),
+                           CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+        "cuMemHostAlloc");
+  std::memset(retired_words_, 0, std::max<std::size_t>(4096, streams * 64));
+  std::size_t next_word = 0;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    use_device(static_cast<int>(i));
+    for (Stream& st : devices_[i].streams) {
+      check(cu_.cuStreamCreate(&st.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      void* word = static_cast<char*>(retired_words_) + 64 * next_word++;
+      st.retired = new (word) std::atomic<uint32_t>(0);
+      check(cu_.cuMemHostGetDevicePointer(&st.retired_device, word, 0),
+            "cuMemHostGetDevicePointer");
+    }
   }
   spdlog::info("cuda engine: {} device(s), driver {}", devices_.size(),
                description_.driver_version);
@@ -65,12 +85,14 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
 CudaEngine::~CudaEngine() {
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     use_device(static_cast<int>(i));
-    for (CUstream s : devices_[i].streams) {
-      cu_.cuStreamSynchronize(s);  // runs the host functions still queued
-      cu_.cuStreamDestroy(s);
+    for (Stream& st : devices_[i].streams) {
+      if (st.handle == nullptr) continue;
+      cu_.cuStreamSynchronize(st.handle);
+      cu_.cuStreamDestroy(st.handle);
     }
-    cu_.cuDevicePrimaryCtxRelease(devices_[i].handle);
   }
+  if (retired_words_ != nullptr) cu_.cuMemFreeHost(retired_words_);
+  for (const Device& d : devices_) cu_.cuDevicePrimaryCtxRelease(d.handle);
 }
 
 void CudaEngine::check(CUresult result, const char* what) const {
@@ -84,22 +106,9 @@ void CudaEngine::use_device(int index) {
   if (current != devices_[index].context) cu_.cuCtxSetCurrent(devices_[index].context);
 }
 
-void CUDA_CB CudaEngine::on_copy_done(void* pending) {
-  auto* p = static_cast<PendingCopy*>(pending);
-  p->engine->finish(p->completion);
-  delete p;
-}
-
-void CudaEngine::finish(const CopyCompletion& completion) {
-  {
-    std::lock_guard lock(done_mutex_);
-    done_.push_back(completion);
-  }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(event_fd_.get(), &one, sizeof(one));
-}
-
 void CudaEngine::submit(std::span<const CopyRequest> copies) {
+  // Copies of one submit that land on one stream form a batch, retired by one flag write.
+  std::vector<std::pair<Stream*, Batch>> batches;
   for (const CopyRequest& copy : copies) {
     const int device = copy.dst_device != kHostMemory   ? copy.dst_device
                        : copy.src_device != kHostMemory ? copy.src_device
@@ -108,30 +117,68 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
                                   ? TransferPath::kComputeUnits
                                   : TransferPath::kCopyEngine;
     Device& d = devices_[device];
-    CUstream stream = d.streams[d.next_stream++ % d.streams.size()];
+    Stream& st = d.streams[d.next_stream++ % d.streams.size()];
     use_device(device);
-    auto* pending = new PendingCopy{this, {copy.cookie, ErrorCode::kOk, path, copy.bytes}};
-    CUresult r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy.dst),
-                                   reinterpret_cast<CUdeviceptr>(copy.src), copy.bytes, stream);
-    if (r == CUDA_SUCCESS) r = cu_.cuLaunchHostFunc(stream, &CudaEngine::on_copy_done, pending);
+    const CUresult r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy.dst),
+                                         reinterpret_cast<CUdeviceptr>(copy.src), copy.bytes,
+                                         st.handle);
+    const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
     if (r != CUDA_SUCCESS) {
       spdlog::error("cuda engine: copy of {} bytes on device {} failed: {}", copy.bytes, device,
                     cu_.describe(r));
-      pending->completion.code = ErrorCode::kEngineError;
-      finish(pending->completion);
-      delete pending;
+      failed_.push_back({copy.cookie, ErrorCode::kEngineError, path, copy.bytes});
+      continue;
     }
+    auto it = std::find_if(batches.begin(), batches.end(),
+                           [&](const auto& b) { return b.first == &st; });
+    if (it == batches.end()) {
+      batches.push_back({&st, Batch{0, {}}});
+      it = std::prev(batches.end());
+    }
+    it->second.completions.push_back(completion);
+  }
+  for (auto& [st, batch] : batches) {
+    batch.number = ++st->issued;
+    const CUresult r = cu_.cuStreamWriteValue32(st->handle, st->retired_device, batch.number,
+                                                CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (r != CUDA_SUCCESS) {
+      // The copies were issued: wait for them here rather than lose their completions.
+      spdlog::error("cuda engine: cuStreamWriteValue32 failed ({}); synchronising the stream",
+                    cu_.describe(r));
+      cu_.cuStreamSynchronize(st->handle);
+      st->retired->store(batch.number, std::memory_order_release);
+    }
+    st->batches.push_back(std::move(batch));
+    ++in_flight_;
+  }
+  if (!failed_.empty()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t w = ::write(event_fd_.get(), &one, sizeof(one));
   }
 }
 
 std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
-  uint64_t counter;
-  if (::read(event_fd_.get(), &counter, sizeof(counter)) <= 0) return 0;
-  std::lock_guard lock(done_mutex_);
-  out.insert(out.end(), done_.begin(), done_.end());
-  const std::size_t n = done_.size();
-  done_.clear();
-  return n;
+  const std::size_t before = out.size();
+  if (!failed_.empty()) {
+    uint64_t counter;
+    [[maybe_unused]] ssize_t r = ::read(event_fd_.get(), &counter, sizeof(counter));
+    out.insert(out.end(), failed_.begin(), failed_.end());
+    failed_.clear();
+  }
+  if (in_flight_ == 0) return out.size() - before;
+  for (Device& d : devices_) {
+    for (Stream& st : d.streams) {
+      if (st.batches.empty()) continue;
+      const uint32_t retired = st.retired->load(std::memory_order_acquire);
+      while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
+        const auto& done = st.batches.front().completions;
+        out.insert(out.end(), done.begin(), done.end());
+        st.batches.pop_front();
+        --in_flight_;
+      }
+    }
+  }
+  return out.size() - before;
 }
 
 std::shared_ptr<void> CudaEngine::prepare_host_memory(void* base, uint64_t bytes) {

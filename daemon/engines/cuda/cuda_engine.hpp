@@ -1,15 +1,19 @@
 // CUDA engine: copies on daemon-owned non-blocking streams, one per copy engine of each device
-// (asyncEngineCount), issued with cuMemcpyAsync; each copy's completion comes back through a
-// host function queued behind it on its stream, which pushes the completion and rings an
-// eventfd, so the progress loop can sleep in epoll and no thread waits on the GPU.
+// (asyncEngineCount), issued with cuMemcpyAsync. Completion: after each submit's copies on a
+// stream, cuStreamWriteValue32 stores the stream's batch number into pinned host memory, and
+// poll() retires every batch up to the number it reads there. No host callback and no thread
+// waits on the GPU (a host function per copy cost about 10 us each, serialised, in the first
+// version: see docs/PERFORMANCE.md); while batches are in flight, needs_polling() keeps the
+// progress loop polling.
 //
 // Path accounting (TransferPath): device-to-device copies within one GPU run on SMs under the
 // measured driver (580, CUDA 13.0: see DESIGN.md), so they count as compute units; copies that
 // involve host memory or two GPUs count as copy engine.
 #pragma once
 
+#include <atomic>
+#include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,25 +34,31 @@ class CudaEngine final : public Engine {
   void submit(std::span<const CopyRequest> copies) override;
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
+  bool needs_polling() const override { return in_flight_ != 0; }
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
 
  private:
+  struct Batch {
+    uint32_t number;
+    std::vector<CopyCompletion> completions;
+  };
+  struct Stream {
+    CUstream handle = nullptr;
+    std::atomic<uint32_t>* retired = nullptr;  // pinned host word the stream writes
+    CUdeviceptr retired_device = 0;
+    uint32_t issued = 0;
+    std::deque<Batch> batches;
+  };
   struct Device {
     CUdevice handle;
     CUcontext context;
     std::string bus_id;
-    std::vector<CUstream> streams;  // one per copy engine
+    std::vector<Stream> streams;  // one per copy engine
     uint32_t next_stream = 0;
-  };
-  struct PendingCopy {
-    CudaEngine* engine;
-    CopyCompletion completion;
   };
 
   CudaEngine(const cuda::Driver& driver, std::string reason);
-  static void CUDA_CB on_copy_done(void* pending);
-  void finish(const CopyCompletion& completion);
   // Makes a device's primary context current on the calling thread.
   void use_device(int index);
   // Throws iris::Error kEngineError naming `what` when `result` is not CUDA_SUCCESS.
@@ -57,9 +67,10 @@ class CudaEngine final : public Engine {
   const cuda::Driver& cu_;
   EngineDescription description_;
   std::vector<Device> devices_;
-  net::Fd event_fd_;
-  std::mutex done_mutex_;  // host functions run on CUDA's callback thread
-  std::vector<CopyCompletion> done_;
+  net::Fd event_fd_;                     // immediate failures only
+  std::vector<CopyCompletion> failed_;  // copies that could not be issued
+  void* retired_words_ = nullptr;       // pinned page of the streams' retired counters
+  uint64_t in_flight_ = 0;              // batches not yet retired
   std::map<std::string, std::weak_ptr<void>> imports_;  // by IPC handle: one open per allocation
 };
 

@@ -11,18 +11,40 @@ namespace iris::cuda {
 
 // Versioned entry points (cuda.h maps e.g. cuMemHostRegister to cuMemHostRegister_v2): the
 // member names go through the same macros, so each pointer has its real symbol's type.
-#define IRIS_CUDA_DRIVER_FUNCTIONS(X)                                                              \
-  X(cuInit)                                                                                        \
-  X(cuDriverGetVersion)                                                                            \
-  X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetPCIBusId) \
-      X(cuDeviceGetByPCIBusId) X(cuDeviceTotalMem) X(cuDeviceGetAttribute)                         \
-          X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent)              \
-              X(cuCtxGetCurrent) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)       \
-                  X(cuMemcpyAsync) X(cuLaunchHostFunc) X(cuIpcGetMemHandle) X(cuIpcOpenMemHandle)  \
-                      X(cuIpcCloseMemHandle) X(cuMemHostRegister) X(cuMemHostUnregister)           \
-                          X(cuMemGetAddressRange) X(cuPointerGetAttribute) X(cuMemGetInfo)         \
-                              X(cuMemHostGetDevicePointer) X(cuStreamWriteValue32)                 \
-                                  X(cuStreamWaitValue32)
+// clang-format off
+#define IRIS_CUDA_DRIVER_FUNCTIONS(X) \
+  X(cuInit) \
+  X(cuDriverGetVersion) \
+  X(cuGetErrorString) \
+  X(cuDeviceGetCount) \
+  X(cuDeviceGet) \
+  X(cuDeviceGetName) \
+  X(cuDeviceGetPCIBusId) \
+  X(cuDeviceGetByPCIBusId) \
+  X(cuDeviceTotalMem) \
+  X(cuDeviceGetAttribute) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxRelease) \
+  X(cuCtxSetCurrent) \
+  X(cuCtxGetCurrent) \
+  X(cuStreamCreate) \
+  X(cuStreamDestroy) \
+  X(cuStreamSynchronize) \
+  X(cuStreamWriteValue32) \
+  X(cuStreamWaitValue32) \
+  X(cuMemcpyAsync) \
+  X(cuIpcGetMemHandle) \
+  X(cuIpcOpenMemHandle) \
+  X(cuIpcCloseMemHandle) \
+  X(cuMemHostRegister) \
+  X(cuMemHostUnregister) \
+  X(cuMemHostAlloc) \
+  X(cuMemFreeHost) \
+  X(cuMemHostGetDevicePointer) \
+  X(cuMemGetAddressRange) \
+  X(cuPointerGetAttribute) \
+  X(cuMemGetInfo)
+// clang-format on
 
 struct Driver {
 #define IRIS_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
