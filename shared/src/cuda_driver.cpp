@@ -34,6 +34,11 @@ LoadResult load() {
   }
   IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_RESOLVE)
 #undef IRIS_CUDA_RESOLVE
+#define IRIS_CUDA_RESOLVE_OPTIONAL(name) \
+  r.driver.name =                        \
+      reinterpret_cast<decltype(r.driver.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));
+  IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_RESOLVE_OPTIONAL)
+#undef IRIS_CUDA_RESOLVE_OPTIONAL
   const CUresult init = r.driver.cuInit(0);
   if (init != CUDA_SUCCESS) {
     r.why = "cuInit failed: " + r.driver.describe(init) + " (no GPU, or no access to /dev/nvidia*)";

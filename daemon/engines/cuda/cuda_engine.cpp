@@ -3,8 +3,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <new>
 
@@ -107,8 +107,16 @@ void CudaEngine::use_device(int index) {
 }
 
 void CudaEngine::submit(std::span<const CopyRequest> copies) {
-  // Copies of one submit that land on one stream form a batch, retired by one flag write.
-  std::vector<std::pair<Stream*, Batch>> batches;
+  // The copies of one submit that go to one stream form a batch: one cuMemcpyBatchAsync where the
+  // driver has it, and one counter write that retires them all.
+  struct Group {
+    int device;
+    Stream* stream;
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<size_t> sizes;
+    Batch batch;
+  };
+  std::vector<Group> groups;
   for (const CopyRequest& copy : copies) {
     const int device = copy.dst_device != kHostMemory   ? copy.dst_device
                        : copy.src_device != kHostMemory ? copy.src_device
@@ -117,44 +125,76 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
                                   ? TransferPath::kComputeUnits
                                   : TransferPath::kCopyEngine;
     Device& d = devices_[device];
-    Stream& st = d.streams[d.next_stream++ % d.streams.size()];
-    use_device(device);
-    const CUresult r = cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(copy.dst),
-                                         reinterpret_cast<CUdeviceptr>(copy.src), copy.bytes,
-                                         st.handle);
-    const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
-    if (r != CUDA_SUCCESS) {
-      spdlog::error("cuda engine: copy of {} bytes on device {} failed: {}", copy.bytes, device,
-                    cu_.describe(r));
-      failed_.push_back({copy.cookie, ErrorCode::kEngineError, path, copy.bytes});
+    Stream* st = &d.streams[d.next_stream++ % d.streams.size()];
+    auto g =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.stream == st; });
+    if (g == groups.end()) {
+      groups.push_back({device, st, {}, {}, {}, {}});
+      g = std::prev(groups.end());
+    }
+    g->dsts.push_back(reinterpret_cast<CUdeviceptr>(copy.dst));
+    g->srcs.push_back(reinterpret_cast<CUdeviceptr>(copy.src));
+    g->sizes.push_back(copy.bytes);
+    g->batch.completions.push_back({copy.cookie, ErrorCode::kOk, path, copy.bytes});
+  }
+  for (Group& g : groups) {
+    use_device(g.device);
+    if (!issue(g.stream->handle, g.device, g.dsts, g.srcs, g.sizes)) {
+      for (CopyCompletion c : g.batch.completions) {
+        c.code = ErrorCode::kEngineError;
+        failed_.push_back(c);
+      }
       continue;
     }
-    auto it = std::find_if(batches.begin(), batches.end(),
-                           [&](const auto& b) { return b.first == &st; });
-    if (it == batches.end()) {
-      batches.push_back({&st, Batch{0, {}}});
-      it = std::prev(batches.end());
-    }
-    it->second.completions.push_back(completion);
-  }
-  for (auto& [st, batch] : batches) {
-    batch.number = ++st->issued;
-    const CUresult r = cu_.cuStreamWriteValue32(st->handle, st->retired_device, batch.number,
+    Stream& st = *g.stream;
+    g.batch.number = ++st.issued;
+    const CUresult r = cu_.cuStreamWriteValue32(st.handle, st.retired_device, g.batch.number,
                                                 CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r != CUDA_SUCCESS) {
       // The copies were issued: wait for them here rather than lose their completions.
       spdlog::error("cuda engine: cuStreamWriteValue32 failed ({}); synchronising the stream",
                     cu_.describe(r));
-      cu_.cuStreamSynchronize(st->handle);
-      st->retired->store(batch.number, std::memory_order_release);
+      cu_.cuStreamSynchronize(st.handle);
+      st.retired->store(g.batch.number, std::memory_order_release);
     }
-    st->batches.push_back(std::move(batch));
+    st.batches.push_back(std::move(g.batch));
     ++in_flight_;
   }
   if (!failed_.empty()) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(event_fd_.get(), &one, sizeof(one));
   }
+}
+
+bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
+                       std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes) {
+  if (cu_.cuMemcpyBatchAsync != nullptr && use_batch_ && dsts.size() > 1) {
+    CUmemcpyAttributes attrs{};
+    attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attrs.srcLocHint.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    attrs.srcLocHint.id = device;
+    attrs.dstLocHint = attrs.srcLocHint;
+    attrs.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+    size_t first = 0;
+    const CUresult r = cu_.cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(),
+                                              &attrs, &first, 1, stream);
+    if (r == CUDA_SUCCESS) return true;
+    spdlog::warn("cuda engine: cuMemcpyBatchAsync failed ({}); using cuMemcpyAsync from now on",
+                 cu_.describe(r));
+    use_batch_ = false;
+  }
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    const CUresult r = cu_.cuMemcpyAsync(dsts[i], srcs[i], sizes[i], stream);
+    if (r != CUDA_SUCCESS) {
+      spdlog::error("cuda engine: copy of {} bytes on device {} failed: {}", sizes[i], device,
+                    cu_.describe(r));
+      // Copies before it were issued and will land; the batch is reported failed as a whole
+      // only after the stream has finished them.
+      cu_.cuStreamSynchronize(stream);
+      return false;
+    }
+  }
+  return true;
 }
 
 std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {

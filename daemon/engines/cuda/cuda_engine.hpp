@@ -59,6 +59,9 @@ class CudaEngine final : public Engine {
   };
 
   CudaEngine(const cuda::Driver& driver, std::string reason);
+  // Enqueues the copies on `stream`; false (after logging) when the driver refused them.
+  bool issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
+             std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes);
   // Makes a device's primary context current on the calling thread.
   void use_device(int index);
   // Throws iris::Error kEngineError naming `what` when `result` is not CUDA_SUCCESS.
@@ -67,10 +70,11 @@ class CudaEngine final : public Engine {
   const cuda::Driver& cu_;
   EngineDescription description_;
   std::vector<Device> devices_;
-  net::Fd event_fd_;                     // immediate failures only
+  net::Fd event_fd_;                    // immediate failures only
   std::vector<CopyCompletion> failed_;  // copies that could not be issued
   void* retired_words_ = nullptr;       // pinned page of the streams' retired counters
   uint64_t in_flight_ = 0;              // batches not yet retired
+  bool use_batch_ = true;               // cleared if the driver refuses cuMemcpyBatchAsync
   std::map<std::string, std::weak_ptr<void>> imports_;  // by IPC handle: one open per allocation
 };
 

@@ -46,9 +46,13 @@ namespace iris::cuda {
   X(cuMemGetInfo)
 // clang-format on
 
+// Entry points of newer drivers only: null where the driver lacks them.
+#define IRIS_CUDA_OPTIONAL_FUNCTIONS(X) X(cuMemcpyBatchAsync)  // CUDA 12.8
+
 struct Driver {
 #define IRIS_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
   IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_DECLARE)
+  IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_DECLARE)
 #undef IRIS_CUDA_DECLARE
 
   // "CUDA_ERROR_...: text" for a result code.
