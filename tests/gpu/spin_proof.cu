@@ -1,6 +1,7 @@
 // iris-gpu-spin-proof: shows which engine moved an all-gather's bytes, without a profiler
 // (DESIGN.md). A kernel fills every SM with arithmetic for about 50 ms; an all-gather issued
-// while it runs finishes before the kernel ends only if copy engines moved its bytes.
+// while it runs finishes before the kernel ends only if something other than the busy SMs moved
+// its bytes (the copy engines); the time against the unloaded copy says how much it was slowed.
 // One rank; send is GPU memory; the receive buffer is pinned host memory (device to host: copy
 // engine) or GPU memory on the same GPU (device to device: SMs under driver 580 / CUDA 13.0).
 //   iris-gpu-spin-proof --socket S [--bytes N]
@@ -100,8 +101,8 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaEventElapsedTime(&kernel_ms, begin, end));
     std::printf("%-28s %12.2f %12.2f %10.2f  %s\n",
                 to_host ? "pinned host (D2H)" : "same GPU (D2D)", alone_ms, under_ms, kernel_ms,
-                kernel_still_running ? "finished while the kernel ran: copy engine"
-                                     : "waited for the kernel: SMs");
+                kernel_still_running ? "finished while the kernel ran"
+                                     : "waited for the kernel");
   }
   return 0;
 }

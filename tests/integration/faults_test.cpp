@@ -289,6 +289,29 @@ TEST_F(Faults, SecondDaemonOnTheSameSocketRefusesToStart) {
   EXPECT_EQ(wait_code(r), ErrorCode::kOk);
 }
 
+TEST(Engines, CudaWithoutAGpuFailsClearlyAndAutoFallsBackToHost) {
+  if (run_program({"/bin/sh", "-c", "test -e /dev/nvidiactl"}).exit_code == 0)
+    GTEST_SKIP() << "an NVIDIA device is present; the GPU tests cover the cuda engine";
+  char dir[] = "/tmp/irisd-engine-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  EXPECT_EQ(run_program({irisd_path(), "--socket", std::string(dir) + "/s", "--engine", "cuda"})
+                .exit_code,
+            1);
+  std::system((std::string("rm -rf ") + dir).c_str());
+  DaemonProcess daemon({"--engine", "auto"});
+  const auto status =
+      run_program({iris_ctl_path(), "--socket", daemon.socket(), "status", "--json"});
+  EXPECT_NE(status.output.find("\"engine\": \"host\""), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("auto: "), std::string::npos) << status.output;
+  // Stream-ordered calls need a CUDA driver in the client too, and say so.
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "s", 1, 0);
+  auto buf = client.allocate(64);
+  auto fake_stream = reinterpret_cast<CUstream_st*>(0x1);
+  EXPECT_EQ(code_of([&] { comm.all_gather(buf.data(), buf.data(), 64, fake_stream); }),
+            ErrorCode::kUnavailable);
+}
+
 TEST_F(Faults, ProtocolMismatchIsRefusedClearly) {
   net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
   v1::AttachRequest request;
