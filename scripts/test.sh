@@ -7,4 +7,8 @@ scripts/build.sh
 # Integration tests start their own daemons and rank processes; run them one at a time so that
 # 8-rank cases do not share 2 cores with another test's ranks.
 ctest --test-dir build --output-on-failure --timeout 600
+# GPU tests skip where no GPU is usable; say why, once.
+if [ -x build/tests/gpu/gpu_tests ]; then
+  build/tests/gpu/gpu_tests --gtest_filter='*TwoRanks*' 2>&1 | grep -m1 -E "no usable|OK \]" || true
+fi
 scripts/check-install.sh
