@@ -70,15 +70,11 @@ Request Communicator::submit_all_gather(const void* send, void* recv, std::size_
     throw Error(ErrorCode::kOutOfRange, "all_gather of " + std::to_string(bytes) + " bytes x " +
                                             std::to_string(impl_->nranks) +
                                             " ranks runs past the end of its buffer");
-  shm::SubmitEntry entry{};
-  entry.opcode = static_cast<uint32_t>(stream != nullptr ? shm::Opcode::kAllGatherStreamOrdered
-                                                         : shm::Opcode::kAllGather);
-  entry.comm_id = impl_->id;
-  entry.send_buffer = from->buffer_id;
-  entry.send_offset = from->offset;
-  entry.recv_buffer = to->buffer_id;
-  entry.recv_offset = to->offset;
-  entry.bytes = bytes;
+  const auto opcode =
+      stream != nullptr ? shm::Opcode::kAllGatherStreamOrdered : shm::Opcode::kAllGather;
+  // seq is filled in under the submission lock.
+  const shm::SubmitEntry entry = shm::all_gather_entry(
+      opcode, impl_->id, 0, from->buffer_id, from->offset, to->buffer_id, to->offset, bytes);
   return client.submit(entry, &impl_->next_seq, stream);
 }
 

@@ -18,16 +18,8 @@
 #include <vector>
 
 #include "iris/iris.hpp"
+#include "tests/gpu/cuda_check.cuh"
 
-#define CUDA_CHECK(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                   \
-                   cudaGetErrorString(err_));                                             \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
 

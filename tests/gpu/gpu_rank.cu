@@ -15,21 +15,13 @@
 #include <vector>
 
 #include "iris/iris.hpp"
+#include "tests/gpu/cuda_check.cuh"
 #include "tests/gpu/gpu_pattern.cuh"
 
 namespace {
 
 using iris::gpu_test::pattern_byte;
 
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    const cudaError_t err_ = (call);                                                           \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                      \
-                   cudaGetErrorString(err_));                                                  \
-      std::exit(3);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 __global__ void fill_kernel(uint8_t* dst, uint64_t bytes, uint64_t seed, uint32_t rank,
                             uint64_t iteration, uint8_t invert) {

@@ -13,15 +13,8 @@
 #include <string>
 
 #include "iris/iris.hpp"
+#include "tests/gpu/cuda_check.cuh"
 
-#define CUDA_CHECK(call)                                                                  \
-  do {                                                                                    \
-    const cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(err_));                  \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 __global__ void spin_kernel(long long cycles, float* sink) {
   const long long start = clock64();

@@ -38,16 +38,8 @@ ErrorCode code_of(const std::function<void()>& f) {
 // A raw all-gather entry for tests that need what libiris itself never sends.
 shm::SubmitEntry raw_gather(uint64_t comm, uint64_t seq, uint64_t send_buffer, uint64_t send_off,
                             uint64_t recv_buffer, uint64_t recv_off, uint64_t bytes) {
-  shm::SubmitEntry e{};
-  e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
-  e.comm_id = comm;
-  e.seq = seq;
-  e.send_buffer = send_buffer;
-  e.send_offset = send_off;
-  e.recv_buffer = recv_buffer;
-  e.recv_offset = recv_off;
-  e.bytes = bytes;
-  return e;
+  return shm::all_gather_entry(shm::Opcode::kAllGather, comm, seq, send_buffer, send_off,
+                               recv_buffer, recv_off, bytes);
 }
 
 ErrorCode wait_code(Request& r, std::chrono::nanoseconds timeout = 10s) {

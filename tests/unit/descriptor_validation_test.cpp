@@ -24,14 +24,8 @@ class Validation : public ::testing::Test {
 
   static shm::SubmitEntry gather(uint64_t send_id, uint64_t send_off, uint64_t recv_id,
                                  uint64_t recv_off, uint64_t bytes) {
-    shm::SubmitEntry e{};
-    e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
-    e.send_buffer = send_id;
-    e.send_offset = send_off;
-    e.recv_buffer = recv_id;
-    e.recv_offset = recv_off;
-    e.bytes = bytes;
-    return e;
+    return shm::all_gather_entry(shm::Opcode::kAllGather, 1, 1, send_id, send_off, recv_id,
+                                 recv_off, bytes);
   }
 
   ErrorCode code_of(const shm::SubmitEntry& e, uint32_t nranks = 4, uint32_t rank = 1) {

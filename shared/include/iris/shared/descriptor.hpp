@@ -38,6 +38,22 @@ struct SubmitEntry {
 };
 static_assert(sizeof(SubmitEntry) == 72);
 
+constexpr SubmitEntry all_gather_entry(Opcode opcode, uint64_t comm_id, uint64_t seq,
+                                       uint64_t send_buffer, uint64_t send_offset,
+                                       uint64_t recv_buffer, uint64_t recv_offset, uint64_t bytes) {
+  return SubmitEntry{static_cast<uint32_t>(opcode),
+                     0,
+                     0,
+                     0,
+                     comm_id,
+                     seq,
+                     send_buffer,
+                     send_offset,
+                     recv_buffer,
+                     recv_offset,
+                     bytes};
+}
+
 // One per in-flight request. The daemon stores (generation << 32) | (code << 1) | 1.
 struct CompletionSlot {
   std::atomic<uint64_t> word;
