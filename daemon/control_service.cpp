@@ -101,7 +101,11 @@ grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
     if (req->has_cuda_ipc()) {
       const auto& ipc = req->cuda_ipc();
       const DeviceBufferExport exported{ipc.handle(), ipc.bus_id(), ipc.offset(), ipc.bytes()};
-      *resp = loop_.call([&] { return runtime_.register_device_buffer(id, exported); });
+      if (req->stream_done_flags()) {
+        loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
+      } else {
+        *resp = loop_.call([&] { return runtime_.register_device_buffer(id, exported); });
+      }
     } else {
       *resp = loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); });
     }

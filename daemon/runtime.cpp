@@ -167,6 +167,17 @@ v1::RegisterBufferResponse Runtime::register_device_buffer(uint64_t session_id,
   return out;
 }
 
+void Runtime::register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported) {
+  Session& s = session(session_id);
+  if (exported.bytes < uint64_t{s.ring_depth()} * sizeof(uint32_t))
+    throw Error(ErrorCode::kInvalidArgument,
+                "stream done flags need " + std::to_string(s.ring_depth() * sizeof(uint32_t)) +
+                    " bytes (ring depth x 4), got " + std::to_string(exported.bytes));
+  if (s.device_done_flags)
+    throw Error(ErrorCode::kAlreadyExists, "this session already registered its done flags");
+  s.device_done_flags = engine_.import_device_memory(exported);
+}
+
 void Runtime::check_buffer_limits(const Session& s, uint64_t bytes) const {
   if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "buffer size must be at least 1 byte");
   if (bytes > config_.limits.max_buffer_bytes)
@@ -287,7 +298,12 @@ void Runtime::remove_comm_if_unused(uint64_t comm_id) {
 void Runtime::complete(const CompletionTarget& target, ErrorCode code) {
   auto it = sessions_.find(target.session_id);
   if (it == sessions_.end()) return;  // the rank's session is gone
-  it->second->complete(target.slot, target.generation, code);
+  Session& s = *it->second;
+  s.complete(target.slot, target.generation, code);
+  if (s.device_done_flags)
+    engine_.write_device_word(s.device_done_flags->device,
+                              s.device_done_flags->base + target.slot * sizeof(uint32_t),
+                              target.generation);
 }
 
 void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
@@ -300,9 +316,10 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
     stats_.count_error(ErrorCode::kInvalidArgument);
     return;
   }
+  const CompletionTarget target{s.id(), e.slot, e.generation};
   switch (static_cast<shm::Opcode>(e.opcode)) {
     case shm::Opcode::kNop:
-      s.complete(e.slot, e.generation, ErrorCode::kOk);
+      complete(target, ErrorCode::kOk);
       return;
     case shm::Opcode::kAllGather:
       handle_all_gather(s, e, false);
@@ -313,7 +330,7 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
   }
   spdlog::warn("session {}: unknown opcode {} in ring entry", s.id(), e.opcode);
   stats_.count_error(ErrorCode::kInvalidArgument);
-  s.complete(e.slot, e.generation, ErrorCode::kInvalidArgument);
+  complete(target, ErrorCode::kInvalidArgument);
 }
 
 void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stream_ordered) {
@@ -321,7 +338,7 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stre
   auto reject = [&](ErrorCode code, const std::string& why) {
     spdlog::warn("session {}: all-gather rejected: {}", s.id(), why);
     stats_.count_error(code);
-    s.complete(e.slot, e.generation, code);
+    complete(target, code);
   };
   auto rank_it = s.comm_ranks.find(e.comm_id);
   if (rank_it == s.comm_ranks.end())

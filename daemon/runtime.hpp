@@ -44,6 +44,8 @@ class Runtime final : public LoopWork {
   v1::RegisterBufferResponse register_buffer(uint64_t session_id, uint64_t bytes);
   v1::RegisterBufferResponse register_device_buffer(uint64_t session_id,
                                                     const DeviceBufferExport& exported);
+  // The session's stream done flags in GPU memory (see Session::device_done_flags).
+  void register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported);
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank);
   void comm_destroy(uint64_t session_id, uint64_t comm_id);

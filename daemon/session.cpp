@@ -29,7 +29,6 @@ Session::~Session() {
 
 void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code) {
   view_.slots[slot].word.store(shm::pack_completion(generation, code), std::memory_order_release);
-  view_.flags[slot].done.store(generation, std::memory_order_release);
   needs_wake_ = true;
 }
 

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "daemon/engines/engine.hpp"
 #include "daemon/mapped_buffer.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
@@ -36,8 +38,8 @@ class Session {
   shm::RingConsumer<shm::SubmitEntry>& ring() { return ring_; }
   bool ring_has_entries() const { return ring_.has_entries(); }
 
-  // Writes a completion into the client's slot, and the slot's stream done flag (which a GPU
-  // stream may wait on); the wake happens in flush_wake().
+  // Writes a completion into the client's slot; the wake happens in flush_wake(). (Runtime
+  // writes the GPU done flag of stream-ordered requests.)
   void complete(uint32_t slot, uint32_t generation, ErrorCode code);
   // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
   bool stream_ready(uint32_t slot, uint32_t generation) const;
@@ -52,6 +54,9 @@ class Session {
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
   uint64_t buffer_bytes = 0;
   std::map<uint64_t, uint32_t> comm_ranks;  // comm id -> this session's rank
+  // GPU memory where this session's streams wait for done flags (ring depth x uint32), once the
+  // client registered it; irisd writes it next to the host-memory done flag.
+  std::optional<ImportedMemory> device_done_flags;
   uint64_t submitted = 0;
 
  private:

@@ -91,7 +91,14 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
     throw Error(ErrorCode::kProtocolMismatch,
                 "session segment " + response.segment_name() + " has an unknown layout");
   view = *validated;
-  stream_flags = std::make_unique<StreamFlagsMapping>(segment.data(), segment.size(), view.flags);
+  stream_flags = std::make_unique<StreamFlagsMapping>(
+      segment.data(), segment.size(), view.flags, view.ring_depth,
+      [this](const v1::CudaIpcBuffer& flags) {
+        v1::RegisterBufferRequest request;
+        *request.mutable_cuda_ipc() = flags;
+        request.set_stream_done_flags(true);
+        channel.call(&v1::Control::Stub::RegisterBuffer, request, "register stream done flags");
+      });
   producer_ =
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
   slots_.resize(view.ring_depth);
@@ -124,8 +131,10 @@ bool Client::Impl::daemon_gone() const {
 
 void Client::Impl::release_stream_waits() {
   std::lock_guard lock(slots_mutex_);
-  for (uint32_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].in_use) view.flags[i].done.store(slots_[i].generation, std::memory_order_release);
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].in_use) continue;
+    stream_flags->release(i, slots_[i].generation);
+  }
 }
 
 void Client::Impl::throw_if_daemon_gone() {

@@ -56,13 +56,46 @@ v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
   return out;
 }
 StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
-                                       shm::StreamFlags* flags)
-    : base_(segment_base), bytes_(segment_bytes), flags_(flags) {}
+                                       shm::StreamFlags* flags, uint32_t depth,
+                                       RegisterDoneFlags register_done_flags)
+    : base_(segment_base),
+      bytes_(segment_bytes),
+      flags_(flags),
+      depth_(depth),
+      register_done_flags_(std::move(register_done_flags)) {}
 
 StreamFlagsMapping::~StreamFlagsMapping() {
   std::string why;
-  if (device_base_ != 0)
-    if (const cuda::Driver* cu = cuda::load_driver(why)) cu->cuMemHostUnregister(base_);
+  const cuda::Driver* cu = cuda::load_driver(why);
+  if (cu == nullptr) return;
+  if (device_base_ != 0) cu->cuMemHostUnregister(base_);
+  if (done_flags_ != 0) cu->cuMemFree(done_flags_);
+}
+
+uint64_t StreamFlagsMapping::done_flag_address(uint32_t slot) {
+  std::call_once(done_flags_allocated_, [this] {
+    const cuda::Driver& cu = driver("stream-ordered all-gather");
+    CUdeviceptr flags = 0;
+    check(cu, cu.cuMemAlloc(&flags, std::size_t{depth_} * sizeof(uint32_t)),
+          "allocating stream done flags (cuMemAlloc)");
+    check(cu, cu.cuMemsetD32(flags, 0, depth_), "cuMemsetD32");
+    try {
+      register_done_flags_(export_cuda_buffer(reinterpret_cast<void*>(flags),
+                                              std::size_t{depth_} * sizeof(uint32_t)));
+    } catch (...) {
+      cu.cuMemFree(flags);
+      throw;
+    }
+    done_flags_ = flags;
+  });
+  return done_flags_ + std::size_t{slot} * sizeof(uint32_t);
+}
+
+void StreamFlagsMapping::release(uint32_t slot, uint32_t generation) {
+  std::string why;
+  const cuda::Driver* cu = cuda::load_driver(why);
+  if (cu == nullptr || done_flags_ == 0) return;
+  cu->cuMemsetD32(done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation, 1);
 }
 
 uint64_t StreamFlagsMapping::device_address(const void* host_address) {
@@ -80,6 +113,8 @@ uint64_t StreamFlagsMapping::device_address(const void* host_address) {
 }
 
 void StreamFlagsMapping::enqueue_ready(CUstream_st* stream, uint32_t slot, uint32_t generation) {
+  // The done flags must be registered before irisd sees the request: it may complete it at once.
+  done_flag_address(slot);
   const cuda::Driver& cu = driver("stream-ordered all-gather");
   check(cu,
         cu.cuStreamWriteValue32(stream, device_address(&flags_[slot].ready), generation,
@@ -90,10 +125,10 @@ void StreamFlagsMapping::enqueue_ready(CUstream_st* stream, uint32_t slot, uint3
 void StreamFlagsMapping::enqueue_wait_done(CUstream_st* stream, uint32_t slot,
                                            uint32_t generation) {
   const cuda::Driver& cu = driver("stream-ordered all-gather");
-  check(cu,
-        cu.cuStreamWaitValue32(stream, device_address(&flags_[slot].done), generation,
-                               CU_STREAM_WAIT_VALUE_GEQ),
-        "cuStreamWaitValue32 (done flag)");
+  check(
+      cu,
+      cu.cuStreamWaitValue32(stream, done_flag_address(slot), generation, CU_STREAM_WAIT_VALUE_GEQ),
+      "cuStreamWaitValue32 (done flag)");
 }
 #else
 v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) {
@@ -101,9 +136,15 @@ v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) {
 }
 
 StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
-                                       shm::StreamFlags* flags)
-    : base_(segment_base), bytes_(segment_bytes), flags_(flags) {}
+                                       shm::StreamFlags* flags, uint32_t depth,
+                                       RegisterDoneFlags register_done_flags)
+    : base_(segment_base),
+      bytes_(segment_bytes),
+      flags_(flags),
+      depth_(depth),
+      register_done_flags_(std::move(register_done_flags)) {}
 StreamFlagsMapping::~StreamFlagsMapping() = default;
+void StreamFlagsMapping::release(uint32_t, uint32_t) {}
 void StreamFlagsMapping::enqueue_ready(CUstream_st*, uint32_t, uint32_t) {
   throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
 }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 
 #include "iris/shared/segment_layout.hpp"
@@ -16,25 +17,38 @@ namespace iris {
 // A range of this process's GPU memory, described for irisd to import. Throws iris::Error.
 v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes);
 
-// The session segment's stream flags as the caller's GPUs see them: the segment is pinned and
-// mapped for the device on first use.
+// Stream ordering for one session. Ready flags live in the session segment (host memory, pinned
+// and mapped for the GPU on first use): the stream writes them, irisd polls them. Done flags live
+// in GPU memory allocated here on first use and registered with irisd, which writes them with a
+// stream memory operation, so the waiting stream polls its own GPU's memory.
 class StreamFlagsMapping {
  public:
-  StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags);
+  using RegisterDoneFlags = std::function<void(const v1::CudaIpcBuffer&)>;
+  StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,
+                     uint32_t depth, RegisterDoneFlags register_done_flags);
   ~StreamFlagsMapping();
-  // Enqueues on `stream`: flags[slot].ready = generation. Throws iris::Error.
+  // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
+  // write it any more). Best effort; no-op before first use.
+  void release(uint32_t slot, uint32_t generation);
+  // Enqueues on `stream`: flags[slot].ready = generation; registers the done flags with irisd
+  // first if this is the session's first stream-ordered request. Throws iris::Error.
   void enqueue_ready(CUstream_st* stream, uint32_t slot, uint32_t generation);
-  // Enqueues on `stream`: wait until flags[slot].done >= generation. Throws iris::Error.
+  // Enqueues on `stream`: wait until the slot's done flag >= generation. Throws iris::Error.
   void enqueue_wait_done(CUstream_st* stream, uint32_t slot, uint32_t generation);
 
  private:
   uint64_t device_address(const void* host_address);
+  uint64_t done_flag_address(uint32_t slot);
 
   void* base_;
   std::size_t bytes_;
   shm::StreamFlags* flags_;
+  uint32_t depth_;
+  RegisterDoneFlags register_done_flags_;
   std::once_flag registered_;
   uint64_t device_base_ = 0;
+  std::once_flag done_flags_allocated_;
+  uint64_t done_flags_ = 0;  // GPU memory, depth_ x uint32
 };
 
 }  // namespace iris

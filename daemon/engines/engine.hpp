@@ -99,6 +99,9 @@ class Engine {
   virtual std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) { return nullptr; }
   // Imports GPU memory another process exported. Throws iris::Error when it cannot.
   virtual ImportedMemory import_device_memory(const DeviceBufferExport& exported);
+  // Stores `value` into a 32-bit word of imported GPU memory, in order with nothing else (a
+  // stream memory operation on a signalling stream of that device).
+  virtual void write_device_word(int device, std::byte* address, uint32_t value);
 };
 
 struct EngineOptions {

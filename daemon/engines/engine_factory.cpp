@@ -16,6 +16,10 @@ ImportedMemory Engine::import_device_memory(const DeviceBufferExport&) {
                   "' engine cannot use GPU buffers: run irisd with --engine cuda on a GPU node");
 }
 
+void Engine::write_device_word(int, std::byte*, uint32_t) {
+  throw Error(ErrorCode::kInternal, "the '" + description().name + "' engine has no GPU memory");
+}
+
 std::unique_ptr<Engine> make_engine(const EngineOptions& options) {
   if (options.kind == "host")
     return std::make_unique<HostEngine>(options, "requested with --engine host");

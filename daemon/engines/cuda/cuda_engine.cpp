@@ -70,6 +70,7 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
   std::size_t next_word = 0;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     use_device(static_cast<int>(i));
+    check(cu_.cuStreamCreate(&devices_[i].signal, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     for (Stream& st : devices_[i].streams) {
       check(cu_.cuStreamCreate(&st.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
       void* word = static_cast<char*>(retired_words_) + 64 * next_word++;
@@ -89,6 +90,10 @@ CudaEngine::~CudaEngine() {
       if (st.handle == nullptr) continue;
       cu_.cuStreamSynchronize(st.handle);
       cu_.cuStreamDestroy(st.handle);
+    }
+    if (devices_[i].signal != nullptr) {
+      cu_.cuStreamSynchronize(devices_[i].signal);
+      cu_.cuStreamDestroy(devices_[i].signal);
     }
   }
   if (retired_words_ != nullptr) cu_.cuMemFreeHost(retired_words_);
@@ -219,6 +224,15 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
     }
   }
   return out.size() - before;
+}
+
+void CudaEngine::write_device_word(int device, std::byte* address, uint32_t value) {
+  use_device(device);
+  const CUresult r =
+      cu_.cuStreamWriteValue32(devices_[device].signal, reinterpret_cast<CUdeviceptr>(address),
+                               value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  if (r != CUDA_SUCCESS)
+    spdlog::error("cuda engine: writing a stream done flag failed: {}", cu_.describe(r));
 }
 
 std::shared_ptr<void> CudaEngine::prepare_host_memory(void* base, uint64_t bytes) {

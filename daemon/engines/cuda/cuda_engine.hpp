@@ -37,6 +37,7 @@ class CudaEngine final : public Engine {
   bool needs_polling() const override { return in_flight_ != 0; }
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
+  void write_device_word(int device, std::byte* address, uint32_t value) override;
 
  private:
   struct Batch {
@@ -55,6 +56,7 @@ class CudaEngine final : public Engine {
     CUcontext context;
     std::string bus_id;
     std::vector<Stream> streams;  // one per copy engine
+    CUstream signal = nullptr;    // stream-ordered done flags; never behind a copy
     uint32_t next_stream = 0;
   };
 

@@ -43,7 +43,10 @@ namespace iris::cuda {
   X(cuMemHostGetDevicePointer) \
   X(cuMemGetAddressRange) \
   X(cuPointerGetAttribute) \
-  X(cuMemGetInfo)
+  X(cuMemGetInfo) \
+  X(cuMemAlloc) \
+  X(cuMemFree) \
+  X(cuMemsetD32)
 // clang-format on
 
 // Entry points of newer drivers only: null where the driver lacks them.

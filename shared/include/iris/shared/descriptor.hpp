@@ -14,7 +14,8 @@ enum class Opcode : uint32_t {
   kNop = 1,        // completes at once; measures the ring round trip
   kAllGather = 2,  // send[send_offset, +bytes) of every rank lands at recv + rank*bytes
   // The same, ordered on the client's GPU stream: irisd starts it once flags[slot].ready
-  // reaches the generation, and writes flags[slot].done when the rank is complete.
+  // reaches the generation, and writes the slot's done flag in GPU memory when the rank is
+  // complete.
   kAllGatherStreamOrdered = 3,
 };
 

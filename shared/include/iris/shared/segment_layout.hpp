@@ -31,13 +31,12 @@ struct SegmentHeader {
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
-// Stream-ordered requests: the client's GPU stream writes ready[slot] = generation when it
-// reaches the call (its send is produced, its receive buffer free) and waits until
-// done[slot] >= generation, which irisd writes when the rank's copies are finished. Both are
-// compared as wrapping 32-bit counters.
+// Stream-ordered requests: the client's GPU stream writes ready = generation when it reaches
+// the call (its send is produced, its receive buffer free); irisd polls it. (The done flags the
+// stream waits on live in GPU memory the client registers; see StreamFlagsMapping.) Compared as
+// wrapping 32-bit counters.
 struct StreamFlags {
-  std::atomic<uint32_t> ready;
-  std::atomic<uint32_t> done;
+  alignas(8) std::atomic<uint32_t> ready;
 };
 
 struct SegmentLayout {
