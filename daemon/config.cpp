@@ -1,19 +1,14 @@
 #include "daemon/config.hpp"
 
 #include <CLI/CLI.hpp>
-#include <functional>
 #include <iostream>
 
+#include "iris/shared/shm_segment.hpp"
 #include "iris/shared/spsc_ring.hpp"
 
 namespace iris::daemon {
 
-std::string Config::shm_prefix() const {
-  const auto hash = std::hash<std::string>{}(socket_path);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
-  return buf;
-}
+std::string Config::shm_prefix() const { return shm::segment_prefix(socket_path); }
 
 std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   Config c;

@@ -34,8 +34,7 @@ struct Config {
   // The attach socket (plain, SO_PEERCRED) lives beside the gRPC one.
   std::string attach_socket_path() const { return socket_path + ".attach"; }
   std::string lock_path() const { return socket_path + ".lock"; }
-  // Prefix of every shared-memory name this daemon creates; derived from the socket path so that
-  // daemons on different sockets never touch each other's segments.
+  // Prefix of every shared-memory name this daemon creates (shm::segment_prefix).
   std::string shm_prefix() const;
 };
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -26,7 +27,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
           engine, stats, [this](const CompletionTarget& t, ErrorCode c) { complete(t, c); },
           config.limits.max_inflight),
       layout_(*shm::SegmentLayout::for_depth(config.limits.ring_depth)) {
-  loop_.watch(engine_.completion_fd(), false);
+  loop_.watch(engine_.completion_fd(), true);
 }
 
 Runtime::~Runtime() {
@@ -288,9 +289,14 @@ void Runtime::remove_comm_if_unused(uint64_t comm_id) {
   if (it == comms_.end()) return;
   Communicator& comm = *it->second;
   if (comm.joined() != 0) return;
-  // Copies still in flight reference the communicator; they finish on the engine first.
-  for (auto& [seq, c] : comm.in_flight)
-    if (c->total_in_flight != 0) return;
+  // Copies still in flight reference the communicator: it goes once they have finished.
+  for (auto& [seq, c] : comm.in_flight) {
+    if (c->total_in_flight != 0) {
+      if (std::find(emptied_comms_.begin(), emptied_comms_.end(), comm_id) == emptied_comms_.end())
+        emptied_comms_.push_back(comm_id);
+      return;
+    }
+  }
   scheduler_.break_comm(comm, ErrorCode::kPeerLost);
   if (comm.in_flight.empty()) comms_.erase(it);
 }
@@ -365,8 +371,11 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stre
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code);
     return;
   }
-  if (stream_ordered && engine_.description().name == "host") {
-    spdlog::warn("session {}: stream-ordered all-gather on the host engine; failing it", s.id());
+  if (stream_ordered && !s.device_done_flags) {
+    // Nothing the caller's stream waits on could be written (libiris registers the flags
+    // before its first stream-ordered request; the host engine cannot import them at all).
+    spdlog::warn("session {}: stream-ordered all-gather without registered done flags; failing it",
+                 s.id());
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument);
     return;
   }
@@ -434,11 +443,10 @@ bool Runtime::poll_once() {
     for (uint64_t id : ending) end_session(id, true);
   }
   // Communicators whose last member left while copies were in flight.
-  if (worked) {
-    std::vector<uint64_t> empty;
-    for (auto& [id, comm] : comms_)
-      if (comm->joined() == 0) empty.push_back(id);
-    for (uint64_t id : empty) remove_comm_if_unused(id);
+  if (worked && !emptied_comms_.empty()) {
+    auto emptied = std::move(emptied_comms_);
+    emptied_comms_.clear();
+    for (uint64_t id : emptied) remove_comm_if_unused(id);
   }
   return worked;
 }

@@ -102,6 +102,7 @@ class Runtime final : public LoopWork {
   };
   std::vector<AwaitingStream> awaiting_stream_;
   std::vector<CopyCompletion> completions_;
+  std::vector<uint64_t> emptied_comms_;  // no members left, copies still in flight
   uint64_t next_session_id_ = 1;
   uint64_t next_buffer_id_ = 1;
   uint64_t next_comm_id_ = 1;

@@ -8,6 +8,15 @@
 
 namespace iris {
 
+StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
+                                       shm::StreamFlags* flags, uint32_t depth,
+                                       RegisterDoneFlags register_done_flags)
+    : base_(segment_base),
+      bytes_(segment_bytes),
+      flags_(flags),
+      depth_(depth),
+      register_done_flags_(std::move(register_done_flags)) {}
+
 #ifdef IRIS_HAVE_CUDA
 namespace {
 const cuda::Driver& driver(const char* what) {
@@ -55,15 +64,6 @@ v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
   out.set_bytes(bytes);
   return out;
 }
-StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
-                                       shm::StreamFlags* flags, uint32_t depth,
-                                       RegisterDoneFlags register_done_flags)
-    : base_(segment_base),
-      bytes_(segment_bytes),
-      flags_(flags),
-      depth_(depth),
-      register_done_flags_(std::move(register_done_flags)) {}
-
 StreamFlagsMapping::~StreamFlagsMapping() {
   std::string why;
   const cuda::Driver* cu = cuda::load_driver(why);
@@ -131,26 +131,18 @@ void StreamFlagsMapping::enqueue_wait_done(CUstream_st* stream, uint32_t slot,
       "cuStreamWaitValue32 (done flag)");
 }
 #else
-v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) {
+namespace {
+[[noreturn]] void no_cuda() {
   throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
 }
+}  // namespace
 
-StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
-                                       shm::StreamFlags* flags, uint32_t depth,
-                                       RegisterDoneFlags register_done_flags)
-    : base_(segment_base),
-      bytes_(segment_bytes),
-      flags_(flags),
-      depth_(depth),
-      register_done_flags_(std::move(register_done_flags)) {}
+v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) { no_cuda(); }
+
 StreamFlagsMapping::~StreamFlagsMapping() = default;
 void StreamFlagsMapping::release(uint32_t, uint32_t) {}
-void StreamFlagsMapping::enqueue_ready(CUstream_st*, uint32_t, uint32_t) {
-  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
-}
-void StreamFlagsMapping::enqueue_wait_done(CUstream_st*, uint32_t, uint32_t) {
-  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
-}
+void StreamFlagsMapping::enqueue_ready(CUstream_st*, uint32_t, uint32_t) { no_cuda(); }
+void StreamFlagsMapping::enqueue_wait_done(CUstream_st*, uint32_t, uint32_t) { no_cuda(); }
 #endif
 
 }  // namespace iris

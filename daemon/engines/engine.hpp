@@ -1,14 +1,14 @@
 // The copy-engine interface, one implementation per backend (NCCL's transports style).
 //
 // An engine moves bytes between memory the daemon has mapped or imported, asynchronously, and
-// reports each copy's completion through poll(). Its completion_fd() becomes readable when
-// completions wait, so that the progress loop can sleep in epoll instead of spinning.
+// reports each copy's completion through poll(). Its completion_fd() (an eventfd) becomes
+// readable when completions wait, so that the progress loop can sleep in epoll instead of
+// spinning; the loop drains it, and poll() itself makes no system call when nothing finished.
 //
-// The shape anticipates the GPU backends: `cuda` will run copies on daemon-owned non-blocking
-// streams (one per device pair and engine) and complete them through stream memory operations
-// or events; `hsa` will issue them on SDMA queues chosen per agent pair and complete them
-// through pooled signals with a timeout. Both report whether a transfer ran on a DMA copy engine
-// or on compute units (TransferPath), which the stats show.
+// `cuda` runs copies on daemon-owned non-blocking streams, one per copy engine, and retires them
+// through stream memory operations; `hsa` will issue them on SDMA queues chosen per agent pair
+// and complete them through pooled signals with a timeout. Each reports whether a transfer ran
+// on a DMA copy engine or on compute units (TransferPath), which the stats show.
 #pragma once
 
 #include <cstddef>
@@ -88,7 +88,7 @@ class Engine {
   virtual void submit(std::span<const CopyRequest> copies) = 0;
   // Appends finished copies to `out` without blocking; returns how many were appended.
   virtual std::size_t poll(std::vector<CopyCompletion>& out) = 0;
-  // Readable while completions wait; the engine clears it in poll().
+  // An eventfd written when completions wait; the caller drains it.
   virtual int completion_fd() const = 0;
   // True while copies are in flight whose completion no fd will signal: the progress loop then
   // keeps polling instead of sleeping.

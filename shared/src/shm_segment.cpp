@@ -6,12 +6,21 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 
 namespace bip = boost::interprocess;
 
 namespace iris::shm {
+
+std::string segment_prefix(const std::string& socket_path) {
+  const auto hash = std::hash<std::string>{}(socket_path);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
+  return buf;
+}
 
 struct ShmSegment::Impl {
   std::string name;

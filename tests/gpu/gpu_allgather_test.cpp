@@ -2,6 +2,8 @@
 // Without an NVIDIA GPU and driver every test skips and says why.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <signal.h>
 
 #include <random>
@@ -90,7 +92,17 @@ TEST_F(GpuAllGather, KilledRankLeavesOthersWithAnErrorNotAHang) {
   const pid_t survivor = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks",
                                 "2", "--rank", "0", "--seed", "1", "--iterations", "1000000",
                                 "--max-bytes", std::to_string(64 << 20), "--time-only"});
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // both deep in their loops
+  // Kill only once both are deep in their loop: irisd has completed collectives between them.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  uint64_t completed = 0;
+  while (completed < 20 && std::chrono::steady_clock::now() < deadline) {
+    const auto stats =
+        run_program({iris_ctl_path(), "--socket", daemon->socket(), "stats", "--json"});
+    if (stats.exit_code == 0)
+      completed = nlohmann::json::parse(stats.output)["stats"]["collectives_completed_total"];
+    if (completed < 20) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(completed, 20u) << daemon->log();
   ::kill(victim, SIGKILL);
   EXPECT_EQ(wait_for(victim), 128 + SIGKILL);
   EXPECT_EQ(wait_for(survivor), 10 + static_cast<int>(ErrorCode::kPeerLost)) << daemon->log();

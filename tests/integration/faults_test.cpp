@@ -92,10 +92,16 @@ TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {
   auto r = ClientInternals::submit_raw(client, bad_opcode);
   EXPECT_EQ(wait_code(r), ErrorCode::kInvalidArgument);
 
-  // The session and the daemon still work: seq 5 is next (1-4 were consumed above).
+  // Stream-ordered without registered done flags: nothing the stream waits on could be written.
+  auto stream_ordered = ClientInternals::submit_raw(
+      client, shm::all_gather_entry(shm::Opcode::kAllGatherStreamOrdered, comm.id(), 5, buf.id(), 0,
+                                    recv.id(), 0, 8));
+  EXPECT_EQ(wait_code(stream_ordered), ErrorCode::kInvalidArgument);
+
+  // The session and the daemon still work: seq 6 is next (1-5 were consumed above).
   example::fill_block(buf.data(), 4096, 5, 0, 0);
   auto ok = ClientInternals::submit_raw(client,
-                                        raw_gather(comm.id(), 5, buf.id(), 0, recv.id(), 0, 4096));
+                                        raw_gather(comm.id(), 6, buf.id(), 0, recv.id(), 0, 4096));
   EXPECT_EQ(wait_code(ok), ErrorCode::kOk);
   EXPECT_EQ(example::check_block(recv.data(), 4096, 5, 0, 0), 4096u);
 }

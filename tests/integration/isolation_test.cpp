@@ -145,16 +145,19 @@ TEST(Isolation, CommunicatorsDoNotSpanUsers) {
   OtherUserRank other(daemon, "root-only", 2, 1);
   EXPECT_EQ(other.finish(), 10 + static_cast<int>(ErrorCode::kPermissionDenied));
   // The other user's segment belongs to it, 0600: a third party could not map it.
-  OtherUserRank owner(daemon, "own-comm", 1, 0);
-  std::this_thread::sleep_for(200ms);  // let it attach; it waits on stdin afterwards
-  int foreign = 0;
-  for (const auto& name : daemon.shm_names()) {
-    struct stat st {};
-    if (::stat(("/dev/shm/" + name).c_str(), &st) != 0 || st.st_uid != kOtherUid) continue;
-    ++foreign;
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  OtherUserRank owner(daemon, "own-comm", 1, 0);  // stays attached until its stdin closes
+  std::vector<struct stat> foreign;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (foreign.empty() && std::chrono::steady_clock::now() < deadline) {
+    for (const auto& name : daemon.shm_names()) {
+      struct stat st {};
+      if (::stat(("/dev/shm/" + name).c_str(), &st) == 0 && st.st_uid == kOtherUid)
+        foreign.push_back(st);
+    }
+    if (foreign.empty()) std::this_thread::sleep_for(10ms);
   }
-  EXPECT_GE(foreign, 1);
+  ASSERT_FALSE(foreign.empty()) << "the other user's session segment never appeared";
+  for (const struct stat& st : foreign) EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(owner.finish(), 0);
 }
 

@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
+#include "iris/shared/shm_segment.hpp"
 #include "iris/shared/unix_socket.hpp"
 
 namespace iris::testing {
@@ -96,13 +96,7 @@ DaemonProcess::~DaemonProcess() {
   std::system(("rm -rf " + dir_).c_str());
 }
 
-std::string DaemonProcess::shm_prefix() const {
-  // Same derivation as irisd's Config::shm_prefix().
-  const auto hash = std::hash<std::string>{}(socket_);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
-  return buf;
-}
+std::string DaemonProcess::shm_prefix() const { return shm::segment_prefix(socket_); }
 
 std::vector<std::string> DaemonProcess::shm_names() const {
   std::vector<std::string> names;

@@ -205,8 +205,6 @@ bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& ds
 std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
   const std::size_t before = out.size();
   if (!failed_.empty()) {
-    uint64_t counter;
-    [[maybe_unused]] ssize_t r = ::read(event_fd_.get(), &counter, sizeof(counter));
     out.insert(out.end(), failed_.begin(), failed_.end());
     failed_.clear();
   }

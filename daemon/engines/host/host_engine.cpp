@@ -90,6 +90,7 @@ void HostEngine::finish_chunk(Job* job) {
     std::lock_guard lock(done_mutex_);
     done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes});
   }
+  done_pending_.store(true, std::memory_order_release);  // before the eventfd: no lost wake
   delete job;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t r = ::write(event_fd_.get(), &one, sizeof(one));
@@ -99,8 +100,7 @@ std::size_t HostEngine::poll(std::vector<CopyCompletion>& out) {
   const std::size_t before = out.size();
   out.insert(out.end(), inline_done_.begin(), inline_done_.end());
   inline_done_.clear();
-  uint64_t counter;
-  if (::read(event_fd_.get(), &counter, sizeof(counter)) > 0) {
+  if (done_pending_.exchange(false, std::memory_order_acquire)) {
     std::lock_guard lock(done_mutex_);
     out.insert(out.end(), done_.begin(), done_.end());
     done_.clear();

@@ -4,6 +4,7 @@
 // copy itself.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -48,6 +49,7 @@ class HostEngine final : public Engine {
 
   std::mutex done_mutex_;
   std::vector<CopyCompletion> done_;
+  std::atomic<bool> done_pending_{false};  // lets poll() skip the lock while nothing finished
 
   std::vector<std::thread> workers_;
 };

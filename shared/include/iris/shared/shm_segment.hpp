@@ -10,6 +10,10 @@
 
 namespace iris::shm {
 
+// Prefix of every shared-memory name the irisd serving `socket_path` creates: daemons on different
+// sockets never touch each other's segments, and a restarted one finds its predecessor's.
+std::string segment_prefix(const std::string& socket_path);
+
 class ShmSegment {
  public:
   // Creates `name` (fails if it exists) with mode 0600, owned by `owner_uid` when the caller may
