@@ -15,8 +15,6 @@ namespace iris::daemon {
 
 namespace {
 constexpr auto kPureSpin = std::chrono::microseconds(2);
-// Bit 63 of the epoll cookie marks fds the loop drains itself.
-constexpr uint64_t kDrainBit = 1ull << 63;
 
 void drain_eventfd(int fd) {
   uint64_t counter;
@@ -30,7 +28,7 @@ ProgressLoop::ProgressLoop(std::chrono::microseconds spin)
       command_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!epoll_fd_ || !command_fd_)
     throw std::runtime_error(std::string("progress loop: ") + std::strerror(errno));
-  watch(command_fd_.get(), true);
+  watch(command_fd_.get());
 }
 
 ProgressLoop::~ProgressLoop() { stop(); }
@@ -48,10 +46,10 @@ void ProgressLoop::stop() {
   thread_.join();
 }
 
-void ProgressLoop::watch(int fd, bool drain) {
+void ProgressLoop::watch(int fd) {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = static_cast<uint64_t>(fd) | (drain ? kDrainBit : 0);
+  ev.data.fd = fd;
   if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
     spdlog::error("epoll_ctl add fd {}: {}", fd, std::strerror(errno));
 }
@@ -110,8 +108,7 @@ void ProgressLoop::run() {
     const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 1000);
     work_->set_sleeping(false);
     for (int i = 0; i < n; ++i) {
-      if ((events[i].data.u64 & kDrainBit) != 0)
-        drain_eventfd(static_cast<int>(events[i].data.u64 & ~kDrainBit));
+      drain_eventfd(events[i].data.fd);
     }
     last_work = clock::now();
   }

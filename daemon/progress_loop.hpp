@@ -42,9 +42,8 @@ class ProgressLoop {
   // Runs the queued closures, then stops and joins the thread.
   void stop();
 
-  // Adds an fd to the sleep set. `drain`: the loop reads it (an eventfd) when it fires; otherwise
-  // its owner clears it. Thread-safe.
-  void watch(int fd, bool drain);
+  // Adds an eventfd to the sleep set; the loop drains it when it fires. Thread-safe.
+  void watch(int fd);
   void unwatch(int fd);
 
   // Runs `f` on the loop thread and returns its result (or rethrows its exception). Throws

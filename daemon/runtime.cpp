@@ -27,7 +27,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
           engine, stats, [this](const CompletionTarget& t, ErrorCode c) { complete(t, c); },
           config.limits.max_inflight),
       layout_(*shm::SegmentLayout::for_depth(config.limits.ring_depth)) {
-  loop_.watch(engine_.completion_fd(), true);
+  loop_.watch(engine_.completion_fd());
 }
 
 Runtime::~Runtime() {
@@ -82,7 +82,7 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   auto s = std::make_unique<Session>(id, peer, client_name, token, std::move(segment), layout_,
                                      std::move(wake), std::move(connection_dup));
   AttachResult result{id, token, name, layout_.ring_depth, s->wake_fd()};
-  loop_.watch(s->wake_fd(), true);
+  loop_.watch(s->wake_fd());
   session_by_token_.emplace(token, id);
   session_list_.push_back(s.get());
   sessions_.emplace(id, std::move(s));

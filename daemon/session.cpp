@@ -1,7 +1,6 @@
 #include "daemon/session.hpp"
 
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include "iris/shared/futex.hpp"
 
@@ -54,11 +53,6 @@ void Session::mark_daemon_stopped() {
                                    std::memory_order_seq_cst);
   view_.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
   shm::futex_wake_all(view_.header->completion_epoch);
-}
-
-void Session::drain_wake_fd() {
-  uint64_t counter;
-  [[maybe_unused]] ssize_t r = ::read(wake_fd_.get(), &counter, sizeof(counter));
 }
 
 }  // namespace iris::daemon

@@ -48,8 +48,6 @@ class Session {
   void set_daemon_needs_wakeup(bool value);
   // Tells the client's waits the daemon is gone (clean shutdown).
   void mark_daemon_stopped();
-  // Drains the session's wake eventfd after the progress loop woke up.
-  void drain_wake_fd();
 
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
   uint64_t buffer_bytes = 0;

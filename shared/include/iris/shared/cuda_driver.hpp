@@ -43,7 +43,6 @@ namespace iris::cuda {
   X(cuMemHostGetDevicePointer) \
   X(cuMemGetAddressRange) \
   X(cuPointerGetAttribute) \
-  X(cuMemGetInfo) \
   X(cuMemAlloc) \
   X(cuMemFree) \
   X(cuMemsetD32)
