@@ -32,6 +32,10 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--chunk-bytes", c.engine.chunk_bytes, "host engine: chunk size of large copies")
       ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))
       ->capture_default_str();
+  app.add_option("--split-bytes", c.engine.split_bytes,
+                 "cuda engine: copies at least this large are split across the device's copy "
+                 "engines (0: never)")
+      ->capture_default_str();
   app.add_option("--max-sessions", c.limits.max_sessions, "attached clients at once")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();

@@ -161,6 +161,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
         ce->set_name(e.name);
         ce->set_index(e.index);
       }
+      for (const std::string& peer : d.peer_bus_ids) dev->add_peer_bus_ids(peer);
     }
     const auto [sessions, comms] = loop_.call([&] {
       return std::pair{runtime_.session_count(), runtime_.comm_count()};

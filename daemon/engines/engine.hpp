@@ -56,6 +56,7 @@ struct DeviceDescription {
   std::string bus_id;
   uint64_t memory_bytes;
   std::vector<CopyEngineDescription> engines;
+  std::vector<std::string> peer_bus_ids;  // GPUs it copies to and from directly
 };
 
 struct EngineDescription {
@@ -105,10 +106,13 @@ class Engine {
 };
 
 struct EngineOptions {
-  std::string kind = "auto";          // auto | host
+  std::string kind = "auto";          // auto | cuda | host
   uint32_t workers = 2;               // host engine: worker threads, each one "engine"
   uint64_t inline_bytes = 64 * 1024;  // host engine: copies this small run on the caller
   uint64_t chunk_bytes = 1 << 20;     // host engine: large copies split into chunks this big
+  // cuda engine: a copy at least this large is split into one piece per copy engine of its
+  // device, so that one big block keeps every engine busy; 0 never splits.
+  uint64_t split_bytes = 0;
 };
 
 // Builds the engine `options.kind` names; `auto` picks the best available and says why.

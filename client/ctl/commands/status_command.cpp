@@ -19,12 +19,15 @@ Report StatusCommand::run(const client::ControlChannel& channel) const {
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
   };
-  auto& devices = report.table("devices", {"device", "bus_id", "memory", "copy_engines"});
+  auto& devices = report.table("devices", {"device", "bus_id", "memory", "copy_engines", "peers"});
   for (const auto& d : s.devices()) {
     nlohmann::json engines = nlohmann::json::array();
     for (const auto& e : d.engines()) engines.push_back(e.name());
+    nlohmann::json peers = nlohmann::json::array();
+    for (const auto& p : d.peer_bus_ids()) peers.push_back(p);
     devices.rows.push_back({d.name(), d.bus_id().empty() ? "-" : d.bus_id(),
-                            d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()), engines});
+                            d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()), engines,
+                            peers});
   }
   return report;
 }

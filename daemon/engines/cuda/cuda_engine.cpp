@@ -19,15 +19,17 @@ std::unique_ptr<CudaEngine> CudaEngine::create(const EngineOptions& options,
   const cuda::Driver* driver = cuda::load_driver(why_not);
   if (driver == nullptr) return nullptr;
   try {
-    return std::unique_ptr<CudaEngine>(new CudaEngine(*driver, reason));
+    return std::unique_ptr<CudaEngine>(new CudaEngine(*driver, options, reason));
   } catch (const std::exception& e) {
     why_not = e.what();
     return nullptr;
   }
 }
 
-CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
-    : cu_(driver), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options, std::string reason)
+    : cu_(driver),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      split_bytes_(options.split_bytes) {
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   description_.name = "cuda";
   description_.reason = std::move(reason);
@@ -52,13 +54,14 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, std::string reason)
           "cuDeviceGetAttribute(ASYNC_ENGINE_COUNT)");
     check(cu_.cuDevicePrimaryCtxRetain(&d.context, d.handle), "cuDevicePrimaryCtxRetain");
     d.bus_id = bus;
-    DeviceDescription desc{name, bus, memory, {}};
+    DeviceDescription desc{name, bus, memory, {}, {}};
     for (int e = 0; e < std::max(engines, 1); ++e)
       desc.engines.push_back({"copy-engine-" + std::to_string(e), static_cast<uint32_t>(e)});
     d.streams.resize(desc.engines.size());
     devices_.push_back(std::move(d));
     description_.devices.push_back(std::move(desc));
   }
+  connect_peers();
   // One pinned page holds every stream's retired counter, each on its own cache line.
   std::size_t streams = 0;
   for (const Device& d : devices_) streams += d.streams.size();
@@ -100,6 +103,29 @@ CudaEngine::~CudaEngine() {
   for (const Device& d : devices_) cu_.cuDevicePrimaryCtxRelease(d.handle);
 }
 
+void CudaEngine::connect_peers() {
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    for (std::size_t j = 0; j < devices_.size(); ++j) {
+      if (i == j) continue;
+      int can = 0;
+      check(cu_.cuDeviceCanAccessPeer(&can, devices_[i].handle, devices_[j].handle),
+            "cuDeviceCanAccessPeer");
+      if (can == 0) {
+        spdlog::warn(
+            "cuda engine: GPU {} cannot reach GPU {} directly; copies between them are "
+            "staged through host memory",
+            devices_[i].bus_id, devices_[j].bus_id);
+        continue;
+      }
+      use_device(static_cast<int>(i));
+      const CUresult r = cu_.cuCtxEnablePeerAccess(devices_[j].context, 0);
+      if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+        check(r, "cuCtxEnablePeerAccess");
+      description_.devices[i].peer_bus_ids.push_back(devices_[j].bus_id);
+    }
+  }
+}
+
 void CudaEngine::check(CUresult result, const char* what) const {
   if (result != CUDA_SUCCESS)
     throw Error(ErrorCode::kEngineError, std::string(what) + " failed: " + cu_.describe(result));
@@ -112,8 +138,8 @@ void CudaEngine::use_device(int index) {
 }
 
 void CudaEngine::submit(std::span<const CopyRequest> copies) {
-  // The copies of one submit that go to one stream form a batch: one cuMemcpyBatchAsync where the
-  // driver has it, and one counter write that retires them all.
+  // The pieces of one submit that go to one stream form a batch: one cuMemcpyBatchAsync where
+  // the driver has it, and one counter write that retires them all.
   struct Group {
     int device;
     Stream* stream;
@@ -122,6 +148,19 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     Batch batch;
   };
   std::vector<Group> groups;
+  auto add = [&](int device, Stream* st, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                 Piece piece) {
+    auto g =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.stream == st; });
+    if (g == groups.end()) {
+      groups.push_back({device, st, {}, {}, {}, {}});
+      g = std::prev(groups.end());
+    }
+    g->dsts.push_back(dst);
+    g->srcs.push_back(src);
+    g->sizes.push_back(bytes);
+    g->batch.pieces.push_back(piece);
+  };
   for (const CopyRequest& copy : copies) {
     const int device = copy.dst_device != kHostMemory   ? copy.dst_device
                        : copy.src_device != kHostMemory ? copy.src_device
@@ -130,24 +169,31 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
                                   ? TransferPath::kComputeUnits
                                   : TransferPath::kCopyEngine;
     Device& d = devices_[device];
-    Stream* st = &d.streams[d.next_stream++ % d.streams.size()];
-    auto g =
-        std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.stream == st; });
-    if (g == groups.end()) {
-      groups.push_back({device, st, {}, {}, {}, {}});
-      g = std::prev(groups.end());
+    const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
+    const CUdeviceptr dst = address_on(device, copy.dst, copy.dst_device);
+    const CUdeviceptr src = address_on(device, copy.src, copy.src_device);
+    const uint64_t engines = d.streams.size();
+    if (split_bytes_ == 0 || copy.bytes < split_bytes_ || engines < 2) {
+      add(device, &d.streams[d.next_stream++ % engines], dst, src, copy.bytes, {completion});
+      continue;
     }
-    g->dsts.push_back(reinterpret_cast<CUdeviceptr>(copy.dst));
-    g->srcs.push_back(reinterpret_cast<CUdeviceptr>(copy.src));
-    g->sizes.push_back(copy.bytes);
-    g->batch.completions.push_back({copy.cookie, ErrorCode::kOk, path, copy.bytes});
+    // Pieces of whole 4 KiB pages (the last takes the rest), one per engine.
+    const uint64_t piece = (copy.bytes / engines + 4095) & ~uint64_t{4095};
+    const uint64_t id = next_split_++;
+    uint32_t pieces = 0;
+    for (uint64_t at = 0; at < copy.bytes; at += piece, ++pieces) {
+      const uint64_t bytes = std::min(piece, copy.bytes - at);
+      add(device, &d.streams[d.next_stream++ % engines], dst + at, src + at, bytes,
+          {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
+    }
+    splits_.emplace(id, Split{completion, pieces});
   }
   for (Group& g : groups) {
     use_device(g.device);
     if (!issue(g.stream->handle, g.device, g.dsts, g.srcs, g.sizes)) {
-      for (CopyCompletion c : g.batch.completions) {
-        c.code = ErrorCode::kEngineError;
-        failed_.push_back(c);
+      for (Piece p : g.batch.pieces) {
+        p.completion.code = ErrorCode::kEngineError;
+        failed_.push_back(p);
       }
       continue;
     }
@@ -169,6 +215,19 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(event_fd_.get(), &one, sizeof(one));
   }
+}
+
+void CudaEngine::retire(const Piece& piece, std::vector<CopyCompletion>& out) {
+  if (piece.split == 0) {
+    out.push_back(piece.completion);
+    return;
+  }
+  auto it = splits_.find(piece.split);
+  Split& split = it->second;
+  if (piece.completion.code != ErrorCode::kOk) split.completion.code = piece.completion.code;
+  if (--split.pieces_left != 0) return;
+  out.push_back(split.completion);
+  splits_.erase(it);
 }
 
 bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
@@ -205,7 +264,7 @@ bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& ds
 std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
   const std::size_t before = out.size();
   if (!failed_.empty()) {
-    out.insert(out.end(), failed_.begin(), failed_.end());
+    for (const Piece& p : failed_) retire(p, out);
     failed_.clear();
   }
   if (in_flight_ == 0) return out.size() - before;
@@ -214,8 +273,7 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
       if (st.batches.empty()) continue;
       const uint32_t retired = st.retired->load(std::memory_order_acquire);
       while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
-        const auto& done = st.batches.front().completions;
-        out.insert(out.end(), done.begin(), done.end());
+        for (const Piece& p : st.batches.front().pieces) retire(p, out);
         st.batches.pop_front();
         --in_flight_;
       }
@@ -260,12 +318,7 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
     throw Error(ErrorCode::kNotFound, "GPU " + exported.bus_id + " is not managed by irisd");
   use_device(device);
 
-  struct OpenedIpc {
-    CUdeviceptr base;
-    size_t bytes;
-  };
-  std::shared_ptr<OpenedIpc> opened =
-      std::static_pointer_cast<OpenedIpc>(imports_[exported.ipc_handle].lock());
+  std::shared_ptr<Import> opened = imports_[exported.ipc_handle].lock();
   if (!opened) {
     CUipcMemHandle ipc;
     std::memcpy(&ipc, exported.ipc_handle.data(), sizeof(ipc));
@@ -278,12 +331,27 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
     size_t size = 0;
     CUdeviceptr start = 0;
     check(cu_.cuMemGetAddressRange(&start, &size, base), "cuMemGetAddressRange");
-    opened = std::shared_ptr<OpenedIpc>(new OpenedIpc{base, size}, [this, device](OpenedIpc* o) {
-      use_device(device);
-      cu_.cuIpcCloseMemHandle(o->base);
-      delete o;
-    });
+    opened =
+        std::shared_ptr<Import>(new Import{std::vector<CUdeviceptr>(devices_.size()), size, device},
+                                [this](Import* o) { close_import(o); });
+    opened->base[device] = base;
+    // Mapped into each peer's context too: a copy issued on GPU d uses d's mapping (see
+    // address_on).
+    for (const std::string& peer : description_.devices[device].peer_bus_ids) {
+      const int d = device_by_bus_id(peer);
+      use_device(d);
+      const CUresult rp =
+          cu_.cuIpcOpenMemHandle(&opened->base[d], ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (rp != CUDA_SUCCESS) {
+        opened->base[d] = 0;
+        spdlog::warn(
+            "cuda engine: cannot map a buffer of GPU {} for GPU {} ({}); copies between "
+            "them go through the host",
+            exported.bus_id, peer, cu_.describe(rp));
+      }
+    }
     imports_[exported.ipc_handle] = opened;
+    by_address_[base] = opened;
   }
   if (exported.offset > opened->bytes || exported.bytes > opened->bytes - exported.offset)
     throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
@@ -293,8 +361,35 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
   // Forget imports that have been closed since.
   for (auto it = imports_.begin(); it != imports_.end();)
     it = it->second.expired() ? imports_.erase(it) : std::next(it);
-  return ImportedMemory{reinterpret_cast<std::byte*>(opened->base) + exported.offset,
+  return ImportedMemory{reinterpret_cast<std::byte*>(opened->base[device]) + exported.offset,
                         exported.bytes, device, opened};
+}
+
+void CudaEngine::close_import(Import* import) {
+  by_address_.erase(import->base[import->owner]);
+  for (std::size_t d = 0; d < import->base.size(); ++d) {
+    if (import->base[d] == 0) continue;
+    use_device(static_cast<int>(d));
+    cu_.cuIpcCloseMemHandle(import->base[d]);
+  }
+  delete import;
+}
+
+int CudaEngine::device_by_bus_id(const std::string& bus_id) const {
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i].bus_id == bus_id) return static_cast<int>(i);
+  throw Error(ErrorCode::kInternal, "no device " + bus_id);
+}
+
+CUdeviceptr CudaEngine::address_on(int device, const std::byte* address, int owner) const {
+  const auto p = reinterpret_cast<CUdeviceptr>(address);
+  if (owner == kHostMemory || owner == device) return p;
+  auto it = by_address_.upper_bound(p);
+  if (it == by_address_.begin()) return p;
+  --it;
+  const std::shared_ptr<Import> import = it->second.lock();
+  if (!import || p - it->first >= import->bytes || import->base[device] == 0) return p;
+  return import->base[device] + (p - it->first);
 }
 
 }  // namespace iris::daemon

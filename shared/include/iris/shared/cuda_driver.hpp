@@ -23,10 +23,12 @@ namespace iris::cuda {
   X(cuDeviceGetByPCIBusId) \
   X(cuDeviceTotalMem) \
   X(cuDeviceGetAttribute) \
+  X(cuDeviceCanAccessPeer) \
   X(cuDevicePrimaryCtxRetain) \
   X(cuDevicePrimaryCtxRelease) \
   X(cuCtxSetCurrent) \
   X(cuCtxGetCurrent) \
+  X(cuCtxEnablePeerAccess) \
   X(cuStreamCreate) \
   X(cuStreamDestroy) \
   X(cuStreamSynchronize) \
