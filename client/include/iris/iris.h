@@ -1,0 +1,78 @@
+/* libiris's C interface: the same client as the C++ API (iris/iris.hpp), for C programs and for
+ * language bindings (client/python/iris loads it with ctypes).
+ *
+ * Every function that can fail returns an iris error code (the values of iris::ErrorCode:
+ * IRIS_OK is 0) and leaves the message, which says what to do, in iris_last_error() of the
+ * calling thread. Objects are opaque; each is released by its own function. A buffer, a
+ * communicator or a request keeps its client's connection alive until it is released. */
+#ifndef IRIS_IRIS_H
+#define IRIS_IRIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  IRIS_OK = 0,
+  IRIS_ERROR_INVALID_ARGUMENT = 1,
+  IRIS_ERROR_TIMEOUT = 12,
+  IRIS_ERROR_DAEMON_GONE = 13,
+  IRIS_ERROR_UNAVAILABLE = 15,
+  IRIS_ERROR_INTERNAL = 16
+};
+
+typedef struct iris_client iris_client;
+typedef struct iris_buffer iris_buffer;
+typedef struct iris_comm iris_comm;
+typedef struct iris_request iris_request;
+
+/* The message of the last call on this thread that failed ("" when none has). */
+const char* iris_last_error(void);
+/* The name of an error code ("peer_lost"). */
+const char* iris_error_name(int code);
+
+/* Attaches to irisd at `socket_path` (NULL: /run/irisd/irisd.sock); `name` is shown by
+ * `iris-ctl sessions` (may be NULL). */
+int iris_connect(const char* socket_path, const char* name, iris_client** out);
+/* Detaches (pending requests fail) and frees the client. */
+void iris_client_release(iris_client* client);
+/* "host" or "cuda": the engine irisd runs. */
+const char* iris_client_engine(const iris_client* client);
+
+/* Host memory shared with irisd. */
+int iris_allocate(iris_client* client, size_t bytes, iris_buffer** out);
+/* GPU memory of this process (any range of a cudaMalloc allocation); it must outlive the
+ * buffer. */
+int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out);
+void* iris_buffer_data(const iris_buffer* buffer);
+size_t iris_buffer_size(const iris_buffer* buffer);
+void iris_buffer_release(iris_buffer* buffer);
+
+/* Joins the communicator `key` as `rank` of `nranks`. */
+int iris_comm_init(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
+                   iris_comm** out);
+/* Leaves the communicator (the other ranks' later collectives fail with peer_lost) and frees it,
+ * also when leaving failed. */
+int iris_comm_destroy(iris_comm* comm);
+
+/* ncclAllGather semantics: `bytes` from `send` land at recv + rank * bytes on every rank; both in
+ * registered buffers. `cuda_stream` NULL: the request is waited on from the host; otherwise a
+ * cudaStream_t on which the copies are ordered (they start when the stream reaches this point,
+ * and work queued on it afterwards runs once they landed). */
+int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, void* cuda_stream,
+                    iris_request** out);
+/* Waits up to `timeout_ns` (negative: without limit); IRIS_ERROR_TIMEOUT when it ran out, else
+ * the collective's own result. */
+int iris_request_wait(iris_request* request, int64_t timeout_ns);
+/* *done = 1 once complete (returns the collective's result then), else 0 and IRIS_OK. */
+int iris_request_test(iris_request* request, int* done);
+void iris_request_release(iris_request* request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* IRIS_IRIS_H */

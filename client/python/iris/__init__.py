@@ -1,0 +1,183 @@
+"""irisd's Python client: ctypes over libiris's C interface (client/include/iris/iris.h).
+
+    import iris
+    client = iris.Client("/run/irisd/irisd.sock", name="trainer")
+    comm = iris.Communicator(client, "job-42", nranks=8, rank=rank)
+    send, recv = client.register_tensor(x), client.register_tensor(y)   # torch CUDA tensors
+    comm.all_gather(x, y, x.numel() * x.element_size(),
+                    stream=torch.cuda.current_stream()).wait()
+
+libiris is found through $IRIS_LIBRARY (a path) or the loader's search path (libiris.so.0).
+Pointers may be ints, Buffers, or objects with data_ptr() (torch tensors); streams may be ints
+(cudaStream_t) or objects with cuda_stream (torch.cuda.Stream)."""
+
+import ctypes
+import os
+
+__all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request"]
+
+
+class IrisError(RuntimeError):
+    """A failed libiris call: `code` is the iris::ErrorCode value, `name` its name."""
+
+    def __init__(self, code, name, message):
+        super().__init__(f"{name}: {message}")
+        self.code, self.name = code, name
+
+
+def _load():
+    lib = ctypes.CDLL(os.environ.get("IRIS_LIBRARY", "libiris.so.0"))
+    p, size, u32, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int64
+    out = ctypes.POINTER(ctypes.c_void_p)
+    signatures = {
+        "iris_last_error": ([], ctypes.c_char_p),
+        "iris_error_name": ([ctypes.c_int], ctypes.c_char_p),
+        "iris_connect": ([ctypes.c_char_p, ctypes.c_char_p, out], ctypes.c_int),
+        "iris_client_release": ([p], None),
+        "iris_client_engine": ([p], ctypes.c_char_p),
+        "iris_allocate": ([p, size, out], ctypes.c_int),
+        "iris_register_cuda": ([p, p, size, out], ctypes.c_int),
+        "iris_buffer_data": ([p], p),
+        "iris_buffer_size": ([p], size),
+        "iris_buffer_release": ([p], None),
+        "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
+        "iris_comm_destroy": ([p], ctypes.c_int),
+        "iris_all_gather": ([p, p, p, size, p, out], ctypes.c_int),
+        "iris_request_wait": ([p, i64], ctypes.c_int),
+        "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
+        "iris_request_release": ([p], None),
+    }
+    for name, (args, result) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, result
+    return lib
+
+
+_lib = _load()
+
+
+def _check(code):
+    if code != 0:
+        raise IrisError(code, _lib.iris_error_name(code).decode(),
+                        _lib.iris_last_error().decode())
+
+
+def _created(call, *args):
+    handle = ctypes.c_void_p()
+    _check(call(*args, ctypes.byref(handle)))
+    return handle
+
+
+def _address(x):
+    if isinstance(x, Buffer):
+        return x.data
+    if hasattr(x, "data_ptr"):
+        return x.data_ptr()
+    return int(x)
+
+
+def _stream(s):
+    if s is None:
+        return None
+    return int(getattr(s, "cuda_stream", s))
+
+
+class Client:
+    """An attached session of irisd."""
+
+    def __init__(self, socket_path=None, name=None):
+        self._handle = _created(_lib.iris_connect,
+                                socket_path.encode() if socket_path else None,
+                                name.encode() if name else None)
+
+    @property
+    def engine(self):
+        return _lib.iris_client_engine(self._handle).decode()
+
+    def allocate(self, nbytes):
+        """Host memory shared with irisd."""
+        return Buffer(_created(_lib.iris_allocate, self._handle, nbytes))
+
+    def register_cuda(self, device_ptr, nbytes):
+        """GPU memory of this process; it must outlive the Buffer."""
+        return Buffer(_created(_lib.iris_register_cuda, self._handle, device_ptr, nbytes))
+
+    def register_tensor(self, tensor):
+        """A contiguous torch CUDA tensor's storage range."""
+        if not tensor.is_contiguous():
+            raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
+        return self.register_cuda(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+
+    def close(self):
+        if self._handle:
+            _lib.iris_client_release(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+
+class Buffer:
+    """A registered buffer; `view()` gives host buffers' bytes as a memoryview."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self.data = _lib.iris_buffer_data(handle)
+        self.size = _lib.iris_buffer_size(handle)
+
+    def view(self):
+        return memoryview((ctypes.c_ubyte * self.size).from_address(self.data)).cast("B")
+
+    def release(self):
+        if self._handle:
+            _lib.iris_buffer_release(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.release()
+
+
+class Request:
+    """A submitted collective."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def wait(self, timeout=None):
+        """Waits (seconds; None: without limit). Raises IrisError, code 12 when it ran out."""
+        _check(_lib.iris_request_wait(self._handle,
+                                      -1 if timeout is None else int(timeout * 1e9)))
+
+    def test(self):
+        done = ctypes.c_int(0)
+        _check(_lib.iris_request_test(self._handle, ctypes.byref(done)))
+        return bool(done.value)
+
+    def __del__(self):
+        if self._handle:
+            _lib.iris_request_release(self._handle)
+            self._handle = None
+
+
+class Communicator:
+    """Rank `rank` of `nranks` in the communicator `key`."""
+
+    def __init__(self, client, key, nranks, rank):
+        self._client = client  # the connection outlives the communicator
+        self.rank, self.nranks = rank, nranks
+        self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks, rank)
+
+    def all_gather(self, send, recv, nbytes, stream=None):
+        """ncclAllGather semantics; with `stream`, ordered on that CUDA stream."""
+        return Request(_created(_lib.iris_all_gather, self._handle, _address(send),
+                                _address(recv), nbytes, _stream(stream)))
+
+    def destroy(self):
+        if self._handle:
+            handle, self._handle = self._handle, None
+            _check(_lib.iris_comm_destroy(handle))
+
+    def __del__(self):
+        if self._handle:
+            _lib.iris_comm_destroy(self._handle)
+            self._handle = None
