@@ -187,6 +187,8 @@ grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetSta
     resp->set_bytes_copied_total(get(stats_.bytes_copied_total));
     resp->set_copy_engine_bytes_total(get(stats_.copy_engine_bytes_total));
     resp->set_sm_bytes_total(get(stats_.compute_unit_bytes_total));
+    resp->set_stream_ready_waits_total(get(stats_.stream_ready_waits_total));
+    resp->set_stream_ready_wait_us_total(get(stats_.stream_ready_wait_us_total));
     resp->set_buffers_registered(get(stats_.buffers_registered));
     resp->set_buffer_bytes_registered(get(stats_.buffer_bytes_registered));
     for (uint32_t i = 1; i < kErrorCodeCount; ++i) {

@@ -383,9 +383,11 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stre
   if (stream_ordered && !s.stream_ready(e.slot, e.generation)) {
     // Polled, not waited for on the GPU: a daemon stream blocked on one rank's flag would hold
     // up every later copy on that stream, other collectives' included.
-    awaiting_stream_.push_back({target, e.comm_id, rank, e.seq, std::move(plan)});
+    awaiting_stream_.push_back(
+        {target, e.comm_id, rank, e.seq, std::move(plan), std::chrono::steady_clock::now()});
     return;
   }
+  if (stream_ordered) stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
   scheduler_.arrive(comm, rank, e.seq, target, std::move(plan), ErrorCode::kOk);
 }
 
@@ -403,6 +405,12 @@ bool Runtime::start_ready_stream_arrivals() {
     if (gone) {
       complete(a.target, ErrorCode::kPeerLost);
     } else {
+      stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
+      stats_.stream_ready_wait_us_total.fetch_add(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                a.seen)
+              .count(),
+          std::memory_order_relaxed);
       scheduler_.arrive(*comm_it->second, a.rank, a.seq, a.target, std::move(a.plan),
                         ErrorCode::kOk);
     }

@@ -99,6 +99,7 @@ class Runtime final : public LoopWork {
     uint32_t rank;
     uint64_t seq;
     ValidatedAllGather plan;
+    std::chrono::steady_clock::time_point seen;  // when its ring entry was popped
   };
   std::vector<AwaitingStream> awaiting_stream_;
   std::vector<CopyCompletion> completions_;

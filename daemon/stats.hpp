@@ -20,6 +20,10 @@ struct Stats {
   std::atomic<uint64_t> bytes_copied_total{0};
   std::atomic<uint64_t> copy_engine_bytes_total{0};
   std::atomic<uint64_t> compute_unit_bytes_total{0};
+  // Stream-ordered all-gathers: how many waited for their caller's stream to reach them, and for
+  // how long in all (from the ring entry being seen to its ready flag being seen).
+  std::atomic<uint64_t> stream_ready_waits_total{0};
+  std::atomic<uint64_t> stream_ready_wait_us_total{0};
   std::atomic<uint64_t> buffers_registered{0};
   std::atomic<uint64_t> buffer_bytes_registered{0};
   std::array<std::atomic<uint64_t>, kErrorCodeCount> errors{};

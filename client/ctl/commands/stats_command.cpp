@@ -17,6 +17,8 @@ Report StatsCommand::run(const client::ControlChannel& channel) const {
       {"bytes_copied_total", s.bytes_copied_total()},
       {"copy_engine_bytes_total", s.copy_engine_bytes_total()},
       {"compute_unit_bytes_total", s.sm_bytes_total()},
+      {"stream_ready_waits_total", s.stream_ready_waits_total()},
+      {"stream_ready_wait_us_total", s.stream_ready_wait_us_total()},
       {"buffers_registered", s.buffers_registered()},
       {"buffer_bytes_registered", s.buffer_bytes_registered()},
   };

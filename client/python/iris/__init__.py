@@ -79,7 +79,12 @@ def _address(x):
 def _stream(s):
     if s is None:
         return None
-    return int(getattr(s, "cuda_stream", s))
+    handle = int(getattr(s, "cuda_stream", s))
+    if handle == 0:
+        raise IrisError(1, "invalid_argument",
+                        "the legacy default stream (0) cannot order an all-gather: pass a "
+                        "created stream (torch.cuda.Stream()), or no stream to wait from the host")
+    return handle
 
 
 class Client:
