@@ -104,13 +104,49 @@ void AttachListener::on_readable(int fd) {
     handshake(conn);
     return;
   }
-  // An attached client sends nothing more: data is discarded, EOF ends the session.
-  char buf[256];
-  const ssize_t r = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-  if (r > 0 || (r < 0 && (errno == EAGAIN || errno == EINTR))) return;
+  // After the handshake: requests that carry file descriptors, one frame each; EOF (or a frame
+  // that cannot be read) ends the session.
   const uint64_t id = *conn.session_id;
-  loop_.post([this, id] { runtime_.end_session(id, true); });
-  close_connection(fd);
+  auto frame = net::recv_frame(fd, kHandshakeTimeout, kMaxSessionRequestFds);
+  if (!frame) {
+    if (!net::peer_closed(fd))
+      spdlog::warn("session {}: unreadable frame on the attach socket; ending the session", id);
+    loop_.post([this, id] { runtime_.end_session(id, true); });
+    close_connection(fd);
+    return;
+  }
+  if (!net::send_frame(fd, handle_session_request(id, *frame).SerializeAsString())) {
+    loop_.post([this, id] { runtime_.end_session(id, true); });
+    close_connection(fd);
+  }
+}
+
+v1::SessionResponse AttachListener::handle_session_request(uint64_t session_id,
+                                                           const net::Frame& frame) {
+  v1::SessionResponse response;
+  v1::SessionRequest request;
+  if (!request.ParseFromString(frame.payload) || !request.has_register_vmm()) {
+    response.set_error_code(static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+    response.set_error_message("malformed request on the attach socket");
+    return response;
+  }
+  const v1::RegisterVmmBuffer& vmm = request.register_vmm();
+  DeviceBufferExport exported{"", vmm.bus_id(), vmm.offset(), vmm.bytes(), {}, {}};
+  for (const net::Fd& f : frame.fds) exported.vmm_fds.push_back(f.get());
+  exported.vmm_chunk_bytes.assign(vmm.chunk_bytes().begin(), vmm.chunk_bytes().end());
+  try {
+    if (exported.vmm_fds.empty())
+      throw Error(ErrorCode::kInvalidArgument, "VMM registration without file descriptors");
+    *response.mutable_registered() =
+        loop_.call([&] { return runtime_.register_device_buffer(session_id, exported); });
+  } catch (const Error& e) {
+    response.set_error_code(static_cast<uint32_t>(e.code()));
+    response.set_error_message(e.message());
+  } catch (const std::exception& e) {
+    response.set_error_code(static_cast<uint32_t>(ErrorCode::kInternal));
+    response.set_error_message(e.what());
+  }
+  return response;
 }
 
 void AttachListener::handshake(Connection& conn) {

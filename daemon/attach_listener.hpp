@@ -1,7 +1,8 @@
 // The attach socket: a plain Unix socket where a client says hello and the kernel says who it is
 // (SO_PEERCRED), since gRPC 1.51 cannot tell a server its peer's pid or uid. Each accepted
 // connection stays open for the session's life; its EOF is how the daemon learns, at once, that
-// the client died, and the session is then torn down.
+// the client died, and the session is then torn down. After the handshake it also carries the
+// requests that pass file descriptors (VMM buffer registration), which gRPC cannot.
 #pragma once
 
 #include <map>
@@ -13,6 +14,9 @@
 #include "daemon/runtime.hpp"
 
 namespace iris::daemon {
+
+// File descriptors one session request may carry: VMM allocations behind one registered range.
+inline constexpr std::size_t kMaxSessionRequestFds = 256;
 
 class AttachListener {
  public:
@@ -32,6 +36,7 @@ class AttachListener {
   void accept_all();
   void on_readable(int fd);
   void handshake(Connection& conn);
+  v1::SessionResponse handle_session_request(uint64_t session_id, const net::Frame& frame);
   void close_connection(int fd);
 
   const Config& config_;

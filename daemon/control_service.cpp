@@ -100,7 +100,8 @@ grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
     const uint64_t id = session_of(ctx);
     if (req->has_cuda_ipc()) {
       const auto& ipc = req->cuda_ipc();
-      const DeviceBufferExport exported{ipc.handle(), ipc.bus_id(), ipc.offset(), ipc.bytes()};
+      const DeviceBufferExport exported{ipc.handle(), ipc.bus_id(), ipc.offset(),
+                                        ipc.bytes(),  {},           {}};
       if (req->stream_done_flags()) {
         loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
       } else {

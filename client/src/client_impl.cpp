@@ -20,6 +20,7 @@ constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
 constexpr auto kAttachTimeout = std::chrono::seconds(10);
+constexpr auto kVmmRegisterTimeout = std::chrono::milliseconds(30000);
 
 clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
   const auto now = clock::now();
@@ -304,11 +305,34 @@ Buffer Client::Impl::allocate(std::size_t bytes) {
 }
 
 Buffer Client::Impl::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
-  v1::RegisterBufferRequest request;
-  *request.mutable_cuda_ipc() = export_cuda_buffer(device_ptr, bytes);
-  const auto response =
-      channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
-  return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
+  ExportedCudaBuffer exported = export_cuda_buffer(device_ptr, bytes);
+  if (exported.ipc) {
+    v1::RegisterBufferRequest request;
+    *request.mutable_cuda_ipc() = *exported.ipc;
+    const auto response =
+        channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
+    return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
+  }
+  v1::SessionRequest request;
+  *request.mutable_register_vmm() = exported.vmm;
+  std::vector<int> fds;
+  for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
+  v1::SessionResponse response;
+  {
+    // One request at a time on the attach socket: each frame is answered by the next one.
+    std::lock_guard lock(attach_mutex_);
+    if (!net::send_frame(attach_fd.get(), request.SerializeAsString(), fds))
+      throw Error(ErrorCode::kDaemonGone, "irisd closed the session while registering a buffer");
+    auto frame = net::recv_frame(attach_fd.get(), kVmmRegisterTimeout, 0);
+    if (!frame || !response.ParseFromString(frame->payload))
+      throw Error(ErrorCode::kDaemonGone,
+                  "irisd did not answer a VMM buffer registration (stopped, or the session "
+                  "ended)");
+  }
+  if (response.error_code() != 0)
+    throw Error(static_cast<ErrorCode>(response.error_code()),
+                "register GPU buffer: " + response.error_message());
+  return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr);
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,

@@ -100,6 +100,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::size_t bytes;
   };
   mutable std::mutex buffers_mutex_;
+  std::mutex attach_mutex_;                  // one session request at a time on attach_fd
   std::map<uintptr_t, Registered> buffers_;  // by base address
 };
 

@@ -31,7 +31,7 @@ void check(const cuda::Driver& cu, CUresult r, const std::string& what) {
 }
 }  // namespace
 
-v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
+ExportedCudaBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
   const cuda::Driver* cu = &driver("cannot register a GPU buffer");
   const auto ptr = reinterpret_cast<CUdeviceptr>(device_ptr);
   auto check = [&](CUresult r, const char* what) {
@@ -44,26 +44,54 @@ v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
   char bus[64] = {};
   check(cu->cuDeviceGet(&device, ordinal), "cuDeviceGet");
   check(cu->cuDeviceGetPCIBusId(bus, sizeof(bus), device), "cuDeviceGetPCIBusId");
+  if (bytes == 0) throw Error(ErrorCode::kOutOfRange, "cannot register an empty GPU buffer");
   CUdeviceptr base = 0;
   size_t size = 0;
   check(cu->cuMemGetAddressRange(&base, &size, ptr), "cuMemGetAddressRange");
-  const std::size_t offset = ptr - base;
-  if (bytes == 0 || bytes > size - offset)
-    throw Error(ErrorCode::kOutOfRange, "GPU buffer range of " + std::to_string(bytes) +
-                                            " bytes at offset " + std::to_string(offset) +
-                                            " does not fit its allocation of " +
-                                            std::to_string(size) + " bytes");
+  ExportedCudaBuffer out;
   CUipcMemHandle handle;
-  check(cu->cuIpcGetMemHandle(&handle, base),
-        "cuIpcGetMemHandle (VMM allocations such as PyTorch's expandable segments are not "
-        "supported yet)");
-  v1::CudaIpcBuffer out;
-  out.set_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
-  out.set_bus_id(bus);
-  out.set_offset(offset);
-  out.set_bytes(bytes);
+  if (cu->cuIpcGetMemHandle(&handle, base) == CUDA_SUCCESS) {
+    // cudaMalloc memory: one allocation holds the whole range.
+    const std::size_t offset = ptr - base;
+    if (bytes > size - offset)
+      throw Error(ErrorCode::kOutOfRange, "GPU buffer range of " + std::to_string(bytes) +
+                                              " bytes at offset " + std::to_string(offset) +
+                                              " does not fit its allocation of " +
+                                              std::to_string(size) + " bytes");
+    out.ipc.emplace();
+    out.ipc->set_handle(std::string(reinterpret_cast<const char*>(&handle), sizeof(handle)));
+    out.ipc->set_bus_id(bus);
+    out.ipc->set_offset(offset);
+    out.ipc->set_bytes(bytes);
+    return out;
+  }
+  // Not legacy IPC-able: VMM memory. cuMemGetAddressRange names the one physical allocation
+  // holding an address, so walk the range allocation by allocation and export each.
+  out.vmm.set_bus_id(bus);
+  out.vmm.set_offset(ptr - base);
+  out.vmm.set_bytes(bytes);
+  for (CUdeviceptr at = base; at < ptr + bytes;) {
+    CUdeviceptr chunk = 0;
+    size_t chunk_bytes = 0;
+    check(cu->cuMemGetAddressRange(&chunk, &chunk_bytes, at),
+          "the range runs past mapped GPU memory");
+    CUmemGenericAllocationHandle handle;
+    check(cu->cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(chunk)),
+          "cuMemRetainAllocationHandle");
+    int fd = -1;
+    const CUresult r =
+        cu->cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    cu->cuMemRelease(handle);
+    check(r,
+          "cuMemExportToShareableHandle (allocate VMM memory with requestedHandleTypes including "
+          "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)");
+    out.fds.emplace_back(fd);
+    out.vmm.add_chunk_bytes(chunk_bytes);
+    at = chunk + chunk_bytes;
+  }
   return out;
 }
+
 StreamFlagsMapping::~StreamFlagsMapping() {
   std::string why;
   const cuda::Driver* cu = cuda::load_driver(why);
@@ -80,8 +108,10 @@ uint64_t StreamFlagsMapping::done_flag_address(uint32_t slot) {
           "allocating stream done flags (cuMemAlloc)");
     check(cu, cu.cuMemsetD32(flags, 0, depth_), "cuMemsetD32");
     try {
-      register_done_flags_(export_cuda_buffer(reinterpret_cast<void*>(flags),
-                                              std::size_t{depth_} * sizeof(uint32_t)));
+      // cuMemAlloc memory: always a legacy IPC handle.
+      register_done_flags_(*export_cuda_buffer(reinterpret_cast<void*>(flags),
+                                               std::size_t{depth_} * sizeof(uint32_t))
+                                .ipc);
     } catch (...) {
       cu.cuMemFree(flags);
       throw;
@@ -137,7 +167,7 @@ namespace {
 }
 }  // namespace
 
-v1::CudaIpcBuffer export_cuda_buffer(void*, std::size_t) { no_cuda(); }
+ExportedCudaBuffer export_cuda_buffer(void*, std::size_t) { no_cuda(); }
 
 StreamFlagsMapping::~StreamFlagsMapping() = default;
 void StreamFlagsMapping::release(uint32_t, uint32_t) {}

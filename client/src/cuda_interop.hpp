@@ -6,16 +6,27 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "iris/shared/segment_layout.hpp"
+#include "iris/shared/unix_socket.hpp"
 #include "iris/v1/control.pb.h"
 
 struct CUstream_st;
 
 namespace iris {
 
-// A range of this process's GPU memory, described for irisd to import. Throws iris::Error.
-v1::CudaIpcBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes);
+// A range of this process's GPU memory, described for irisd to import: cudaMalloc memory as a
+// legacy IPC handle (sent with RegisterBuffer), VMM memory (cuMemCreate + cuMemMap, PyTorch's
+// expandable segments) as one POSIX file descriptor per physical allocation the range touches
+// (sent over the attach socket). Throws iris::Error.
+struct ExportedCudaBuffer {
+  std::optional<v1::CudaIpcBuffer> ipc;
+  v1::RegisterVmmBuffer vmm;
+  std::vector<net::Fd> fds;
+};
+ExportedCudaBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes);
 
 // Stream ordering for one session. Ready flags live in the session segment (host memory, pinned
 // and mapped for the GPU on first use): the stream writes them, irisd polls them. Done flags live

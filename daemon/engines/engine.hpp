@@ -66,12 +66,15 @@ struct EngineDescription {
   std::string driver_version;  // empty for the host engine
 };
 
-// GPU memory a client exported for irisd (RegisterBuffer's cuda_ipc).
+// GPU memory a client exported for irisd: a legacy IPC handle (RegisterBuffer's cuda_ipc), or
+// VMM allocations as file descriptors (RegisterVmmBuffer over the attach socket).
 struct DeviceBufferExport {
-  std::string ipc_handle;  // the exporting runtime's IPC handle bytes
+  std::string ipc_handle;  // the exporting runtime's IPC handle bytes; empty for VMM
   std::string bus_id;      // PCI bus id of the device, as the client sees it
-  uint64_t offset;         // start of the registered range inside the allocation
+  uint64_t offset;         // start of the registered range inside the (first) allocation
   uint64_t bytes;
+  std::vector<int> vmm_fds;               // VMM: one per physical allocation, borrowed
+  std::vector<uint64_t> vmm_chunk_bytes;  // VMM: their sizes, in address order
 };
 
 struct ImportedMemory {

@@ -47,6 +47,21 @@ class GpuAllGather : public ::testing::Test {
                              << daemon->log();
   }
 
+  // Free memory of GPU 0, device-wide, through this process's own context.
+  static uint64_t gpu0_free_bytes() {
+    std::string why;
+    const cuda::Driver* cu = cuda::load_driver(why);
+    CUdevice device;
+    CUcontext context;
+    size_t free = 0, total = 0;
+    if (cu->cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+        cu->cuDevicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS ||
+        cu->cuCtxSetCurrent(context) != CUDA_SUCCESS ||
+        cu->cuMemGetInfo(&free, &total) != CUDA_SUCCESS)
+      ADD_FAILURE() << "cannot read GPU 0's free memory";
+    return free;
+  }
+
   std::unique_ptr<DaemonProcess> daemon;
   uint64_t seed = 0;
 };
@@ -85,7 +100,16 @@ TEST_F(GpuAllGather, StreamOrderedInPlaceAndIntoHostMemory) {
       2, {"--stream", "--host-recv", "--iterations", "6", "--max-bytes", std::to_string(1 << 20)}));
 }
 
+TEST_F(GpuAllGather, VmmBuffersLikeExpandableSegments) {
+  // Send and receive buffers of several VMM allocations each, registered across allocation
+  // boundaries; imported from file descriptors passed over the attach socket.
+  expect_ok(run_ranks(2, {"--vmm", "--iterations", "8", "--max-bytes", std::to_string(24 << 20)}));
+  expect_ok(run_ranks(
+      2, {"--vmm", "--stream", "--iterations", "6", "--max-bytes", std::to_string(8 << 20)}));
+}
+
 TEST_F(GpuAllGather, KilledRankLeavesOthersWithAnErrorNotAHang) {
+  const uint64_t free_before = gpu0_free_bytes();
   const pid_t victim = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks",
                               "2", "--rank", "1", "--seed", "1", "--iterations", "1000000",
                               "--max-bytes", std::to_string(64 << 20), "--time-only"});
@@ -106,6 +130,18 @@ TEST_F(GpuAllGather, KilledRankLeavesOthersWithAnErrorNotAHang) {
   ::kill(victim, SIGKILL);
   EXPECT_EQ(wait_for(victim), 128 + SIGKILL);
   EXPECT_EQ(wait_for(survivor), 10 + static_cast<int>(ErrorCode::kPeerLost)) << daemon->log();
+  // irisd closed its imports of both ranks' buffers (192 MiB and more), so the driver could free
+  // them: the GPU's free memory comes back to where it was before the ranks started.
+  constexpr uint64_t kSlack = 32ull << 20;
+  uint64_t free_after = gpu0_free_bytes();
+  for (int i = 0; i < 50 && free_after + kSlack < free_before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    free_after = gpu0_free_bytes();
+  }
+  EXPECT_GE(free_after + kSlack, free_before)
+      << "GPU 0 free memory " << (free_before >> 20) << " MiB before the ranks, "
+      << (free_after >> 20) << " MiB after both exited; daemon log:\n"
+      << daemon->log();
 }
 
 TEST_F(GpuAllGather, TenThousandBackToBack) {

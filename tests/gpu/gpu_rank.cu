@@ -3,6 +3,7 @@
 // with its complement first, and every byte is checked afterwards (by a kernel for GPU memory).
 // Exit status: 0 on success, 2 on a data mismatch, 3 on a CUDA error, 10 + iris::ErrorCode when
 // libiris threw.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,7 +22,6 @@
 namespace {
 
 using iris::gpu_test::pattern_byte;
-
 
 __global__ void fill_kernel(uint8_t* dst, uint64_t bytes, uint64_t seed, uint32_t rank,
                             uint64_t iteration, uint8_t invert) {
@@ -43,7 +43,61 @@ struct Options {
   uint32_t nranks = 1, rank = 0, iterations = 10;
   uint64_t seed = 1, max_bytes = 1 << 20;
   bool host_recv = false, inplace = false, time_only = false, stream = false;
+  bool vmm = false;  // GPU buffers from the VMM API, several allocations each
 };
+
+#define CU_CHECK(call)                                                          \
+  do {                                                                          \
+    const CUresult cu_result = (call);                                          \
+    if (cu_result != CUDA_SUCCESS) {                                            \
+      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
+                   static_cast<int>(cu_result));                                \
+      std::exit(3);                                                             \
+    }                                                                           \
+  } while (0)
+
+// `bytes` (rounded up) of GPU 0's memory as PyTorch's expandable segments make it: one reserved
+// address range with `chunks` physical allocations mapped back to back, exportable as POSIX file
+// descriptors.
+struct VmmRange {
+  CUdeviceptr base;
+  uint64_t bytes;
+};
+std::vector<VmmRange> vmm_ranges;  // unmapped and released by vmm_free_all
+
+uint8_t* vmm_alloc(uint64_t bytes, uint64_t chunks) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t granularity = 0;
+  CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const uint64_t chunk =
+      ((bytes + chunks - 1) / chunks + granularity - 1) / granularity * granularity;
+  CUdeviceptr base = 0;
+  CU_CHECK(cuMemAddressReserve(&base, chunk * chunks, 0, 0, 0));
+  for (uint64_t i = 0; i < chunks; ++i) {
+    CUmemGenericAllocationHandle handle;
+    CU_CHECK(cuMemCreate(&handle, chunk, &prop, 0));
+    CU_CHECK(cuMemMap(base + i * chunk, chunk, 0, handle, 0));
+    CU_CHECK(cuMemRelease(handle));
+  }
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_CHECK(cuMemSetAccess(base, chunk * chunks, &access, 1));
+  vmm_ranges.push_back({base, chunk * chunks});
+  return reinterpret_cast<uint8_t*>(base);
+}
+
+void vmm_free_all() {
+  for (const VmmRange& r : vmm_ranges) {
+    CU_CHECK(cuMemUnmap(r.base, r.bytes));
+    CU_CHECK(cuMemAddressFree(r.base, r.bytes));
+  }
+  vmm_ranges.clear();
+}
 
 uint64_t size_for(const Options& o, uint64_t it) {
   const uint64_t r = iris::gpu_test::mix(o.seed ^ (it * 0x9e3779b97f4a7c15ull));
@@ -67,7 +121,12 @@ int run(const Options& o) {
   const uint64_t recv_bytes = o.nranks * o.max_bytes + 64;
   uint8_t* send_dev = nullptr;
   uint8_t* recv_dev = nullptr;
-  CUDA_CHECK(cudaMalloc(&send_dev, o.max_bytes + 64));
+  CUDA_CHECK(cudaFree(nullptr));  // the primary context, current for the driver API too
+  if (o.vmm) {
+    send_dev = vmm_alloc(o.max_bytes + 64, 2);
+  } else {
+    CUDA_CHECK(cudaMalloc(&send_dev, o.max_bytes + 64));
+  }
   auto send = client.register_cuda_buffer(send_dev, o.max_bytes + 64);
   iris::Buffer recv_buffer;
   uint8_t* recv = nullptr;
@@ -75,7 +134,11 @@ int run(const Options& o) {
     recv_buffer = client.allocate(recv_bytes);  // shared memory, pinned by irisd
     recv = recv_buffer.as<uint8_t>();
   } else {
-    CUDA_CHECK(cudaMalloc(&recv_dev, recv_bytes));
+    if (o.vmm) {
+      recv_dev = vmm_alloc(recv_bytes, 3);
+    } else {
+      CUDA_CHECK(cudaMalloc(&recv_dev, recv_bytes));
+    }
     recv_buffer = client.register_cuda_buffer(recv_dev, recv_bytes);
     recv = recv_dev;
   }
@@ -129,10 +192,11 @@ int run(const Options& o) {
         if (found != none) bad = found;
       }
       if (bad != bytes) {
-        std::fprintf(stderr, "rank %u iteration %llu (%llu bytes): block of rank %u wrong at %llu (seed %llu)\n",
-                     o.rank, static_cast<unsigned long long>(it),
-                     static_cast<unsigned long long>(bytes), src,
-                     static_cast<unsigned long long>(bad), static_cast<unsigned long long>(o.seed));
+        std::fprintf(
+            stderr,
+            "rank %u iteration %llu (%llu bytes): block of rank %u wrong at %llu (seed %llu)\n",
+            o.rank, static_cast<unsigned long long>(it), static_cast<unsigned long long>(bytes),
+            src, static_cast<unsigned long long>(bad), static_cast<unsigned long long>(o.seed));
         return 2;
       }
     }
@@ -144,8 +208,12 @@ int run(const Options& o) {
   }
   std::printf("ok rank %u iterations %u\n", o.rank, o.iterations);
   CUDA_CHECK(cudaFree(first_bad));
-  CUDA_CHECK(cudaFree(send_dev));
-  if (recv_dev != nullptr) CUDA_CHECK(cudaFree(recv_dev));
+  if (o.vmm) {
+    vmm_free_all();
+  } else {
+    CUDA_CHECK(cudaFree(send_dev));
+    if (recv_dev != nullptr) CUDA_CHECK(cudaFree(recv_dev));
+  }
   return 0;
 }
 
@@ -156,17 +224,30 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--socket") o.socket = next();
-    else if (a == "--key") o.key = next();
-    else if (a == "--nranks") o.nranks = static_cast<uint32_t>(std::stoul(next()));
-    else if (a == "--rank") o.rank = static_cast<uint32_t>(std::stoul(next()));
-    else if (a == "--seed") o.seed = std::stoull(next());
-    else if (a == "--iterations") o.iterations = static_cast<uint32_t>(std::stoul(next()));
-    else if (a == "--max-bytes") o.max_bytes = std::stoull(next());
-    else if (a == "--host-recv") o.host_recv = true;
-    else if (a == "--inplace") o.inplace = true;
-    else if (a == "--time-only") o.time_only = true;
-    else if (a == "--stream") o.stream = true;
+    if (a == "--socket")
+      o.socket = next();
+    else if (a == "--key")
+      o.key = next();
+    else if (a == "--nranks")
+      o.nranks = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--rank")
+      o.rank = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--seed")
+      o.seed = std::stoull(next());
+    else if (a == "--iterations")
+      o.iterations = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--max-bytes")
+      o.max_bytes = std::stoull(next());
+    else if (a == "--host-recv")
+      o.host_recv = true;
+    else if (a == "--inplace")
+      o.inplace = true;
+    else if (a == "--vmm")
+      o.vmm = true;
+    else if (a == "--time-only")
+      o.time_only = true;
+    else if (a == "--stream")
+      o.stream = true;
     else {
       std::fprintf(stderr, "iris-gpu-rank: unknown argument %s\n", a.c_str());
       return 64;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -348,6 +349,51 @@ TEST_F(Faults, GarbageOnTheAttachSocketIsDropped) {
   auto client = Client::connect(options_for(daemon));
   auto r = client.nop();
   EXPECT_EQ(wait_code(r), ErrorCode::kOk);
+}
+
+TEST_F(Faults, BadSessionRequestsOnTheAttachSocketGetErrorsNotADeadSession) {
+  net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
+  v1::AttachRequest hello;
+  hello.set_protocol_version(kProtocolVersion);
+  ASSERT_TRUE(net::send_frame(fd.get(), hello.SerializeAsString()));
+  auto attached = net::recv_frame(fd.get(), 5s);
+  ASSERT_TRUE(attached);
+  v1::AttachResponse welcome;
+  ASSERT_TRUE(welcome.ParseFromString(attached->payload));
+  ASSERT_EQ(welcome.error_code(), 0u) << welcome.error_message();
+
+  auto ask = [&](const std::string& payload, const std::vector<int>& fds) {
+    EXPECT_TRUE(net::send_frame(fd.get(), payload, fds));
+    auto frame = net::recv_frame(fd.get(), 5s);
+    v1::SessionResponse response;
+    EXPECT_TRUE(frame && response.ParseFromString(frame->payload));
+    return response;
+  };
+  auto r = ask("\x0a\xff not a request", {});
+  EXPECT_EQ(r.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  EXPECT_NE(r.error_message().find("malformed"), std::string::npos) << r.error_message();
+
+  v1::SessionRequest request;
+  request.mutable_register_vmm()->set_bus_id("0000:00:00.0");
+  request.mutable_register_vmm()->add_chunk_bytes(4096);
+  request.mutable_register_vmm()->set_bytes(4096);
+  r = ask(request.SerializeAsString(), {});
+  EXPECT_EQ(r.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  EXPECT_NE(r.error_message().find("without file descriptors"), std::string::npos)
+      << r.error_message();
+
+  // A descriptor that is no GPU memory, to a daemon on the host engine: refused with the reason.
+  net::Fd not_gpu_memory(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  r = ask(request.SerializeAsString(), {not_gpu_memory.get()});
+  EXPECT_EQ(r.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  EXPECT_NE(r.error_message().find("--engine cuda"), std::string::npos) << r.error_message();
+
+  // The session lived through all of it.
+  const auto sessions =
+      run_program({iris_ctl_path(), "--socket", daemon.socket(), "sessions", "--json"});
+  EXPECT_NE(sessions.output.find("\"session\": " + std::to_string(welcome.session_id())),
+            std::string::npos)
+      << sessions.output;
 }
 
 TEST_F(Faults, UnknownTokenIsRejected) {

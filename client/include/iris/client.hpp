@@ -35,10 +35,12 @@ class Client {
   // Allocates host memory shared with irisd and registers it. With the cuda engine irisd pins
   // it, so copies to and from GPUs run on copy engines.
   Buffer allocate(std::size_t bytes);
-  // Registers GPU memory this process allocated with cudaMalloc (or cuMemAlloc): any range of
-  // an allocation. irisd imports the allocation once over CUDA IPC. The memory stays the
-  // caller's: it must outlive the returned Buffer. Throws kUnavailable without a CUDA driver,
-  // kInvalidArgument for memory that cannot be exported (e.g. VMM/expandable segments).
+  // Registers GPU memory of this process: any range of a cudaMalloc (cuMemAlloc) allocation,
+  // imported by irisd once over CUDA IPC, or of VMM memory (cuMemCreate + cuMemMap, PyTorch's
+  // expandable segments), whose allocations irisd imports from POSIX file descriptors sent over
+  // the attach socket. The memory stays the caller's: it must outlive the returned Buffer.
+  // Throws kUnavailable without a CUDA driver, kInvalidArgument for memory that cannot be
+  // exported (VMM memory created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
   Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();

@@ -303,19 +303,12 @@ std::shared_ptr<void> CudaEngine::prepare_host_memory(void* base, uint64_t bytes
 }
 
 ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& exported) {
+  if (!exported.vmm_fds.empty()) return import_vmm(exported, device_by_export(exported));
   if (exported.ipc_handle.size() != sizeof(CUipcMemHandle))
     throw Error(ErrorCode::kInvalidArgument,
                 "CUDA IPC handle of " + std::to_string(exported.ipc_handle.size()) +
                     " bytes (expected " + std::to_string(sizeof(CUipcMemHandle)) + ")");
-  CUdevice handle;
-  if (cu_.cuDeviceGetByPCIBusId(&handle, exported.bus_id.c_str()) != CUDA_SUCCESS)
-    throw Error(ErrorCode::kNotFound,
-                "no GPU with PCI bus id '" + exported.bus_id + "' is visible to irisd");
-  int device = -1;
-  for (std::size_t i = 0; i < devices_.size(); ++i)
-    if (devices_[i].handle == handle) device = static_cast<int>(i);
-  if (device < 0)
-    throw Error(ErrorCode::kNotFound, "GPU " + exported.bus_id + " is not managed by irisd");
+  const int device = device_by_export(exported);
   use_device(device);
 
   std::shared_ptr<Import> opened = imports_[exported.ipc_handle].lock();
@@ -363,6 +356,83 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
     it = it->second.expired() ? imports_.erase(it) : std::next(it);
   return ImportedMemory{reinterpret_cast<std::byte*>(opened->base[device]) + exported.offset,
                         exported.bytes, device, opened};
+}
+
+int CudaEngine::device_by_export(const DeviceBufferExport& exported) const {
+  CUdevice handle;
+  if (cu_.cuDeviceGetByPCIBusId(&handle, exported.bus_id.c_str()) != CUDA_SUCCESS)
+    throw Error(ErrorCode::kNotFound,
+                "no GPU with PCI bus id '" + exported.bus_id + "' is visible to irisd");
+  for (std::size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i].handle == handle) return static_cast<int>(i);
+  throw Error(ErrorCode::kNotFound, "GPU " + exported.bus_id + " is not managed by irisd");
+}
+
+ImportedMemory CudaEngine::import_vmm(const DeviceBufferExport& exported, int device) {
+  const auto& chunks = exported.vmm_chunk_bytes;
+  if (chunks.size() != exported.vmm_fds.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                std::to_string(exported.vmm_fds.size()) + " file descriptors for " +
+                    std::to_string(chunks.size()) + " VMM allocations");
+  uint64_t total = 0;
+  for (uint64_t bytes : chunks) {
+    if (bytes == 0 || total + bytes < total)
+      throw Error(ErrorCode::kInvalidArgument, "VMM allocation sizes are zero or overflow");
+    total += bytes;
+  }
+  if (exported.offset > total || exported.bytes > total - exported.offset)
+    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
+                                            std::to_string(exported.bytes) +
+                                            ") lies outside the VMM allocations' " +
+                                            std::to_string(total) + " bytes");
+  use_device(device);
+  // One address range, the allocations mapped back to back as in the client; readable and
+  // writable from the owner GPU and its peers, so every context uses the same addresses.
+  struct VmmImport {
+    CUdeviceptr base = 0;
+    uint64_t reserved = 0;
+    uint64_t mapped = 0;  // bytes mapped from base
+  };
+  auto unmap = [this, device](VmmImport* v) {
+    use_device(device);
+    if (v->mapped != 0) cu_.cuMemUnmap(v->base, v->mapped);
+    if (v->base != 0) cu_.cuMemAddressFree(v->base, v->reserved);
+    delete v;
+  };
+  std::shared_ptr<VmmImport> vmm(new VmmImport, unmap);
+  check(cu_.cuMemAddressReserve(&vmm->base, total, 0, 0, 0), "cuMemAddressReserve");
+  vmm->reserved = total;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    CUmemGenericAllocationHandle handle;
+    CUresult r = cu_.cuMemImportFromShareableHandle(
+        &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(exported.vmm_fds[i])),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot import VMM allocation " + std::to_string(i) +
+                      " (cuMemImportFromShareableHandle: " + cu_.describe(r) + ")");
+    r = cu_.cuMemMap(vmm->base + vmm->mapped, chunks[i], 0, handle, 0);
+    cu_.cuMemRelease(handle);  // the mapping keeps the allocation
+    if (r != CUDA_SUCCESS)
+      throw Error(ErrorCode::kInvalidArgument, "cannot map VMM allocation " + std::to_string(i) +
+                                                   " of " + std::to_string(chunks[i]) +
+                                                   " bytes (cuMemMap: " + cu_.describe(r) + ")");
+    vmm->mapped += chunks[i];
+  }
+  std::vector<CUmemAccessDesc> access;
+  auto grant = [&](int d) {
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = devices_[d].handle;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(desc);
+  };
+  grant(device);
+  for (const std::string& peer : description_.devices[device].peer_bus_ids)
+    grant(device_by_bus_id(peer));
+  check(cu_.cuMemSetAccess(vmm->base, total, access.data(), access.size()), "cuMemSetAccess");
+  return ImportedMemory{reinterpret_cast<std::byte*>(vmm->base) + exported.offset, exported.bytes,
+                        device, vmm};
 }
 
 void CudaEngine::close_import(Import* import) {

@@ -90,6 +90,11 @@ class CudaEngine final : public Engine {
   void connect_peers();
   void close_import(Import* import);
   int device_by_bus_id(const std::string& bus_id) const;
+  // The engine's index of the GPU an export names. Throws kNotFound.
+  int device_by_export(const DeviceBufferExport& exported) const;
+  // VMM allocations (file descriptors) mapped back to back into one address range. Not cached:
+  // each registration maps its own.
+  ImportedMemory import_vmm(const DeviceBufferExport& exported, int device);
   // `address` (of memory on `owner`, as mapped in the owner's context) as seen by the context of
   // `device`, which runs the copy.
   CUdeviceptr address_on(int device, const std::byte* address, int owner) const;

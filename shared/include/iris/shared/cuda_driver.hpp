@@ -47,7 +47,17 @@ namespace iris::cuda {
   X(cuPointerGetAttribute) \
   X(cuMemAlloc) \
   X(cuMemFree) \
-  X(cuMemsetD32)
+  X(cuMemsetD32) \
+  X(cuMemGetInfo) \
+  X(cuMemRetainAllocationHandle) \
+  X(cuMemExportToShareableHandle) \
+  X(cuMemImportFromShareableHandle) \
+  X(cuMemRelease) \
+  X(cuMemAddressReserve) \
+  X(cuMemAddressFree) \
+  X(cuMemMap) \
+  X(cuMemUnmap) \
+  X(cuMemSetAccess)
 // clang-format on
 
 // Entry points of newer drivers only: null where the driver lacks them.
