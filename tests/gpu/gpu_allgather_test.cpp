@@ -108,6 +108,16 @@ TEST_F(GpuAllGather, VmmBuffersLikeExpandableSegments) {
       2, {"--vmm", "--stream", "--iterations", "6", "--max-bytes", std::to_string(8 << 20)}));
 }
 
+TEST_F(GpuAllGather, CopiesSplitAcrossCopyEngines) {
+  // --split-bytes cuts each copy of 1 MiB or more into one piece per copy engine; a rank completes
+  // only once every piece of every copy has landed.
+  daemon = std::make_unique<DaemonProcess>(
+      std::vector<std::string>{"--engine", "cuda", "--split-bytes", std::to_string(1 << 20)});
+  expect_ok(run_ranks(4, {"--iterations", "10", "--max-bytes", std::to_string(48 << 20)}));
+  expect_ok(
+      run_ranks(2, {"--stream", "--iterations", "6", "--max-bytes", std::to_string(16 << 20)}));
+}
+
 TEST_F(GpuAllGather, KilledRankLeavesOthersWithAnErrorNotAHang) {
   const uint64_t free_before = gpu0_free_bytes();
   const pid_t victim = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks",
