@@ -46,16 +46,6 @@ struct Options {
   bool vmm = false;  // GPU buffers from the VMM API, several allocations each
 };
 
-#define CU_CHECK(call)                                                          \
-  do {                                                                          \
-    const CUresult cu_result = (call);                                          \
-    if (cu_result != CUDA_SUCCESS) {                                            \
-      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-                   static_cast<int>(cu_result));                                \
-      std::exit(3);                                                             \
-    }                                                                           \
-  } while (0)
-
 // `bytes` (rounded up) of GPU 0's memory as PyTorch's expandable segments make it: one reserved
 // address range with `chunks` physical allocations mapped back to back, exportable as POSIX file
 // descriptors.
