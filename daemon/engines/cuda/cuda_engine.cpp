@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "iris/shared/checked_range.hpp"
 #include "iris/shared/descriptor.hpp"
 
 namespace iris::daemon {
@@ -121,6 +122,7 @@ void CudaEngine::connect_peers() {
       const CUresult r = cu_.cuCtxEnablePeerAccess(devices_[j].context, 0);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
         check(r, "cuCtxEnablePeerAccess");
+      devices_[i].peers.push_back(static_cast<int>(j));
       description_.devices[i].peer_bus_ids.push_back(devices_[j].bus_id);
     }
   }
@@ -330,8 +332,7 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
     opened->base[device] = base;
     // Mapped into each peer's context too: a copy issued on GPU d uses d's mapping (see
     // address_on).
-    for (const std::string& peer : description_.devices[device].peer_bus_ids) {
-      const int d = device_by_bus_id(peer);
+    for (const int d : devices_[device].peers) {
       use_device(d);
       const CUresult rp =
           cu_.cuIpcOpenMemHandle(&opened->base[d], ipc, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -340,22 +341,25 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
         spdlog::warn(
             "cuda engine: cannot map a buffer of GPU {} for GPU {} ({}); copies between "
             "them go through the host",
-            exported.bus_id, peer, cu_.describe(rp));
+            exported.bus_id, devices_[d].bus_id, cu_.describe(rp));
       }
     }
     imports_[exported.ipc_handle] = opened;
     by_address_[base] = opened;
   }
-  if (exported.offset > opened->bytes || exported.bytes > opened->bytes - exported.offset)
-    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
-                                            std::to_string(exported.bytes) +
-                                            ") lies outside the GPU allocation of " +
-                                            std::to_string(opened->bytes) + " bytes");
+  check_range(exported, opened->bytes, "the GPU allocation");
   // Forget imports that have been closed since.
   for (auto it = imports_.begin(); it != imports_.end();)
     it = it->second.expired() ? imports_.erase(it) : std::next(it);
   return ImportedMemory{reinterpret_cast<std::byte*>(opened->base[device]) + exported.offset,
                         exported.bytes, device, opened};
+}
+
+void CudaEngine::check_range(const DeviceBufferExport& exported, uint64_t size, const char* what) {
+  if (!range_within(exported.offset, exported.bytes, size))
+    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
+                                            std::to_string(exported.bytes) + ") lies outside " +
+                                            what + " of " + std::to_string(size) + " bytes");
 }
 
 int CudaEngine::device_by_export(const DeviceBufferExport& exported) const {
@@ -376,15 +380,12 @@ ImportedMemory CudaEngine::import_vmm(const DeviceBufferExport& exported, int de
                     std::to_string(chunks.size()) + " VMM allocations");
   uint64_t total = 0;
   for (uint64_t bytes : chunks) {
-    if (bytes == 0 || total + bytes < total)
+    const auto sum = checked_add(total, bytes);
+    if (bytes == 0 || !sum)
       throw Error(ErrorCode::kInvalidArgument, "VMM allocation sizes are zero or overflow");
-    total += bytes;
+    total = *sum;
   }
-  if (exported.offset > total || exported.bytes > total - exported.offset)
-    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
-                                            std::to_string(exported.bytes) +
-                                            ") lies outside the VMM allocations' " +
-                                            std::to_string(total) + " bytes");
+  check_range(exported, total, "the VMM allocations");
   use_device(device);
   // One address range, the allocations mapped back to back as in the client; readable and
   // writable from the owner GPU and its peers, so every context uses the same addresses.
@@ -428,8 +429,7 @@ ImportedMemory CudaEngine::import_vmm(const DeviceBufferExport& exported, int de
     access.push_back(desc);
   };
   grant(device);
-  for (const std::string& peer : description_.devices[device].peer_bus_ids)
-    grant(device_by_bus_id(peer));
+  for (const int peer : devices_[device].peers) grant(peer);
   check(cu_.cuMemSetAccess(vmm->base, total, access.data(), access.size()), "cuMemSetAccess");
   return ImportedMemory{reinterpret_cast<std::byte*>(vmm->base) + exported.offset, exported.bytes,
                         device, vmm};
@@ -443,12 +443,6 @@ void CudaEngine::close_import(Import* import) {
     cu_.cuIpcCloseMemHandle(import->base[d]);
   }
   delete import;
-}
-
-int CudaEngine::device_by_bus_id(const std::string& bus_id) const {
-  for (std::size_t i = 0; i < devices_.size(); ++i)
-    if (devices_[i].bus_id == bus_id) return static_cast<int>(i);
-  throw Error(ErrorCode::kInternal, "no device " + bus_id);
 }
 
 CUdeviceptr CudaEngine::address_on(int device, const std::byte* address, int owner) const {

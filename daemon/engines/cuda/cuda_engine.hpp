@@ -74,6 +74,7 @@ class CudaEngine final : public Engine {
     CUdevice handle;
     CUcontext context;
     std::string bus_id;
+    std::vector<int> peers;       // devices it has peer access to
     std::vector<Stream> streams;  // one per copy engine
     CUstream signal = nullptr;    // stream-ordered done flags; never behind a copy
     uint32_t next_stream = 0;
@@ -89,7 +90,8 @@ class CudaEngine final : public Engine {
   // Enables peer access between every pair of devices that can reach each other.
   void connect_peers();
   void close_import(Import* import);
-  int device_by_bus_id(const std::string& bus_id) const;
+  // Throws kOutOfRange unless the export's range lies inside `size` bytes of `what`.
+  static void check_range(const DeviceBufferExport& exported, uint64_t size, const char* what);
   // The engine's index of the GPU an export names. Throws kNotFound.
   int device_by_export(const DeviceBufferExport& exported) const;
   // VMM allocations (file descriptors) mapped back to back into one address range. Not cached:
