@@ -7,4 +7,5 @@ scripts/build.sh >/dev/null
 rm -rf .gpu
 ../shared/tools/device-bundle .gpu build/daemon/irisd build/client/iris-ctl \
   build/tests/gpu/gpu_tests build/tests/gpu/iris-gpu-rank build/tests/gpu/iris-gpu-spin-proof \
-  build/tests/gpu/iris-gpu-bench build/client/libiris.so.0
+  build/tests/gpu/iris-gpu-bench build/tests/gpu/iris-gpu-signal-probe \
+  build/client/libiris.so.0

@@ -39,6 +39,7 @@ bench() {  # bench NAME ARGS...
 bench device --max-bytes $((256 << 20))
 bench host --max-bytes $((64 << 20)) --host-recv 1
 bench gemm --mode gemm --gemm-seconds 3
+timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
@@ -50,3 +51,4 @@ echo "gpu tests exit: $tests_rc"
 cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
 for name in device host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
+echo "-- signal probe"; cat "$out/signal_probe.md"
