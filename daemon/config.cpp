@@ -20,8 +20,9 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--socket-mode", mode, "octal mode of both sockets")->capture_default_str();
   app.add_option("--socket-group", c.socket_group, "group owning both sockets");
   app.add_option("--engine", c.engine.kind,
-                 "copy engine: auto (cuda if an NVIDIA GPU is usable, else host) | cuda | host")
-      ->check(CLI::IsMember({"auto", "cuda", "host"}))
+                 "copy engine: auto (hsa if an AMD GPU is usable, else cuda if an NVIDIA GPU is, "
+                 "else host) | hsa | cuda | host")
+      ->check(CLI::IsMember({"auto", "hsa", "cuda", "host"}))
       ->capture_default_str();
   app.add_option("--engine-workers", c.engine.workers, "host engine: worker threads")
       ->check(CLI::Range(1u, 256u))
@@ -33,8 +34,13 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--split-bytes", c.engine.split_bytes,
-                 "cuda engine: copies at least this large are split across the device's copy "
-                 "engines (0: never)")
+                 "cuda and hsa engines: copies at least this large are split across the copy "
+                 "engines that serve them (0: never)")
+      ->capture_default_str();
+  app.add_option("--copy-timeout-ms", c.engine.copy_timeout_ms,
+                 "hsa engine: a copy not finished after this long (plus 1 ms per MiB) fails its "
+                 "collective instead of hanging it")
+      ->check(CLI::Range(1u, 3'600'000u))
       ->capture_default_str();
   app.add_option("--max-sessions", c.limits.max_sessions, "attached clients at once")
       ->check(CLI::Range(1u, 1u << 20))

@@ -98,10 +98,16 @@ grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
                                             v1::RegisterBufferResponse* resp) {
   return handle(ctx, [&] {
     const uint64_t id = session_of(ctx);
-    if (req->has_cuda_ipc()) {
-      const auto& ipc = req->cuda_ipc();
-      const DeviceBufferExport exported{ipc.handle(), ipc.bus_id(), ipc.offset(),
-                                        ipc.bytes(),  {},           {}};
+    if (req->has_cuda_ipc() || req->has_hip_ipc()) {
+      const bool hip = req->has_hip_ipc();
+      const auto& ipc = hip ? req->hip_ipc() : req->cuda_ipc();
+      const DeviceBufferExport exported{hip ? DeviceApi::kHip : DeviceApi::kCuda,
+                                        ipc.handle(),
+                                        ipc.bus_id(),
+                                        ipc.offset(),
+                                        ipc.bytes(),
+                                        {},
+                                        {}};
       if (req->stream_done_flags()) {
         loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
       } else {
@@ -152,6 +158,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
     resp->set_engine(engine.name);
     resp->set_engine_reason(engine.reason);
     resp->set_driver_version(engine.driver_version);
+    resp->set_copy_method(engine.copy_method);
     for (const DeviceDescription& d : engine.devices) {
       auto* dev = resp->add_devices();
       dev->set_name(d.name);
@@ -163,6 +170,12 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
         ce->set_index(e.index);
       }
       for (const std::string& peer : d.peer_bus_ids) dev->add_peer_bus_ids(peer);
+      for (const PeerLink& l : d.links) {
+        auto* link = dev->add_links();
+        link->set_bus_id(l.bus_id);
+        link->set_type(l.type);
+        for (uint32_t e : l.engines) link->add_engines(e);
+      }
     }
     const auto [sessions, comms] = loop_.call([&] {
       return std::pair{runtime_.session_count(), runtime_.comm_count()};

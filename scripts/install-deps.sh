@@ -7,6 +7,7 @@ packages=(
   libspdlog-dev libboost-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
+  libhsa-runtime-dev libamdhip64-dev
   python3
 )
 missing=()

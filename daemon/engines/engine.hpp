@@ -6,8 +6,8 @@
 // spinning; the loop drains it, and poll() itself makes no system call when nothing finished.
 //
 // `cuda` runs copies on daemon-owned non-blocking streams, one per copy engine, and retires them
-// through stream memory operations; `hsa` will issue them on SDMA queues chosen per agent pair
-// and complete them through pooled signals with a timeout. Each reports whether a transfer ran
+// through stream memory operations; `hsa` issues them on SDMA engines chosen per agent pair and
+// completes them through pooled signals with a timeout. Each reports whether a transfer ran
 // on a DMA copy engine or on compute units (TransferPath), which the stats show.
 #pragma once
 
@@ -51,12 +51,21 @@ struct CopyEngineDescription {
   uint32_t index;
 };
 
+// Where a device's engines copy to: a peer GPU or host memory, the link, and the engines the
+// runtime offers for copies in that direction (hsa engine).
+struct PeerLink {
+  std::string bus_id;  // "host" for host memory
+  std::string type;    // "xgmi", "pcie", ...
+  std::vector<uint32_t> engines;
+};
+
 struct DeviceDescription {
   std::string name;
   std::string bus_id;
   uint64_t memory_bytes;
   std::vector<CopyEngineDescription> engines;
   std::vector<std::string> peer_bus_ids;  // GPUs it copies to and from directly
+  std::vector<PeerLink> links;            // empty where the engine does not report them
 };
 
 struct EngineDescription {
@@ -64,11 +73,16 @@ struct EngineDescription {
   std::string reason;  // why this engine was chosen
   std::vector<DeviceDescription> devices;
   std::string driver_version;  // empty for the host engine
+  std::string copy_method;     // how copies are issued, e.g. the runtime call and engine choice
 };
+
+// The GPU runtime that exported a device buffer.
+enum class DeviceApi : uint8_t { kCuda, kHip };
 
 // GPU memory a client exported for irisd: a legacy IPC handle (RegisterBuffer's cuda_ipc), or
 // VMM allocations as file descriptors (RegisterVmmBuffer over the attach socket).
 struct DeviceBufferExport {
+  DeviceApi api = DeviceApi::kCuda;
   std::string ipc_handle;  // the exporting runtime's IPC handle bytes; empty for VMM
   std::string bus_id;      // PCI bus id of the device, as the client sees it
   uint64_t offset;         // start of the registered range inside the (first) allocation
@@ -76,6 +90,9 @@ struct DeviceBufferExport {
   std::vector<int> vmm_fds;               // VMM: one per physical allocation, borrowed
   std::vector<uint64_t> vmm_chunk_bytes;  // VMM: their sizes, in address order
 };
+
+// Throws iris::Error kOutOfRange unless the export's range lies inside `size` bytes of `what`.
+void check_export_range(const DeviceBufferExport& exported, uint64_t size, const char* what);
 
 struct ImportedMemory {
   std::byte* base;  // the registered range, mapped in irisd
@@ -109,13 +126,16 @@ class Engine {
 };
 
 struct EngineOptions {
-  std::string kind = "auto";          // auto | cuda | host
+  std::string kind = "auto";          // auto | hsa | cuda | host
   uint32_t workers = 2;               // host engine: worker threads, each one "engine"
   uint64_t inline_bytes = 64 * 1024;  // host engine: copies this small run on the caller
   uint64_t chunk_bytes = 1 << 20;     // host engine: large copies split into chunks this big
   // cuda engine: a copy at least this large is split into one piece per copy engine of its
   // device, so that one big block keeps every engine busy; 0 never splits.
   uint64_t split_bytes = 0;
+  // hsa engine: a copy not complete after this long plus 1 ms per MiB fails with kEngineError
+  // (a lost completion signal must not hang the collective).
+  uint32_t copy_timeout_ms = 10000;
 };
 
 // Builds the engine `options.kind` names; `auto` picks the best available and says why.

@@ -288,6 +288,23 @@ TEST_F(Faults, SecondDaemonOnTheSameSocketRefusesToStart) {
   EXPECT_EQ(wait_code(r), ErrorCode::kOk);
 }
 
+TEST(Engines, HsaWithoutKfdFailsClearlyAndAutoSaysWhyItPassedOver) {
+  if (run_program({"/bin/sh", "-c", "test -e /dev/kfd"}).exit_code == 0)
+    GTEST_SKIP() << "/dev/kfd is present (an AMD GPU node): this checks start-up without one";
+  char dir[] = "/tmp/irisd-engine-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const auto hsa =
+      run_program({"/bin/sh", "-c", irisd_path() + " --socket " + dir + "/s --engine hsa 2>&1"});
+  std::system((std::string("rm -rf ") + dir).c_str());
+  EXPECT_EQ(hsa.exit_code, 1);
+  EXPECT_NE(hsa.output.find("--engine hsa"), std::string::npos) << hsa.output;
+  EXPECT_NE(hsa.output.find("/dev/kfd"), std::string::npos) << hsa.output;
+  DaemonProcess daemon({"--engine", "auto"});
+  const auto status =
+      run_program({iris_ctl_path(), "--socket", daemon.socket(), "status", "--json"});
+  EXPECT_NE(status.output.find("hsa unavailable (no /dev/kfd"), std::string::npos) << status.output;
+}
+
 TEST(Engines, CudaWithoutAGpuFailsClearlyAndAutoFallsBackToHost) {
   if (run_program({"/bin/sh", "-c", "test -e /dev/nvidiactl"}).exit_code == 0)
     GTEST_SKIP() << "an NVIDIA device is present; the GPU tests cover the cuda engine";

@@ -16,6 +16,7 @@ Report StatusCommand::run(const client::ControlChannel& channel) const {
       {"engine", s.engine()},
       {"engine_reason", s.engine_reason()},
       {"driver", s.driver_version().empty() ? "-" : s.driver_version()},
+      {"copy_method", s.copy_method().empty() ? "-" : s.copy_method()},
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
   };
@@ -28,6 +29,19 @@ Report StatusCommand::run(const client::ControlChannel& channel) const {
     devices.rows.push_back({d.name(), d.bus_id().empty() ? "-" : d.bus_id(),
                             d.memory_bytes() == 0 ? "-" : human_bytes(d.memory_bytes()), engines,
                             peers});
+  }
+  // Engines per direction (hsa engine): which SDMA engines serve each peer and host memory.
+  bool any_links = false;
+  for (const auto& d : s.devices()) any_links = any_links || d.links_size() > 0;
+  if (any_links) {
+    auto& links = report.table("links", {"device", "to", "link", "engines"});
+    for (const auto& d : s.devices()) {
+      for (const auto& l : d.links()) {
+        nlohmann::json engines = nlohmann::json::array();
+        for (uint32_t e : l.engines()) engines.push_back(e);
+        links.rows.push_back({d.bus_id(), l.bus_id(), l.type(), engines});
+      }
+    }
   }
   return report;
 }

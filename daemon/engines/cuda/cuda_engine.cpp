@@ -34,6 +34,9 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   description_.name = "cuda";
   description_.reason = std::move(reason);
+  description_.copy_method =
+      std::string(cu_.cuMemcpyBatchAsync != nullptr ? "cuMemcpyBatchAsync" : "cuMemcpyAsync") +
+      " on one non-blocking stream per copy engine";
   int version = 0;
   check(cu_.cuDriverGetVersion(&version), "cuDriverGetVersion");
   description_.driver_version =
@@ -55,7 +58,7 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
           "cuDeviceGetAttribute(ASYNC_ENGINE_COUNT)");
     check(cu_.cuDevicePrimaryCtxRetain(&d.context, d.handle), "cuDevicePrimaryCtxRetain");
     d.bus_id = bus;
-    DeviceDescription desc{name, bus, memory, {}, {}};
+    DeviceDescription desc{name, bus, memory, {}, {}, {}};
     for (int e = 0; e < std::max(engines, 1); ++e)
       desc.engines.push_back({"copy-engine-" + std::to_string(e), static_cast<uint32_t>(e)});
     d.streams.resize(desc.engines.size());
@@ -180,15 +183,15 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
       continue;
     }
     // Pieces of whole 4 KiB pages (the last takes the rest), one per engine.
-    const uint64_t piece = (copy.bytes / engines + 4095) & ~uint64_t{4095};
-    const uint64_t id = next_split_++;
-    uint32_t pieces = 0;
-    for (uint64_t at = 0; at < copy.bytes; at += piece, ++pieces) {
+    const uint64_t piece =
+        std::max<uint64_t>(4096, (copy.bytes / engines + 4095) & ~uint64_t{4095});
+    const uint64_t id =
+        splits_.begin(completion, static_cast<uint32_t>((copy.bytes + piece - 1) / piece));
+    for (uint64_t at = 0; at < copy.bytes; at += piece) {
       const uint64_t bytes = std::min(piece, copy.bytes - at);
       add(device, &d.streams[d.next_stream++ % engines], dst + at, src + at, bytes,
           {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
     }
-    splits_.emplace(id, Split{completion, pieces});
   }
   for (Group& g : groups) {
     use_device(g.device);
@@ -217,19 +220,6 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t w = ::write(event_fd_.get(), &one, sizeof(one));
   }
-}
-
-void CudaEngine::retire(const Piece& piece, std::vector<CopyCompletion>& out) {
-  if (piece.split == 0) {
-    out.push_back(piece.completion);
-    return;
-  }
-  auto it = splits_.find(piece.split);
-  Split& split = it->second;
-  if (piece.completion.code != ErrorCode::kOk) split.completion.code = piece.completion.code;
-  if (--split.pieces_left != 0) return;
-  out.push_back(split.completion);
-  splits_.erase(it);
 }
 
 bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
@@ -266,7 +256,7 @@ bool CudaEngine::issue(CUstream stream, int device, std::vector<CUdeviceptr>& ds
 std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
   const std::size_t before = out.size();
   if (!failed_.empty()) {
-    for (const Piece& p : failed_) retire(p, out);
+    for (const Piece& p : failed_) splits_.retire(p.split, p.completion, out);
     failed_.clear();
   }
   if (in_flight_ == 0) return out.size() - before;
@@ -275,7 +265,7 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
       if (st.batches.empty()) continue;
       const uint32_t retired = st.retired->load(std::memory_order_acquire);
       while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
-        for (const Piece& p : st.batches.front().pieces) retire(p, out);
+        for (const Piece& p : st.batches.front().pieces) splits_.retire(p.split, p.completion, out);
         st.batches.pop_front();
         --in_flight_;
       }
@@ -305,6 +295,10 @@ std::shared_ptr<void> CudaEngine::prepare_host_memory(void* base, uint64_t bytes
 }
 
 ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& exported) {
+  if (exported.api != DeviceApi::kCuda)
+    throw Error(ErrorCode::kInvalidArgument,
+                "a HIP (AMD) buffer cannot be imported by the cuda engine: irisd on this node "
+                "runs on NVIDIA GPUs");
   if (!exported.vmm_fds.empty()) return import_vmm(exported, device_by_export(exported));
   if (exported.ipc_handle.size() != sizeof(CUipcMemHandle))
     throw Error(ErrorCode::kInvalidArgument,
@@ -347,19 +341,12 @@ ImportedMemory CudaEngine::import_device_memory(const DeviceBufferExport& export
     imports_[exported.ipc_handle] = opened;
     by_address_[base] = opened;
   }
-  check_range(exported, opened->bytes, "the GPU allocation");
+  check_export_range(exported, opened->bytes, "the GPU allocation");
   // Forget imports that have been closed since.
   for (auto it = imports_.begin(); it != imports_.end();)
     it = it->second.expired() ? imports_.erase(it) : std::next(it);
   return ImportedMemory{reinterpret_cast<std::byte*>(opened->base[device]) + exported.offset,
                         exported.bytes, device, opened};
-}
-
-void CudaEngine::check_range(const DeviceBufferExport& exported, uint64_t size, const char* what) {
-  if (!range_within(exported.offset, exported.bytes, size))
-    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
-                                            std::to_string(exported.bytes) + ") lies outside " +
-                                            what + " of " + std::to_string(size) + " bytes");
 }
 
 int CudaEngine::device_by_export(const DeviceBufferExport& exported) const {
@@ -385,7 +372,7 @@ ImportedMemory CudaEngine::import_vmm(const DeviceBufferExport& exported, int de
       throw Error(ErrorCode::kInvalidArgument, "VMM allocation sizes are zero or overflow");
     total = *sum;
   }
-  check_range(exported, total, "the VMM allocations");
+  check_export_range(exported, total, "the VMM allocations");
   use_device(device);
   // One address range, the allocations mapped back to back as in the client; readable and
   // writable from the owner GPU and its peers, so every context uses the same addresses.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "daemon/engines/engine.hpp"
+#include "daemon/engines/split_completions.hpp"
 #include "iris/shared/cuda_driver.hpp"
 #include "iris/shared/unix_socket.hpp"
 
@@ -54,10 +55,6 @@ class CudaEngine final : public Engine {
   struct Piece {
     CopyCompletion completion;
     uint64_t split = 0;
-  };
-  struct Split {
-    CopyCompletion completion;
-    uint32_t pieces_left;
   };
   struct Batch {
     uint32_t number;
@@ -90,8 +87,6 @@ class CudaEngine final : public Engine {
   // Enables peer access between every pair of devices that can reach each other.
   void connect_peers();
   void close_import(Import* import);
-  // Throws kOutOfRange unless the export's range lies inside `size` bytes of `what`.
-  static void check_range(const DeviceBufferExport& exported, uint64_t size, const char* what);
   // The engine's index of the GPU an export names. Throws kNotFound.
   int device_by_export(const DeviceBufferExport& exported) const;
   // VMM allocations (file descriptors) mapped back to back into one address range. Not cached:
@@ -100,8 +95,6 @@ class CudaEngine final : public Engine {
   // `address` (of memory on `owner`, as mapped in the owner's context) as seen by the context of
   // `device`, which runs the copy.
   CUdeviceptr address_on(int device, const std::byte* address, int owner) const;
-  // Reports a retired piece: appends its copy's completion to `out` once the copy is whole.
-  void retire(const Piece& piece, std::vector<CopyCompletion>& out);
   // Enqueues the copies on `stream`; false (after logging) when the driver refused them.
   bool issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
              std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes);
@@ -116,8 +109,7 @@ class CudaEngine final : public Engine {
   net::Fd event_fd_;           // immediate failures only
   std::vector<Piece> failed_;  // copies that could not be issued
   uint64_t split_bytes_;
-  uint64_t next_split_ = 1;
-  std::map<uint64_t, Split> splits_;
+  SplitCompletions splits_;
   void* retired_words_ = nullptr;  // pinned page of the streams' retired counters
   uint64_t in_flight_ = 0;         // batches not yet retired
   bool use_batch_ = true;          // cleared if the driver refuses cuMemcpyBatchAsync

@@ -23,7 +23,8 @@ HostEngine::HostEngine(const EngineOptions& options, std::string reason)
   if (options_.chunk_bytes == 0) options_.chunk_bytes = 1 << 20;
   description_.name = "host";
   description_.reason = std::move(reason);
-  DeviceDescription host{"host memory", "", 0, {}, {}};
+  description_.copy_method = "memcpy on worker threads (large copies in chunks)";
+  DeviceDescription host{"host memory", "", 0, {}, {}, {}};
   for (uint32_t i = 0; i < options_.workers; ++i)
     host.engines.push_back({"host-worker-" + std::to_string(i), i});
   description_.devices.push_back(std::move(host));

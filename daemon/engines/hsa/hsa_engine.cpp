@@ -1,0 +1,548 @@
+#include "daemon/engines/hsa/hsa_engine.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+namespace iris::daemon {
+
+namespace {
+constexpr std::size_t kStagingWordsPerBlock = 1024;  // one locked page of 4-byte flag values
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::vector<uint32_t> engine_indices(uint32_t mask) {
+  std::vector<uint32_t> out;
+  for (; mask != 0; mask &= mask - 1) out.push_back(static_cast<uint32_t>(std::countr_zero(mask)));
+  return out;
+}
+
+std::string link_type_name(hsa_amd_link_info_type_t type) {
+  switch (type) {
+    case HSA_AMD_LINK_INFO_TYPE_XGMI:
+      return "xgmi";
+    case HSA_AMD_LINK_INFO_TYPE_PCIE:
+      return "pcie";
+    case HSA_AMD_LINK_INFO_TYPE_HYPERTRANSPORT:
+      return "hypertransport";
+    case HSA_AMD_LINK_INFO_TYPE_QPI:
+      return "qpi";
+    case HSA_AMD_LINK_INFO_TYPE_INFINBAND:
+      return "infiniband";
+  }
+  return "link-" + std::to_string(static_cast<int>(type));
+}
+}  // namespace
+
+std::unique_ptr<HsaEngine> HsaEngine::create(const EngineOptions& options,
+                                             const std::string& reason, std::string& why_not) {
+  const hsa::Runtime* runtime = hsa::load_runtime(why_not);
+  if (runtime == nullptr) return nullptr;
+  std::string hip_why;
+  const hip::Runtime* hip = hip::load_runtime(hip_why);
+  if (hip == nullptr)
+    spdlog::warn("hsa engine: {}; host buffers work, GPU buffers cannot be registered", hip_why);
+  try {
+    return std::make_unique<HsaEngine>(*runtime, hip, options, reason);
+  } catch (const std::exception& e) {
+    why_not = e.what();
+    return nullptr;
+  }
+}
+
+HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const EngineOptions& options,
+                     std::string reason)
+    : hsa_(hsa),
+      hip_(hip),
+      copy_timeout_ms_(options.copy_timeout_ms),
+      signals_(hsa),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  description_.name = "hsa";
+  description_.reason = std::move(reason);
+  discover_agents();
+  if (gpus_.empty()) throw Error(ErrorCode::kUnavailable, "the ROCm runtime reports no GPU agent");
+  query_engines();
+  planner_.emplace(
+      static_cast<int>(gpus_.size()), [this](int src, int dst) { return pair_engines(src, dst); },
+      options.split_bytes);
+  uint16_t major = 0, minor = 0;
+  hsa_.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MAJOR, &major);
+  hsa_.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MINOR, &minor);
+  describe(major, minor);
+  spdlog::info("hsa engine: {} GPU(s), {}; {}", gpus_.size(), description_.driver_version,
+               description_.copy_method);
+}
+
+HsaEngine::~HsaEngine() {
+  // Copies still running write into buffers about to be unmapped: give them until their
+  // deadlines.
+  for (const InFlight& f : in_flight_) {
+    while (hsa_.hsa_signal_load_scacquire(f.signal) > 0 &&
+           std::chrono::steady_clock::now() < f.deadline)
+      ::usleep(100);
+  }
+  for (const StagingBlock& b : staging_blocks_) {
+    hsa_.hsa_amd_memory_unlock(b.host);
+    std::free(b.host);
+  }
+}
+
+void HsaEngine::discover_agents() {
+  struct Found {
+    const hsa::Runtime* hsa;
+    std::vector<hsa_agent_t> gpus;
+    std::optional<hsa_agent_t> cpu;
+  } found{&hsa_, {}, {}};
+  const hsa_status_t st = hsa_.hsa_iterate_agents(
+      [](hsa_agent_t agent, void* data) {
+        auto* f = static_cast<Found*>(data);
+        hsa_device_type_t type{};
+        if (f->hsa->hsa_agent_get_info(agent, HSA_AGENT_INFO_DEVICE, &type) != HSA_STATUS_SUCCESS)
+          return HSA_STATUS_SUCCESS;
+        if (type == HSA_DEVICE_TYPE_GPU) f->gpus.push_back(agent);
+        if (type == HSA_DEVICE_TYPE_CPU && !f->cpu) f->cpu = agent;
+        return HSA_STATUS_SUCCESS;
+      },
+      &found);
+  if (st != HSA_STATUS_SUCCESS)
+    throw Error(ErrorCode::kEngineError, "hsa_iterate_agents failed: " + hsa_.describe(st));
+  if (!found.cpu) throw Error(ErrorCode::kUnavailable, "the ROCm runtime reports no CPU agent");
+  cpu_ = *found.cpu;
+  for (hsa_agent_t agent : found.gpus) {
+    Gpu g{agent, "", -1, std::nullopt};
+    uint32_t bdf = 0, domain = 0;
+    hsa_.hsa_agent_get_info(agent, static_cast<hsa_agent_info_t>(HSA_AMD_AGENT_INFO_BDFID), &bdf);
+    hsa_.hsa_agent_get_info(agent, hsa::kAgentInfoDomain, &domain);
+    char bus[32];
+    std::snprintf(bus, sizeof(bus), "%04x:%02x:%02x.%x", domain, (bdf >> 8) & 0xff,
+                  (bdf >> 3) & 0x1f, bdf & 0x7);
+    g.bus_id = bus;
+    struct PoolSearch {
+      const hsa::Runtime* hsa;
+      std::optional<hsa_amd_memory_pool_t> pool;
+    } search{&hsa_, std::nullopt};
+    hsa_.hsa_amd_agent_iterate_memory_pools(
+        agent,
+        [](hsa_amd_memory_pool_t pool, void* data) {
+          auto* s = static_cast<PoolSearch*>(data);
+          hsa_amd_segment_t segment{};
+          s->hsa->hsa_amd_memory_pool_get_info(pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT, &segment);
+          if (segment != HSA_AMD_SEGMENT_GLOBAL) return HSA_STATUS_SUCCESS;
+          s->pool = pool;
+          return HSA_STATUS_INFO_BREAK;
+        },
+        &search);
+    g.pool = search.pool;
+    gpus_.push_back(std::move(g));
+  }
+  // HIP numbers devices its own way: match them by PCI bus id.
+  if (hip_ == nullptr) return;
+  int count = 0;
+  if (const hipError_t r = hip_->hipGetDeviceCount(&count); r != hipSuccess)
+    spdlog::warn("hsa engine: hipGetDeviceCount: {}", hip_->describe(r));
+  for (int d = 0; d < count; ++d) {
+    char bus[64] = {};
+    if (hip_->hipDeviceGetPCIBusId(bus, sizeof(bus), d) != hipSuccess) continue;
+    for (Gpu& g : gpus_)
+      if (g.bus_id == lower(bus)) g.hip_device = d;
+  }
+}
+
+void HsaEngine::query_engines() {
+  const std::size_t n = gpus_.size() + 1;
+  pairs_.assign(n * n, {});
+  on_engine_ = hsa_.hsa_amd_memory_async_copy_on_engine != nullptr &&
+               hsa_.hsa_amd_memory_copy_engine_status != nullptr;
+  if (!on_engine_) return;
+  // Queried once, while nothing of ours runs: the status names the engines that serve each
+  // pair; later queries would leave out engines merely busy with our own copies.
+  for (int src = -1; src < static_cast<int>(gpus_.size()); ++src) {
+    for (int dst = -1; dst < static_cast<int>(gpus_.size()); ++dst) {
+      if (src == kHostMemory && dst == kHostMemory) continue;
+      hsa::PairEngines& p = pairs_[(src + 1) * n + (dst + 1)];
+      const hsa_status_t st =
+          hsa_.hsa_amd_memory_copy_engine_status(agent_of(dst), agent_of(src), &p.available);
+      if (st != HSA_STATUS_SUCCESS) {
+        p.available = 0;
+        spdlog::warn(
+            "hsa engine: no SDMA engine offered for copies {} -> {} ({}); the runtime will "
+            "choose for them",
+            src == kHostMemory ? "host" : gpus_[src].bus_id,
+            dst == kHostMemory ? "host" : gpus_[dst].bus_id, hsa_.describe(st));
+      }
+      if (hsa_.hsa_amd_memory_get_preferred_copy_engine != nullptr &&
+          hsa_.hsa_amd_memory_get_preferred_copy_engine(agent_of(dst), agent_of(src),
+                                                        &p.preferred) != HSA_STATUS_SUCCESS)
+        p.preferred = 0;
+    }
+  }
+}
+
+void HsaEngine::describe(uint32_t hsa_major, uint32_t hsa_minor) {
+  description_.driver_version =
+      "HSA runtime " + std::to_string(hsa_major) + "." + std::to_string(hsa_minor);
+  int hip_version = 0;
+  if (hip_ != nullptr && hip_->hipRuntimeGetVersion(&hip_version) == hipSuccess)
+    description_.driver_version += ", HIP " + std::to_string(hip_version / 10000000) + "." +
+                                   std::to_string((hip_version / 100000) % 100);
+  description_.copy_method =
+      on_engine_ ? "hsa_amd_memory_async_copy_on_engine (SDMA engine chosen per copy from "
+                   "hsa_amd_memory_copy_engine_status, force_copy_on_sdma)"
+                 : "hsa_amd_memory_async_copy (the ROCm runtime picks the engine: this ROCm lacks "
+                   "hsa_amd_memory_async_copy_on_engine, which came with ROCm 5.7)";
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    const Gpu& g = gpus_[i];
+    char name[64] = {}, product[64] = {};
+    hsa_.hsa_agent_get_info(g.agent, HSA_AGENT_INFO_NAME, name);
+    hsa_.hsa_agent_get_info(g.agent, static_cast<hsa_agent_info_t>(HSA_AMD_AGENT_INFO_PRODUCT_NAME),
+                            product);
+    DeviceDescription d;
+    d.name = std::string(product[0] != 0 ? product : "AMD GPU") + " (" + name + ")";
+    d.bus_id = g.bus_id;
+    d.memory_bytes = 0;
+    if (g.pool) {
+      size_t size = 0;
+      hsa_.hsa_amd_memory_pool_get_info(*g.pool, HSA_AMD_MEMORY_POOL_INFO_SIZE, &size);
+      d.memory_bytes = size;
+    }
+    const int self = static_cast<int>(i);
+    uint32_t engines = pair_engines(kHostMemory, self).available |
+                       pair_engines(self, kHostMemory).available |
+                       pair_engines(self, self).available;
+    for (int peer = 0; peer < static_cast<int>(gpus_.size()); ++peer)
+      engines |= pair_engines(self, peer).available;
+    for (uint32_t e : engine_indices(engines))
+      d.engines.push_back({"sdma-" + std::to_string(e), e});
+    if (engines == 0) {
+      uint32_t count = 0, xgmi = 0;
+      hsa_.hsa_agent_get_info(g.agent, hsa::kAgentInfoNumSdmaEngines, &count);
+      hsa_.hsa_agent_get_info(g.agent, hsa::kAgentInfoNumSdmaXgmiEngines, &xgmi);
+      for (uint32_t e = 0; e < count + xgmi; ++e)
+        d.engines.push_back({"sdma-" + std::to_string(e) + " (runtime-chosen)", e});
+    }
+    d.links.push_back(
+        {"host", "pcie", engine_indices(usable_engines(pair_engines(self, kHostMemory)))});
+    for (int peer = 0; peer < static_cast<int>(gpus_.size()); ++peer) {
+      if (peer == self || !gpus_[peer].pool) continue;
+      uint32_t hops = 0;
+      if (hsa_.hsa_amd_agent_memory_pool_get_info(g.agent, *gpus_[peer].pool,
+                                                  HSA_AMD_AGENT_MEMORY_POOL_INFO_NUM_LINK_HOPS,
+                                                  &hops) != HSA_STATUS_SUCCESS ||
+          hops == 0)
+        continue;
+      std::vector<hsa_amd_memory_pool_link_info_t> info(hops);
+      hsa_.hsa_amd_agent_memory_pool_get_info(
+          g.agent, *gpus_[peer].pool, HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO, info.data());
+      d.peer_bus_ids.push_back(gpus_[peer].bus_id);
+      d.links.push_back({gpus_[peer].bus_id, link_type_name(info[0].link_type),
+                         engine_indices(usable_engines(pair_engines(self, peer)))});
+    }
+    description_.devices.push_back(std::move(d));
+  }
+}
+
+hsa::PairEngines HsaEngine::pair_engines(int src_device, int dst_device) const {
+  const std::size_t n = gpus_.size() + 1;
+  return pairs_[(src_device + 1) * n + (dst_device + 1)];
+}
+
+hsa_agent_t HsaEngine::agent_of(int device) const {
+  return device == kHostMemory ? cpu_ : gpus_.at(device).agent;
+}
+
+void* HsaEngine::agent_address(const std::byte* address, int device) const {
+  if (device == kHostMemory) {
+    // The locked range with the greatest base not above `address`.
+    auto it = locked_.lower_bound(address);
+    if (it != locked_.end() && address < it->first + it->second.bytes)
+      return it->second.agent_address + (address - it->first);
+  }
+  return const_cast<std::byte*>(address);
+}
+
+std::chrono::steady_clock::time_point HsaEngine::deadline_for(uint64_t bytes) const {
+  return std::chrono::steady_clock::now() + std::chrono::milliseconds(copy_timeout_ms_) +
+         std::chrono::milliseconds(bytes >> 20);
+}
+
+void HsaEngine::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = ::write(event_fd_.get(), &one, sizeof(one));
+}
+
+bool HsaEngine::issue(const CopyRequest& copy, const hsa::PlannedPiece& piece,
+                      hsa_signal_t signal) {
+  void* dst = agent_address(copy.dst + piece.offset, copy.dst_device);
+  const void* src = agent_address(copy.src + piece.offset, copy.src_device);
+  const hsa_status_t st = on_engine_ && piece.engine != 0
+                              ? hsa_.hsa_amd_memory_async_copy_on_engine(
+                                    dst, agent_of(copy.dst_device), src, agent_of(copy.src_device),
+                                    piece.bytes, 0, nullptr, signal, piece.engine, true)
+                              : hsa_.hsa_amd_memory_async_copy(dst, agent_of(copy.dst_device), src,
+                                                               agent_of(copy.src_device),
+                                                               piece.bytes, 0, nullptr, signal);
+  if (st == HSA_STATUS_SUCCESS) return true;
+  spdlog::error("hsa engine: copy of {} bytes ({} -> {}, engine mask {:#x}) refused: {}",
+                piece.bytes, copy.src_device, copy.dst_device, piece.engine, hsa_.describe(st));
+  return false;
+}
+
+void HsaEngine::submit(std::span<const CopyRequest> copies) {
+  std::vector<hsa::CopyShape> shapes;
+  shapes.reserve(copies.size());
+  for (const CopyRequest& c : copies) shapes.push_back({c.src_device, c.dst_device, c.bytes});
+  const std::vector<hsa::PlannedPiece> pieces = planner_->plan(shapes);
+  std::size_t first = 0;
+  while (first < pieces.size()) {
+    const std::size_t index = pieces[first].copy;
+    std::size_t last = first;
+    while (last < pieces.size() && pieces[last].copy == index) ++last;
+    const CopyRequest& copy = copies[index];
+    const bool on_sdma = on_engine_ && pieces[first].engine != 0;
+    const TransferPath path = on_sdma || copy.src_device != copy.dst_device
+                                  ? TransferPath::kCopyEngine
+                                  : TransferPath::kComputeUnits;
+    const CopyCompletion whole{copy.cookie, ErrorCode::kOk, path, copy.bytes};
+    const uint64_t split =
+        last - first > 1 ? splits_.begin(whole, static_cast<uint32_t>(last - first)) : 0;
+    for (std::size_t p = first; p < last; ++p) {
+      const hsa::PlannedPiece& piece = pieces[p];
+      CopyCompletion done{copy.cookie, ErrorCode::kOk, path, piece.bytes};
+      if (piece.copy_agent == hsa::kHostAgent) {
+        // Host to host: no GPU agent is involved, so no engine can run it.
+        std::memcpy(copy.dst + piece.offset, copy.src + piece.offset, piece.bytes);
+        done.path = TransferPath::kComputeUnits;
+        finished_at_submit_.emplace_back(split, done);
+        continue;
+      }
+      hsa_signal_t signal{};
+      try {
+        signal = signals_.acquire();
+      } catch (const Error& e) {
+        spdlog::error("hsa engine: {}", e.what());
+        planner_->finished(piece);
+        done.code = ErrorCode::kEngineError;
+        finished_at_submit_.emplace_back(split, done);
+        continue;
+      }
+      if (!issue(copy, piece, signal)) {
+        signals_.release(signal);
+        planner_->finished(piece);
+        done.code = ErrorCode::kEngineError;
+        finished_at_submit_.emplace_back(split, done);
+        continue;
+      }
+      in_flight_.push_back({signal, piece, split, done, deadline_for(piece.bytes)});
+    }
+    first = last;
+  }
+  if (!finished_at_submit_.empty()) wake();
+}
+
+std::size_t HsaEngine::poll(std::vector<CopyCompletion>& out) {
+  const std::size_t before = out.size();
+  for (const auto& [split, c] : finished_at_submit_) splits_.retire(split, c, out);
+  finished_at_submit_.clear();
+  if (in_flight_.empty() && quarantined_.empty()) return out.size() - before;
+  const auto now = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < in_flight_.size();) {
+    InFlight& f = in_flight_[i];
+    const hsa_signal_value_t value = hsa_.hsa_signal_load_scacquire(f.signal);
+    if (value > 0 && now < f.deadline) {
+      ++i;
+      continue;
+    }
+    ErrorCode code = ErrorCode::kOk;
+    if (value > 0) {
+      spdlog::error(
+          "hsa engine: a copy of {} bytes on GPU {} (engine mask {:#x}) has not completed after "
+          "{} ms; failing its collective (a lost completion signal, or a hung SDMA queue: "
+          "check dmesg for amdgpu errors)",
+          f.piece.bytes, f.piece.copy_agent, f.piece.engine,
+          copy_timeout_ms_ + (f.piece.bytes >> 20));
+      quarantined_.push_back(f.signal);
+      code = ErrorCode::kEngineError;
+    } else {
+      if (value < 0) {
+        spdlog::error("hsa engine: a copy of {} bytes on GPU {} signalled an error (value {})",
+                      f.piece.bytes, f.piece.copy_agent, static_cast<int64_t>(value));
+        code = ErrorCode::kEngineError;
+      }
+      signals_.release(f.signal);
+    }
+    if (f.staging >= 0) {
+      // A done-flag write. A timed-out one keeps its word: the copy may still read it.
+      if (value <= 0) free_staging_.push_back(f.staging);
+    } else {
+      planner_->finished(f.piece);
+      f.completion.code = code;
+      splits_.retire(f.split, f.completion, out);
+    }
+    in_flight_[i] = in_flight_.back();
+    in_flight_.pop_back();
+  }
+  for (std::size_t i = 0; i < quarantined_.size();) {
+    if (hsa_.hsa_signal_load_scacquire(quarantined_[i]) > 0) {
+      ++i;
+      continue;
+    }
+    spdlog::info("hsa engine: a timed-out copy completed late; its signal is reused");
+    signals_.release(quarantined_[i]);
+    quarantined_[i] = quarantined_.back();
+    quarantined_.pop_back();
+  }
+  return out.size() - before;
+}
+
+std::shared_ptr<void> HsaEngine::prepare_host_memory(void* base, uint64_t bytes) {
+  std::vector<hsa_agent_t> agents;
+  for (const Gpu& g : gpus_) agents.push_back(g.agent);
+  void* agent_ptr = nullptr;
+  const hsa_status_t st = hsa_.hsa_amd_memory_lock(base, bytes, agents.data(),
+                                                   static_cast<int>(agents.size()), &agent_ptr);
+  if (st != HSA_STATUS_SUCCESS)
+    throw Error(ErrorCode::kEngineError, "hsa_amd_memory_lock (pinning a host buffer of " +
+                                             std::to_string(bytes) +
+                                             " bytes) failed: " + hsa_.describe(st));
+  auto* host = static_cast<std::byte*>(base);
+  locked_[host] = {bytes, static_cast<std::byte*>(agent_ptr)};
+  return std::shared_ptr<void>(base, [this, host](void* p) {
+    locked_.erase(host);
+    hsa_.hsa_amd_memory_unlock(p);
+  });
+}
+
+int HsaEngine::device_by_bus_id(const std::string& bus_id) const {
+  for (std::size_t i = 0; i < gpus_.size(); ++i)
+    if (gpus_[i].bus_id == lower(bus_id)) return static_cast<int>(i);
+  throw Error(ErrorCode::kNotFound, "no GPU with PCI bus id '" + bus_id + "' is visible to irisd");
+}
+
+ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exported) {
+  if (exported.api != DeviceApi::kHip)
+    throw Error(ErrorCode::kInvalidArgument,
+                "a CUDA (NVIDIA) buffer cannot be imported by the hsa engine: irisd on this node "
+                "runs on AMD GPUs");
+  if (!exported.vmm_fds.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "the hsa engine imports hipMalloc memory (HIP IPC handles) only; VMM "
+                "allocations (hipMemCreate) are not supported yet");
+  if (hip_ == nullptr)
+    throw Error(ErrorCode::kUnavailable,
+                "irisd could not load the HIP runtime (libamdhip64), which imports GPU buffers: "
+                "install ROCm's HIP runtime on this node and restart irisd");
+  if (exported.ipc_handle.size() != sizeof(hipIpcMemHandle_t))
+    throw Error(ErrorCode::kInvalidArgument,
+                "HIP IPC handle of " + std::to_string(exported.ipc_handle.size()) +
+                    " bytes (expected " + std::to_string(sizeof(hipIpcMemHandle_t)) + ")");
+  const int device = device_by_bus_id(exported.bus_id);
+  std::shared_ptr<Import> opened;
+  if (auto it = imports_.find(exported.ipc_handle); it != imports_.end())
+    opened = it->second.lock();
+  if (!opened) {
+    if (gpus_[device].hip_device < 0)
+      throw Error(ErrorCode::kNotFound, "the HIP runtime does not see GPU " + exported.bus_id +
+                                            " (HIP_VISIBLE_DEVICES?)");
+    hipError_t r = hip_->hipSetDevice(gpus_[device].hip_device);
+    hipIpcMemHandle_t handle;
+    std::memcpy(&handle, exported.ipc_handle.data(), sizeof(handle));
+    void* base = nullptr;
+    if (r == hipSuccess)
+      r = hip_->hipIpcOpenMemHandle(&base, handle, hipIpcMemLazyEnablePeerAccess);
+    if (r != hipSuccess)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "cannot import the GPU buffer (hipIpcOpenMemHandle): " + hip_->describe(r) +
+                      "; the exporting process must be alive and the buffer from hipMalloc");
+    hipDeviceptr_t range_base = nullptr;
+    size_t size = 0;
+    r = hip_->hipMemGetAddressRange(&range_base, &size, base);
+    if (r != hipSuccess) {
+      [[maybe_unused]] const hipError_t closed = hip_->hipIpcCloseMemHandle(base);
+      throw Error(ErrorCode::kEngineError,
+                  "hipMemGetAddressRange of an imported buffer failed: " + hip_->describe(r));
+    }
+    // Every GPU's engines may copy to or from it (the source GPU's engines run peer copies).
+    std::vector<hsa_agent_t> agents;
+    for (const Gpu& g : gpus_) agents.push_back(g.agent);
+    const hsa_status_t st = hsa_.hsa_amd_agents_allow_access(static_cast<uint32_t>(agents.size()),
+                                                             agents.data(), nullptr, base);
+    if (st != HSA_STATUS_SUCCESS)
+      spdlog::warn("hsa engine: hsa_amd_agents_allow_access on an imported buffer: {}",
+                   hsa_.describe(st));
+    const hip::Runtime* hip = hip_;
+    opened = std::shared_ptr<Import>(
+        new Import{static_cast<std::byte*>(base), size, device}, [hip](Import* i) {
+          if (const hipError_t r = hip->hipIpcCloseMemHandle(i->base); r != hipSuccess)
+            spdlog::warn("hsa engine: hipIpcCloseMemHandle: {}", hip->describe(r));
+          delete i;
+        });
+    imports_[exported.ipc_handle] = opened;
+  }
+  check_export_range(exported, opened->bytes, "the GPU allocation");
+  for (auto it = imports_.begin(); it != imports_.end();)
+    it = it->second.expired() ? imports_.erase(it) : std::next(it);
+  return ImportedMemory{opened->base + exported.offset, exported.bytes, device, opened};
+}
+
+int64_t HsaEngine::take_staging_word() {
+  if (free_staging_.empty()) {
+    void* page = std::aligned_alloc(4096, kStagingWordsPerBlock * sizeof(uint32_t));
+    if (page == nullptr) throw Error(ErrorCode::kEngineError, "out of memory for flag staging");
+    std::vector<hsa_agent_t> agents;
+    for (const Gpu& g : gpus_) agents.push_back(g.agent);
+    void* agent_ptr = nullptr;
+    const hsa_status_t st =
+        hsa_.hsa_amd_memory_lock(page, kStagingWordsPerBlock * sizeof(uint32_t), agents.data(),
+                                 static_cast<int>(agents.size()), &agent_ptr);
+    if (st != HSA_STATUS_SUCCESS) {
+      std::free(page);
+      throw Error(ErrorCode::kEngineError,
+                  "hsa_amd_memory_lock (flag staging) failed: " + hsa_.describe(st));
+    }
+    const int64_t block = static_cast<int64_t>(staging_blocks_.size());
+    staging_blocks_.push_back({static_cast<uint32_t*>(page), static_cast<uint32_t*>(agent_ptr)});
+    for (std::size_t w = kStagingWordsPerBlock; w-- > 0;)
+      free_staging_.push_back(block * static_cast<int64_t>(kStagingWordsPerBlock) +
+                              static_cast<int64_t>(w));
+  }
+  const int64_t word = free_staging_.back();
+  free_staging_.pop_back();
+  return word;
+}
+
+void HsaEngine::write_device_word(int device, std::byte* address, uint32_t value) {
+  try {
+    const int64_t word = take_staging_word();
+    const StagingBlock& block = staging_blocks_[word / kStagingWordsPerBlock];
+    const std::size_t at = word % kStagingWordsPerBlock;
+    block.host[at] = value;
+    const hsa_signal_t signal = signals_.acquire();
+    const hsa_status_t st = hsa_.hsa_amd_memory_async_copy(
+        address, agent_of(device), block.agent + at, cpu_, sizeof(uint32_t), 0, nullptr, signal);
+    if (st != HSA_STATUS_SUCCESS) {
+      signals_.release(signal);
+      free_staging_.push_back(word);
+      throw Error(ErrorCode::kEngineError, "hsa_amd_memory_async_copy: " + hsa_.describe(st));
+    }
+    InFlight f{signal, {0, 0, sizeof(uint32_t), device, 0}, 0, {}, deadline_for(0)};
+    f.staging = word;
+    in_flight_.push_back(f);
+  } catch (const Error& e) {
+    spdlog::error("hsa engine: writing a stream done flag failed: {}", e.what());
+  }
+}
+
+}  // namespace iris::daemon

@@ -1,0 +1,81 @@
+// Which SDMA engine runs each copy (hsa engine), as a pure function of the engines the runtime
+// offers per agent pair and of the bytes already queued on each engine.
+//
+// ROCr runs a copy on an engine of its "copy agent": the source GPU, or the destination when the
+// source is host memory. For each (source, destination) pair it reports the engines that can
+// serve it (hsa_amd_memory_copy_engine_status) and, from ROCm 6.2, the ones it recommends
+// (hsa_amd_memory_get_preferred_copy_engine: on MI300X the engines wired to that pair's xGMI
+// link). The planner only ever picks an engine the status offered for the pair (a queue on an
+// engine the status leaves out, such as a fused-off one on MI308X, can hang), prefers the
+// recommended ones, and puts each copy on the least-loaded candidate, counting bytes queued but
+// not finished across collectives, so that a collective's copies to different peers run on
+// different links' engines in parallel and no engine queues more than its share. A copy of at
+// least split_bytes is cut into one page-aligned piece per candidate engine.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+namespace iris::daemon::hsa {
+
+inline constexpr int kMaxEngines = 32;  // engine ids are bits of a 32-bit mask
+inline constexpr int kHostAgent = -1;   // the CPU side of a pair (host memory)
+
+// The engines of one (source, destination) pair, as bit masks of engine ids.
+struct PairEngines {
+  uint32_t available = 0;  // offered by the status query; 0: none (plain async copy)
+  uint32_t preferred = 0;  // recommended; 0: no recommendation
+};
+
+// The engines a copy of this pair may run on: the recommended ones the status also offers, or
+// every offered one when none of those is.
+uint32_t usable_engines(const PairEngines& pair);
+
+struct CopyShape {
+  int src_device;  // kHostAgent for host memory
+  int dst_device;
+  uint64_t bytes;
+};
+
+struct PlannedPiece {
+  std::size_t copy;  // index of the copy in the planned span
+  uint64_t offset;   // piece = [offset, offset + bytes) of that copy
+  uint64_t bytes;
+  int copy_agent;   // the device whose engine runs it; kHostAgent for host-to-host copies
+  uint32_t engine;  // one bit; 0 when the pair offers none (the runtime chooses)
+};
+
+class SdmaPlanner {
+ public:
+  using PairLookup = std::function<PairEngines(int src_device, int dst_device)>;
+
+  // `devices` GPUs, numbered from 0; `split_bytes` 0 never splits.
+  SdmaPlanner(int devices, PairLookup lookup, uint64_t split_bytes);
+
+  // Assigns engines to `copies` and counts their bytes as queued. Pieces come out grouped by
+  // copy, in the order the copies were given.
+  std::vector<PlannedPiece> plan(std::span<const CopyShape> copies);
+  // A piece finished (or was given up): its bytes leave its engine's queue.
+  void finished(const PlannedPiece& piece);
+
+  uint64_t queued_bytes(int device, int engine_index) const;
+  uint32_t queued_pieces(int device, int engine_index) const;
+
+ private:
+  struct Load {
+    uint64_t bytes = 0;
+    uint32_t pieces = 0;
+  };
+  // The least-loaded engine in `mask` of `device`, skipping the bits in `taken`.
+  int least_loaded(int device, uint32_t mask, uint32_t taken) const;
+
+  PairLookup lookup_;
+  uint64_t split_bytes_;
+  std::vector<std::array<Load, kMaxEngines>> load_;  // per device, per engine index
+};
+
+}  // namespace iris::daemon::hsa

@@ -1,0 +1,64 @@
+#include "iris/shared/hip_runtime.hpp"
+
+#include <dlfcn.h>
+
+namespace iris::hip {
+
+namespace {
+struct LoadResult {
+  Runtime runtime;
+  bool ok = false;
+  std::string why;
+};
+
+LoadResult load() {
+  LoadResult r;
+  void* lib = nullptr;
+  std::string tried;
+  for (const char* name : {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}) {
+    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
+    tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
+  }
+  if (lib == nullptr) {
+    r.why = "no HIP runtime: cannot load libamdhip64 (" + tried + ")";
+    return r;
+  }
+#define IRIS_HIP_RESOLVE(name)                                                      \
+  r.runtime.name = reinterpret_cast<decltype(r.runtime.name)>(::dlsym(lib, #name)); \
+  if (r.runtime.name == nullptr) {                                                  \
+    r.why = std::string("the HIP runtime is too old: libamdhip64 lacks ") + #name + \
+            " (irisd needs ROCm 5.2 or newer)";                                     \
+    return r;                                                                       \
+  }
+  IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_RESOLVE)
+  IRIS_HIP_RESOLVE(hipMalloc)
+#undef IRIS_HIP_RESOLVE
+  int count = 0;
+  const hipError_t e = r.runtime.hipGetDeviceCount(&count);
+  if (e != hipSuccess || count == 0) {
+    r.why = "the HIP runtime sees no AMD GPU (" +
+            (e != hipSuccess ? r.runtime.describe(e) : std::string("0 devices")) + ")";
+    return r;
+  }
+  r.ok = true;
+  return r;
+}
+}  // namespace
+
+std::string Runtime::describe(hipError_t result) const {
+  const char* text = hipGetErrorString != nullptr ? hipGetErrorString(result) : nullptr;
+  const std::string code = std::to_string(static_cast<int>(result));
+  return text != nullptr ? std::string(text) + " (" + code + ")" : "HIP error " + code;
+}
+
+const Runtime* load_runtime(std::string& why) {
+  static const LoadResult result = load();
+  if (!result.ok) {
+    why = result.why;
+    return nullptr;
+  }
+  return &result.runtime;
+}
+
+}  // namespace iris::hip
