@@ -84,6 +84,12 @@ int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris
       [&] { *out = new iris_buffer{client->client.register_cuda_buffer(device_ptr, bytes)}; });
 }
 
+int iris_register_hip(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out) {
+  if (client == nullptr || out == nullptr) return null_argument(client ? "out" : "client");
+  return guarded(
+      [&] { *out = new iris_buffer{client->client.register_hip_buffer(device_ptr, bytes)}; });
+}
+
 void* iris_buffer_data(const iris_buffer* buffer) {
   return buffer == nullptr ? nullptr : buffer->buffer.data();
 }
@@ -117,6 +123,16 @@ int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes,
         cuda_stream == nullptr
             ? comm->comm.all_gather(send, recv, bytes)
             : comm->comm.all_gather(send, recv, bytes, static_cast<CUstream_st*>(cuda_stream))};
+  });
+}
+
+int iris_all_gather_hip(iris_comm* comm, const void* send, void* recv, size_t bytes,
+                        void* hip_stream, iris_request** out) {
+  if (comm == nullptr || out == nullptr) return null_argument(comm ? "out" : "comm");
+  if (hip_stream == nullptr) return null_argument("hip_stream");
+  return guarded([&] {
+    *out = new iris_request{
+        comm->comm.all_gather(send, recv, bytes, static_cast<ihipStream_t*>(hip_stream))};
   });
 }
 

@@ -29,6 +29,10 @@ Buffer Client::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
   return impl_->register_cuda_buffer(device_ptr, bytes);
 }
 
+Buffer Client::register_hip_buffer(void* device_ptr, std::size_t bytes) {
+  return impl_->register_hip_buffer(device_ptr, bytes);
+}
+
 Request Client::nop() {
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kNop);

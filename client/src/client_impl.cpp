@@ -1,5 +1,7 @@
 #include "client/src/client_impl.hpp"
 
+#include "client/src/hip_interop.hpp"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -94,10 +96,7 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
   view = *validated;
   stream_flags = std::make_unique<StreamFlagsMapping>(
       segment.data(), segment.size(), view.flags, view.ring_depth,
-      [this](const v1::CudaIpcBuffer& flags) {
-        v1::RegisterBufferRequest request;
-        *request.mutable_cuda_ipc() = flags;
-        request.set_stream_done_flags(true);
+      [this](const v1::RegisterBufferRequest& request) {
         channel.call(&v1::Control::Stub::RegisterBuffer, request, "register stream done flags");
       });
   producer_ =
@@ -249,7 +248,7 @@ void Client::Impl::ring_doorbell() {
 }
 
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
-                             CUstream_st* stream) {
+                             std::optional<GpuStream> stream) {
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
@@ -259,9 +258,9 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   const uint32_t generation = slots_[slot].generation;
   entry.slot = slot;
   entry.generation = generation;
-  if (stream != nullptr) {
+  if (stream) {
     try {
-      stream_flags->enqueue_ready(stream, slot, generation);
+      stream_flags->enqueue_ready(*stream, slot, generation);
     } catch (const Error&) {
       release_slot(slot, true);
       throw;
@@ -286,7 +285,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   // After the push: the request is in flight whatever happens here, and a failure to enqueue
   // the wait is reported while the Request still tracks the slot.
   Request request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
-  if (stream != nullptr) stream_flags->enqueue_wait_done(stream, slot, generation);
+  if (stream) stream_flags->enqueue_wait_done(*stream, slot, generation);
   return request;
 }
 
@@ -333,6 +332,14 @@ Buffer Client::Impl::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
     throw Error(static_cast<ErrorCode>(response.error_code()),
                 "register GPU buffer: " + response.error_message());
   return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr);
+}
+
+Buffer Client::Impl::register_hip_buffer(void* device_ptr, std::size_t bytes) {
+  v1::RegisterBufferRequest request;
+  *request.mutable_hip_ipc() = export_hip_buffer(device_ptr, bytes);
+  const auto response =
+      channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
+  return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,

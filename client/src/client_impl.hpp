@@ -13,6 +13,7 @@
 
 #include "client/src/control_channel.hpp"
 #include "client/src/cuda_interop.hpp"
+#include "client/src/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
 #include "iris/request.hpp"
@@ -38,7 +39,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
   // request is ordered on it: ready flag written by the stream, the stream waits for done.
   Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
-                 CUstream_st* stream = nullptr);
+                 std::optional<GpuStream> stream = std::nullopt);
   // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
@@ -47,6 +48,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   Buffer allocate(std::size_t bytes);
   Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
+  Buffer register_hip_buffer(void* device_ptr, std::size_t bytes);
   void forget_buffer(uint64_t id, void* base);
   // Records a registered range for locate(); `mapping` is null for memory the caller owns.
   Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,

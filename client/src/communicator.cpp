@@ -44,17 +44,31 @@ Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes
   return submit_all_gather(send, recv, bytes, nullptr);
 }
 
-Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
-                                 CUstream_st* stream) {
+namespace {
+void require_stream(const void* stream) {
   if (stream == nullptr)
     throw Error(ErrorCode::kInvalidArgument,
                 "stream-ordered all_gather needs a stream (the legacy default stream is not "
                 "supported); use the host-blocking overload without one");
-  return submit_all_gather(send, recv, bytes, stream);
+}
+}  // namespace
+
+Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
+                                 CUstream_st* stream) {
+  require_stream(stream);
+  const GpuStream on{stream, GpuVendor::kCuda};
+  return submit_all_gather(send, recv, bytes, &on);
+}
+
+Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
+                                 ihipStream_t* stream) {
+  require_stream(stream);
+  const GpuStream on{stream, GpuVendor::kHip};
+  return submit_all_gather(send, recv, bytes, &on);
 }
 
 Request Communicator::submit_all_gather(const void* send, void* recv, std::size_t bytes,
-                                        CUstream_st* stream) {
+                                        const GpuStream* stream) {
   if (!impl_ || impl_->destroyed)
     throw Error(ErrorCode::kInvalidArgument, "all_gather on a destroyed communicator");
   Client::Impl& client = *impl_->client;
@@ -75,7 +89,8 @@ Request Communicator::submit_all_gather(const void* send, void* recv, std::size_
   // seq is filled in under the submission lock.
   const shm::SubmitEntry entry = shm::all_gather_entry(
       opcode, impl_->id, 0, from->buffer_id, from->offset, to->buffer_id, to->offset, bytes);
-  return client.submit(entry, &impl_->next_seq, stream);
+  return client.submit(entry, &impl_->next_seq,
+                       stream != nullptr ? std::optional<GpuStream>(*stream) : std::nullopt);
 }
 
 void Communicator::destroy() {

@@ -1,5 +1,7 @@
 #include "client/src/cuda_interop.hpp"
 
+#include "client/src/gpu_stream_api.hpp"
+
 #include "iris/error.hpp"
 
 #ifdef IRIS_HAVE_CUDA
@@ -7,15 +9,6 @@
 #endif
 
 namespace iris {
-
-StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
-                                       shm::StreamFlags* flags, uint32_t depth,
-                                       RegisterDoneFlags register_done_flags)
-    : base_(segment_base),
-      bytes_(segment_bytes),
-      flags_(flags),
-      depth_(depth),
-      register_done_flags_(std::move(register_done_flags)) {}
 
 #ifdef IRIS_HAVE_CUDA
 namespace {
@@ -92,87 +85,67 @@ ExportedCudaBuffer export_cuda_buffer(void* device_ptr, std::size_t bytes) {
   return out;
 }
 
-StreamFlagsMapping::~StreamFlagsMapping() {
-  std::string why;
-  const cuda::Driver* cu = cuda::load_driver(why);
-  if (cu == nullptr) return;
-  if (device_base_ != 0) cu->cuMemHostUnregister(base_);
-  if (done_flags_ != 0) cu->cuMemFree(done_flags_);
-}
+namespace {
+class CudaStreamApi final : public GpuStreamApi {
+ public:
+  CudaStreamApi() : cu_(driver("stream-ordered all-gather")) {}
 
-uint64_t StreamFlagsMapping::done_flag_address(uint32_t slot) {
-  std::call_once(done_flags_allocated_, [this] {
-    const cuda::Driver& cu = driver("stream-ordered all-gather");
-    CUdeviceptr flags = 0;
-    check(cu, cu.cuMemAlloc(&flags, std::size_t{depth_} * sizeof(uint32_t)),
-          "allocating stream done flags (cuMemAlloc)");
-    check(cu, cu.cuMemsetD32(flags, 0, depth_), "cuMemsetD32");
-    try {
-      // cuMemAlloc memory: always a legacy IPC handle.
-      register_done_flags_(*export_cuda_buffer(reinterpret_cast<void*>(flags),
-                                               std::size_t{depth_} * sizeof(uint32_t))
-                                .ipc);
-    } catch (...) {
-      cu.cuMemFree(flags);
-      throw;
-    }
-    done_flags_ = flags;
-  });
-  return done_flags_ + std::size_t{slot} * sizeof(uint32_t);
-}
-
-void StreamFlagsMapping::release(uint32_t slot, uint32_t generation) {
-  std::string why;
-  const cuda::Driver* cu = cuda::load_driver(why);
-  if (cu == nullptr || done_flags_ == 0) return;
-  cu->cuMemsetD32(done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation, 1);
-}
-
-uint64_t StreamFlagsMapping::device_address(const void* host_address) {
-  std::call_once(registered_, [this] {
-    const cuda::Driver& cu = driver("stream-ordered all-gather");
-    check(cu,
-          cu.cuMemHostRegister(base_, bytes_,
-                               CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
+  uint64_t map_host(void* base, std::size_t bytes) override {
+    check(cu_,
+          cu_.cuMemHostRegister(base, bytes,
+                                CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP),
           "pinning the session segment for the GPU (cuMemHostRegister)");
     CUdeviceptr device = 0;
-    check(cu, cu.cuMemHostGetDevicePointer(&device, base_, 0), "cuMemHostGetDevicePointer");
-    device_base_ = device;
-  });
-  return device_base_ + (static_cast<const char*>(host_address) - static_cast<char*>(base_));
-}
+    const CUresult r = cu_.cuMemHostGetDevicePointer(&device, base, 0);
+    if (r != CUDA_SUCCESS) cu_.cuMemHostUnregister(base);
+    check(cu_, r, "cuMemHostGetDevicePointer");
+    return device;
+  }
+  void unmap_host(void* base) override { cu_.cuMemHostUnregister(base); }
+  uint64_t allocate_flags(std::size_t bytes) override {
+    CUdeviceptr flags = 0;
+    check(cu_, cu_.cuMemAlloc(&flags, bytes), "allocating stream done flags (cuMemAlloc)");
+    const CUresult r = cu_.cuMemsetD32(flags, 0, bytes / sizeof(uint32_t));
+    if (r != CUDA_SUCCESS) cu_.cuMemFree(flags);
+    check(cu_, r, "cuMemsetD32");
+    return flags;
+  }
+  void free_flags(uint64_t address) override { cu_.cuMemFree(address); }
+  void store_flag(uint64_t address, uint32_t value) override { cu_.cuMemsetD32(address, value, 1); }
+  v1::RegisterBufferRequest export_flags(uint64_t address, std::size_t bytes) override {
+    v1::RegisterBufferRequest request;
+    // cuMemAlloc memory: always a legacy IPC handle.
+    *request.mutable_cuda_ipc() = *export_cuda_buffer(reinterpret_cast<void*>(address), bytes).ipc;
+    request.set_stream_done_flags(true);
+    return request;
+  }
+  void write_value(void* stream, uint64_t address, uint32_t value) override {
+    check(cu_,
+          cu_.cuStreamWriteValue32(static_cast<CUstream>(stream), address, value,
+                                   CU_STREAM_WRITE_VALUE_DEFAULT),
+          "cuStreamWriteValue32 (input-ready flag)");
+  }
+  void wait_value_geq(void* stream, uint64_t address, uint32_t value) override {
+    check(cu_,
+          cu_.cuStreamWaitValue32(static_cast<CUstream>(stream), address, value,
+                                  CU_STREAM_WAIT_VALUE_GEQ),
+          "cuStreamWaitValue32 (done flag)");
+  }
 
-void StreamFlagsMapping::enqueue_ready(CUstream_st* stream, uint32_t slot, uint32_t generation) {
-  // The done flags must be registered before irisd sees the request: it may complete it at once.
-  done_flag_address(slot);
-  const cuda::Driver& cu = driver("stream-ordered all-gather");
-  check(cu,
-        cu.cuStreamWriteValue32(stream, device_address(&flags_[slot].ready), generation,
-                                CU_STREAM_WRITE_VALUE_DEFAULT),
-        "cuStreamWriteValue32 (input-ready flag)");
-}
-
-void StreamFlagsMapping::enqueue_wait_done(CUstream_st* stream, uint32_t slot,
-                                           uint32_t generation) {
-  const cuda::Driver& cu = driver("stream-ordered all-gather");
-  check(
-      cu,
-      cu.cuStreamWaitValue32(stream, done_flag_address(slot), generation, CU_STREAM_WAIT_VALUE_GEQ),
-      "cuStreamWaitValue32 (done flag)");
-}
-#else
-namespace {
-[[noreturn]] void no_cuda() {
-  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
-}
+ private:
+  const cuda::Driver& cu_;
+};
 }  // namespace
 
-ExportedCudaBuffer export_cuda_buffer(void*, std::size_t) { no_cuda(); }
+std::unique_ptr<GpuStreamApi> make_cuda_stream_api() { return std::make_unique<CudaStreamApi>(); }
+#else
+ExportedCudaBuffer export_cuda_buffer(void*, std::size_t) {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
+}
 
-StreamFlagsMapping::~StreamFlagsMapping() = default;
-void StreamFlagsMapping::release(uint32_t, uint32_t) {}
-void StreamFlagsMapping::enqueue_ready(CUstream_st*, uint32_t, uint32_t) { no_cuda(); }
-void StreamFlagsMapping::enqueue_wait_done(CUstream_st*, uint32_t, uint32_t) { no_cuda(); }
+std::unique_ptr<GpuStreamApi> make_cuda_stream_api() {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without CUDA support");
+}
 #endif
 
 }  // namespace iris

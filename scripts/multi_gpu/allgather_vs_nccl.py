@@ -1,5 +1,7 @@
 """irisd against NCCL on the GPUs of one node: one process per GPU (torch.multiprocessing), an
-irisd with the cuda engine already running (scripts/multi-gpu-run.sh starts it).
+irisd with the cuda engine already running (scripts/multi-gpu-run.sh starts it), or with the hsa
+engine on AMD nodes (scripts/mi300-first-run.sh), where "NCCL" is RCCL: torch.distributed's
+"nccl" backend in ROCm builds of PyTorch.
 
 Phases (rank 0 prints a markdown table for each):
   correctness  random sizes, odd ones included, random bytes made on the GPU; irisd's result

@@ -303,6 +303,23 @@ TEST(Engines, HsaWithoutKfdFailsClearlyAndAutoSaysWhyItPassedOver) {
   const auto status =
       run_program({iris_ctl_path(), "--socket", daemon.socket(), "status", "--json"});
   EXPECT_NE(status.output.find("hsa unavailable (no /dev/kfd"), std::string::npos) << status.output;
+  // libiris's HIP side says what is missing instead of crashing without an AMD GPU.
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "hip", 1, 0);
+  auto buf = client.allocate(64);
+  int not_gpu_memory = 0;
+  EXPECT_EQ(code_of([&] { client.register_hip_buffer(&not_gpu_memory, sizeof(int)); }),
+            ErrorCode::kUnavailable);
+  auto fake_stream = reinterpret_cast<ihipStream_t*>(0x1);
+  EXPECT_EQ(code_of([&] { comm.all_gather(buf.data(), buf.data(), 64, fake_stream); }),
+            ErrorCode::kUnavailable);
+  EXPECT_EQ(code_of([&] {
+              comm.all_gather(buf.data(), buf.data(), 64, static_cast<ihipStream_t*>(nullptr));
+            }),
+            ErrorCode::kInvalidArgument);
+  // The host-blocking path is untouched by the failed stream-ordered attempts.
+  auto r = comm.all_gather(buf.data(), buf.data(), 64);
+  EXPECT_EQ(wait_code(r), ErrorCode::kOk);
 }
 
 TEST(Engines, CudaWithoutAGpuFailsClearlyAndAutoFallsBackToHost) {

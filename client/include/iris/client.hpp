@@ -32,8 +32,8 @@ class Client {
   Client(Client&&) noexcept;
   Client& operator=(Client&&) noexcept;
 
-  // Allocates host memory shared with irisd and registers it. With the cuda engine irisd pins
-  // it, so copies to and from GPUs run on copy engines.
+  // Allocates host memory shared with irisd and registers it. With the cuda and hsa engines
+  // irisd pins it, so copies to and from GPUs run on copy engines.
   Buffer allocate(std::size_t bytes);
   // Registers GPU memory of this process: any range of a cudaMalloc (cuMemAlloc) allocation,
   // imported by irisd once over CUDA IPC, or of VMM memory (cuMemCreate + cuMemMap, PyTorch's
@@ -42,6 +42,9 @@ class Client {
   // Throws kUnavailable without a CUDA driver, kInvalidArgument for memory that cannot be
   // exported (VMM memory created without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR).
   Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
+  // The same for AMD GPUs (hsa engine): any range of a hipMalloc allocation, imported by irisd
+  // once over HIP IPC. Throws kUnavailable without a HIP runtime.
+  Buffer register_hip_buffer(void* device_ptr, std::size_t bytes);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();
   // Ends the session (also done by the destructor).

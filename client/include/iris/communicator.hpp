@@ -12,10 +12,12 @@
 namespace iris {
 
 class Client;
+struct GpuStream;
 
 }  // namespace iris
 
-struct CUstream_st;  // cudaStream_t and CUstream point to it
+struct CUstream_st;   // cudaStream_t and CUstream point to it
+struct ihipStream_t;  // hipStream_t points to it (AMD)
 
 namespace iris {
 
@@ -41,6 +43,9 @@ class Communicator {
   // once every block has landed. The Request completes then too; errors show there (the stream
   // itself goes on). The stream's GPU must be the one `send` and `recv` live on or can reach.
   Request all_gather(const void* send, void* recv, std::size_t bytes, CUstream_st* stream);
+  // The same on a HIP stream (hsa engine, AMD GPUs), with hipStreamWriteValue32 and
+  // hipStreamWaitValue32. A client orders on one vendor's streams.
+  Request all_gather(const void* send, void* recv, std::size_t bytes, ihipStream_t* stream);
 
   uint32_t rank() const;
   uint32_t nranks() const;
@@ -50,7 +55,9 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
-  Request submit_all_gather(const void* send, void* recv, std::size_t bytes, CUstream_st* stream);
+  // `stream` null: host-blocking.
+  Request submit_all_gather(const void* send, void* recv, std::size_t bytes,
+                            const GpuStream* stream);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -39,7 +39,7 @@ const char* iris_error_name(int code);
 int iris_connect(const char* socket_path, const char* name, iris_client** out);
 /* Detaches (pending requests fail) and frees the client. */
 void iris_client_release(iris_client* client);
-/* "host" or "cuda": the engine irisd runs. */
+/* "host", "cuda" or "hsa": the engine irisd runs. */
 const char* iris_client_engine(const iris_client* client);
 
 /* Host memory shared with irisd. */
@@ -47,6 +47,8 @@ int iris_allocate(iris_client* client, size_t bytes, iris_buffer** out);
 /* GPU memory of this process (any range of a cudaMalloc allocation); it must outlive the
  * buffer. */
 int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out);
+/* The same for AMD GPUs (hsa engine): any range of a hipMalloc allocation. */
+int iris_register_hip(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out);
 void* iris_buffer_data(const iris_buffer* buffer);
 size_t iris_buffer_size(const iris_buffer* buffer);
 void iris_buffer_release(iris_buffer* buffer);
@@ -64,6 +66,9 @@ int iris_comm_destroy(iris_comm* comm);
  * and work queued on it afterwards runs once they landed). */
 int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, void* cuda_stream,
                     iris_request** out);
+/* The same ordered on a hipStream_t (hsa engine, AMD GPUs); `hip_stream` must not be NULL. */
+int iris_all_gather_hip(iris_comm* comm, const void* send, void* recv, size_t bytes,
+                        void* hip_stream, iris_request** out);
 /* Waits up to `timeout_ns` (negative: without limit); IRIS_ERROR_TIMEOUT when it ran out, else
  * the collective's own result. */
 int iris_request_wait(iris_request* request, int64_t timeout_ns);

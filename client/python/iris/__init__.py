@@ -9,7 +9,9 @@
 
 libiris is found through $IRIS_LIBRARY (a path) or the loader's search path (libiris.so.0).
 Pointers may be ints, Buffers, or objects with data_ptr() (torch tensors); streams may be ints
-(cudaStream_t) or objects with cuda_stream (torch.cuda.Stream)."""
+(cudaStream_t, or hipStream_t on AMD) or objects with cuda_stream (torch.cuda.Stream, which is a
+HIP stream in ROCm builds of PyTorch). With irisd's hsa engine (AMD GPUs) GPU memory and streams
+go through HIP, otherwise through CUDA."""
 
 import ctypes
 import os
@@ -37,12 +39,14 @@ def _load():
         "iris_client_engine": ([p], ctypes.c_char_p),
         "iris_allocate": ([p, size, out], ctypes.c_int),
         "iris_register_cuda": ([p, p, size, out], ctypes.c_int),
+        "iris_register_hip": ([p, p, size, out], ctypes.c_int),
         "iris_buffer_data": ([p], p),
         "iris_buffer_size": ([p], size),
         "iris_buffer_release": ([p], None),
         "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
         "iris_comm_destroy": ([p], ctypes.c_int),
         "iris_all_gather": ([p, p, p, size, p, out], ctypes.c_int),
+        "iris_all_gather_hip": ([p, p, p, size, p, out], ctypes.c_int),
         "iris_request_wait": ([p, i64], ctypes.c_int),
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
@@ -107,11 +111,16 @@ class Client:
         """GPU memory of this process; it must outlive the Buffer."""
         return Buffer(_created(_lib.iris_register_cuda, self._handle, device_ptr, nbytes))
 
+    def register_hip(self, device_ptr, nbytes):
+        """GPU memory of this process from hipMalloc (hsa engine); it must outlive the Buffer."""
+        return Buffer(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
+
     def register_tensor(self, tensor):
-        """A contiguous torch CUDA tensor's storage range."""
+        """A contiguous torch GPU tensor's storage range (HIP memory under the hsa engine)."""
         if not tensor.is_contiguous():
             raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
-        return self.register_cuda(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+        register = self.register_hip if self.engine == "hsa" else self.register_cuda
+        return register(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
     def close(self):
         if self._handle:
@@ -170,12 +179,15 @@ class Communicator:
     def __init__(self, client, key, nranks, rank):
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
+        self._hip = client.engine == "hsa"
         self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks, rank)
 
     def all_gather(self, send, recv, nbytes, stream=None):
-        """ncclAllGather semantics; with `stream`, ordered on that CUDA stream."""
-        return Request(_created(_lib.iris_all_gather, self._handle, _address(send),
-                                _address(recv), nbytes, _stream(stream)))
+        """ncclAllGather semantics; with `stream`, ordered on that CUDA (or, under the hsa
+        engine, HIP) stream."""
+        call = _lib.iris_all_gather_hip if self._hip and stream is not None else _lib.iris_all_gather
+        return Request(_created(call, self._handle, _address(send), _address(recv), nbytes,
+                                _stream(stream)))
 
     def destroy(self):
         if self._handle:

@@ -1,0 +1,68 @@
+#include "client/src/stream_flags.hpp"
+
+#include "iris/error.hpp"
+
+namespace iris {
+
+StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
+                                       shm::StreamFlags* flags, uint32_t depth,
+                                       RegisterDoneFlags register_done_flags)
+    : base_(segment_base),
+      bytes_(segment_bytes),
+      flags_(flags),
+      depth_(depth),
+      register_done_flags_(std::move(register_done_flags)) {}
+
+StreamFlagsMapping::~StreamFlagsMapping() {
+  if (!api_) return;
+  if (device_base_ != 0) api_->unmap_host(base_);
+  if (done_flags_ != 0) api_->free_flags(done_flags_);
+}
+
+GpuStreamApi& StreamFlagsMapping::ready_api(GpuVendor vendor) {
+  std::lock_guard lock(mutex_);
+  if (api_) {
+    if (vendor != vendor_)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "this client already orders requests on another GPU vendor's streams; use one "
+                  "client per runtime (CUDA or HIP)");
+    return *api_;
+  }
+  auto api = vendor == GpuVendor::kCuda ? make_cuda_stream_api() : make_hip_stream_api();
+  const std::size_t flag_bytes = std::size_t{depth_} * sizeof(uint32_t);
+  const uint64_t device_base = api->map_host(base_, bytes_);
+  uint64_t done_flags = 0;
+  try {
+    done_flags = api->allocate_flags(flag_bytes);
+    register_done_flags_(api->export_flags(done_flags, flag_bytes));
+  } catch (...) {
+    if (done_flags != 0) api->free_flags(done_flags);
+    api->unmap_host(base_);
+    throw;
+  }
+  device_base_ = device_base;
+  done_flags_ = done_flags;
+  vendor_ = vendor;
+  api_ = std::move(api);
+  return *api_;
+}
+
+void StreamFlagsMapping::release(uint32_t slot, uint32_t generation) {
+  std::lock_guard lock(mutex_);
+  if (api_ && done_flags_ != 0)
+    api_->store_flag(done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation);
+}
+
+void StreamFlagsMapping::enqueue_ready(GpuStream stream, uint32_t slot, uint32_t generation) {
+  GpuStreamApi& api = ready_api(stream.vendor);
+  const auto offset =
+      reinterpret_cast<const char*>(&flags_[slot].ready) - static_cast<const char*>(base_);
+  api.write_value(stream.handle, device_base_ + static_cast<uint64_t>(offset), generation);
+}
+
+void StreamFlagsMapping::enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation) {
+  GpuStreamApi& api = ready_api(stream.vendor);
+  api.wait_value_geq(stream.handle, done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation);
+}
+
+}  // namespace iris

@@ -1,0 +1,52 @@
+// Stream ordering for one session, the same protocol on CUDA and HIP streams. Ready flags live in
+// the session segment (host memory, pinned and mapped for the GPU on first use): the caller's
+// stream writes them, irisd polls them. Done flags live in GPU memory allocated on first use and
+// registered with irisd, which writes them after the copies (a stream memory operation on NVIDIA,
+// a 4-byte SDMA copy on AMD), so the waiting stream polls its own GPU's memory. A session orders
+// on one vendor's streams: the first stream-ordered call picks it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "client/src/gpu_stream_api.hpp"
+#include "iris/shared/segment_layout.hpp"
+
+namespace iris {
+
+class StreamFlagsMapping {
+ public:
+  using RegisterDoneFlags = std::function<void(const v1::RegisterBufferRequest&)>;
+  StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,
+                     uint32_t depth, RegisterDoneFlags register_done_flags);
+  ~StreamFlagsMapping();
+  // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
+  // write it any more). Best effort; no-op before first use.
+  void release(uint32_t slot, uint32_t generation);
+  // Enqueues on `stream`: flags[slot].ready = generation. The first call maps the segment,
+  // allocates the done flags and registers them with irisd (before irisd can see the request:
+  // it may complete it at once). Throws iris::Error.
+  void enqueue_ready(GpuStream stream, uint32_t slot, uint32_t generation);
+  // Enqueues on `stream`: wait until the slot's done flag >= generation. Throws iris::Error.
+  void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
+
+ private:
+  // The session's stream API, set up on first use. Throws iris::Error.
+  GpuStreamApi& ready_api(GpuVendor vendor);
+
+  void* base_;
+  std::size_t bytes_;
+  shm::StreamFlags* flags_;
+  uint32_t depth_;
+  RegisterDoneFlags register_done_flags_;
+  std::mutex mutex_;  // guards the set-up below
+  std::unique_ptr<GpuStreamApi> api_;
+  GpuVendor vendor_ = GpuVendor::kCuda;
+  uint64_t device_base_ = 0;  // the segment as the GPU addresses it
+  uint64_t done_flags_ = 0;   // GPU memory, depth_ x uint32
+};
+
+}  // namespace iris
