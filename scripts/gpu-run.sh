@@ -40,6 +40,8 @@ bench device --max-bytes $((256 << 20))
 bench host --max-bytes $((64 << 20)) --host-recv 1
 bench gemm --mode gemm --gemm-seconds 3
 timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
+IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python timeout 300 \
+  python3 scripts/one_gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
@@ -52,3 +54,4 @@ cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
 for name in device host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
 echo "-- signal probe"; cat "$out/signal_probe.md"
+echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"

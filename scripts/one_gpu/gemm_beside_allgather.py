@@ -1,0 +1,108 @@
+"""A bf16 GEMM (torch.matmul, cuBLAS) on one GPU while all-gathers run back to back beside it.
+
+A benchmark, not a test (issue 3's GEMM target). One process runs the GEMM; --nranks rank
+processes on the same GPU (an irisd with the cuda engine already running: scripts/gpu-run.sh
+starts it) run, phase by phase, for --seconds each:
+  alone         nothing
+  irisd host    irisd all-gathers of --bytes per rank into pinned host memory (copy engines)
+  irisd device  the same into GPU memory (same-GPU device-to-device copies: SMs, per DESIGN)
+  SM gather     the same layout gathered by a copy kernel in each rank (SMs)
+It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed."""
+import argparse
+import os
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+PHASES = ("alone", "irisd host", "irisd device", "SM gather")
+
+for var, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                   ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ[var] = value
+
+
+def rank_main(rank, args, barrier, stop, counts):
+    import iris
+    client = iris.Client(args.socket, name=f"gemm-beside rank {rank}")
+    comm = iris.Communicator(client, "gemm-beside", args.nranks, rank)
+    n, size = args.nranks, args.bytes
+    send = torch.full((size,), rank + 1, dtype=torch.uint8, device="cuda")
+    gpu_recv = torch.empty(n * size, dtype=torch.uint8, device="cuda")
+    keep = [client.register_tensor(send), client.register_tensor(gpu_recv)]
+    host_recv = client.allocate(n * size)
+    torch.cuda.synchronize()
+    for phase, _ in enumerate(PHASES):
+        barrier.wait()
+        done = 0
+        while PHASES[phase] != "alone" and not stop.is_set():
+            if PHASES[phase] == "irisd host":
+                comm.all_gather(send, host_recv, size).wait()
+            elif PHASES[phase] == "irisd device":
+                comm.all_gather(send, gpu_recv, size).wait()
+            else:
+                gpu_recv.view(n, size).copy_(send.expand(n, size))
+                torch.cuda.synchronize()
+            done += 1
+        counts[phase * n + rank] = done
+        barrier.wait()
+    for b in keep + [host_recv]:
+        b.release()
+
+
+def gemm_main(args, barrier, stop, counts):
+    m = args.gemm
+    a = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
+    for _ in range(20):  # cuBLAS heuristics and clocks settle
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    rows, alone = [], None
+    for phase, name in enumerate(PHASES):
+        barrier.wait()
+        time.sleep(0.2)  # the ranks' loops are running
+        gemms, start = 0, time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            for _ in range(8):
+                torch.matmul(a, b)
+            gemms += 8
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        stop.set()
+        barrier.wait()
+        stop.clear()
+        tflops = 2 * m ** 3 * gemms / seconds / 1e12
+        alone = alone or tflops
+        gathers = sum(counts[phase * args.nranks:(phase + 1) * args.nranks]) / args.nranks
+        rows.append(f"| {name} | {tflops:.1f} | {tflops / alone:.3f} | {gathers:.0f} |")
+    print(f"\n### GEMM bf16 {m}^3 beside {args.nranks}-rank all-gathers of "
+          f"{args.bytes >> 20} MiB per rank, one GPU, {args.seconds:.0f} s per phase\n")
+    print("| beside it | GEMM TFLOP/s | vs alone | collectives |\n| --- | ---: | ---: | ---: |")
+    print("\n".join(rows), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--socket", default="/run/irisd/irisd.sock")
+    p.add_argument("--nranks", type=int, default=8)
+    p.add_argument("--bytes", type=int, default=64 << 20)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--gemm", type=int, default=8192)
+    args = p.parse_args()
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(args.nranks + 1, timeout=300)  # a failed rank must not hang the rest
+    stop = ctx.Event()
+    counts = ctx.Array("l", len(PHASES) * args.nranks)
+    ranks = [ctx.Process(target=rank_main, args=(r, args, barrier, stop, counts))
+             for r in range(args.nranks)]
+    for r in ranks:
+        r.start()
+    gemm_main(args, barrier, stop, counts)
+    for r in ranks:
+        r.join(timeout=60)
+        if r.exitcode != 0:
+            raise SystemExit(f"a rank process failed (exit {r.exitcode})")
+
+
+if __name__ == "__main__":
+    main()
