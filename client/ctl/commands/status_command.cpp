@@ -3,7 +3,11 @@
 namespace iris::ctl {
 
 Report StatusCommand::run(const client::ControlChannel& channel) const {
-  const auto s = channel.call(&v1::Control::Stub::GetStatus, v1::GetStatusRequest{}, "status");
+  return status_report(
+      channel.call(&v1::Control::Stub::GetStatus, v1::GetStatusRequest{}, "status"));
+}
+
+Report status_report(const v1::GetStatusResponse& s) {
   Report report;
   auto& daemon = report.fields("irisd");
   daemon.fields = {

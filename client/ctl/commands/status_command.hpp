@@ -14,4 +14,7 @@ class StatusCommand final : public Command {
   Report run(const client::ControlChannel& channel) const override;
 };
 
+// The report for one GetStatus answer (separate so that it can be tested without a daemon).
+Report status_report(const v1::GetStatusResponse& status);
+
 }  // namespace iris::ctl
