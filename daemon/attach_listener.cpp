@@ -131,8 +131,13 @@ v1::SessionResponse AttachListener::handle_session_request(uint64_t session_id,
     return response;
   }
   const v1::RegisterVmmBuffer& vmm = request.register_vmm();
-  DeviceBufferExport exported{
-      DeviceApi::kCuda, "", vmm.bus_id(), vmm.offset(), vmm.bytes(), {}, {}};
+  DeviceBufferExport exported{vmm.hip() ? DeviceApi::kHip : DeviceApi::kCuda,
+                              "",
+                              vmm.bus_id(),
+                              vmm.offset(),
+                              vmm.bytes(),
+                              {},
+                              {}};
   for (const net::Fd& f : frame.fds) exported.vmm_fds.push_back(f.get());
   exported.vmm_chunk_bytes.assign(vmm.chunk_bytes().begin(), vmm.chunk_bytes().end());
   try {

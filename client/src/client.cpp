@@ -26,11 +26,11 @@ Client& Client::operator=(Client&& other) noexcept {
 Buffer Client::allocate(std::size_t bytes) { return impl_->allocate(bytes); }
 
 Buffer Client::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
-  return impl_->register_cuda_buffer(device_ptr, bytes);
+  return impl_->register_gpu_buffer(GpuVendor::kCuda, device_ptr, bytes);
 }
 
 Buffer Client::register_hip_buffer(void* device_ptr, std::size_t bytes) {
-  return impl_->register_hip_buffer(device_ptr, bytes);
+  return impl_->register_gpu_buffer(GpuVendor::kHip, device_ptr, bytes);
 }
 
 Request Client::nop() {

@@ -1,13 +1,10 @@
 #include "client/src/client_impl.hpp"
 
-#include "client/src/hip_interop.hpp"
-
 #include <sched.h>
 #include <unistd.h>
 
 #include <thread>
 
-#include "client/src/cuda_interop.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -303,13 +300,13 @@ Buffer Client::Impl::allocate(std::size_t bytes) {
   return add_buffer(response.buffer_id(), base, bytes, std::move(mapping));
 }
 
-Buffer Client::Impl::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
-  ExportedCudaBuffer exported = export_cuda_buffer(device_ptr, bytes);
+Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
+  const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
+  ExportedGpuBuffer exported = export_gpu_buffer(*runtime, device_ptr, bytes);
   if (exported.ipc) {
-    v1::RegisterBufferRequest request;
-    *request.mutable_cuda_ipc() = *exported.ipc;
     const auto response =
-        channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
+        channel.call(&v1::Control::Stub::RegisterBuffer, register_request(vendor, *exported.ipc),
+                     "register GPU buffer");
     return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
   }
   v1::SessionRequest request;
@@ -332,14 +329,6 @@ Buffer Client::Impl::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
     throw Error(static_cast<ErrorCode>(response.error_code()),
                 "register GPU buffer: " + response.error_message());
   return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr);
-}
-
-Buffer Client::Impl::register_hip_buffer(void* device_ptr, std::size_t bytes) {
-  v1::RegisterBufferRequest request;
-  *request.mutable_hip_ipc() = export_hip_buffer(device_ptr, bytes);
-  const auto response =
-      channel.call(&v1::Control::Stub::RegisterBuffer, request, "register GPU buffer");
-  return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "client/src/control_channel.hpp"
-#include "client/src/cuda_interop.hpp"
 #include "client/src/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
@@ -47,8 +46,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void release_slot(uint32_t slot, bool completed);
 
   Buffer allocate(std::size_t bytes);
-  Buffer register_cuda_buffer(void* device_ptr, std::size_t bytes);
-  Buffer register_hip_buffer(void* device_ptr, std::size_t bytes);
+  // Registers GPU memory of this process through the vendor's runtime (IPC handle or VMM fds).
+  Buffer register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes);
   void forget_buffer(uint64_t id, void* base);
   // Records a registered range for locate(); `mapping` is null for memory the caller owns.
   Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,

@@ -19,22 +19,27 @@ StreamFlagsMapping::~StreamFlagsMapping() {
   if (done_flags_ != 0) api_->free_flags(done_flags_);
 }
 
-GpuStreamApi& StreamFlagsMapping::ready_api(GpuVendor vendor) {
+GpuRuntime& StreamFlagsMapping::ready_runtime(GpuVendor vendor) {
   std::lock_guard lock(mutex_);
   if (api_) {
-    if (vendor != vendor_)
+    if (vendor != api_->vendor())
       throw Error(ErrorCode::kInvalidArgument,
                   "this client already orders requests on another GPU vendor's streams; use one "
                   "client per runtime (CUDA or HIP)");
     return *api_;
   }
-  auto api = vendor == GpuVendor::kCuda ? make_cuda_stream_api() : make_hip_stream_api();
+  auto api = make_gpu_runtime(vendor);
   const std::size_t flag_bytes = std::size_t{depth_} * sizeof(uint32_t);
   const uint64_t device_base = api->map_host(base_, bytes_);
   uint64_t done_flags = 0;
   try {
     done_flags = api->allocate_flags(flag_bytes);
-    register_done_flags_(api->export_flags(done_flags, flag_bytes));
+    // Allocated here: always an allocation with a legacy IPC handle.
+    const ExportedGpuBuffer exported =
+        export_gpu_buffer(*api, reinterpret_cast<void*>(done_flags), flag_bytes);
+    v1::RegisterBufferRequest request = register_request(vendor, *exported.ipc);
+    request.set_stream_done_flags(true);
+    register_done_flags_(request);
   } catch (...) {
     if (done_flags != 0) api->free_flags(done_flags);
     api->unmap_host(base_);
@@ -42,7 +47,6 @@ GpuStreamApi& StreamFlagsMapping::ready_api(GpuVendor vendor) {
   }
   device_base_ = device_base;
   done_flags_ = done_flags;
-  vendor_ = vendor;
   api_ = std::move(api);
   return *api_;
 }
@@ -54,14 +58,14 @@ void StreamFlagsMapping::release(uint32_t slot, uint32_t generation) {
 }
 
 void StreamFlagsMapping::enqueue_ready(GpuStream stream, uint32_t slot, uint32_t generation) {
-  GpuStreamApi& api = ready_api(stream.vendor);
+  GpuRuntime& api = ready_runtime(stream.vendor);
   const auto offset =
       reinterpret_cast<const char*>(&flags_[slot].ready) - static_cast<const char*>(base_);
   api.write_value(stream.handle, device_base_ + static_cast<uint64_t>(offset), generation);
 }
 
 void StreamFlagsMapping::enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation) {
-  GpuStreamApi& api = ready_api(stream.vendor);
+  GpuRuntime& api = ready_runtime(stream.vendor);
   api.wait_value_geq(stream.handle, done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation);
 }
 

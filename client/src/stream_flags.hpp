@@ -12,7 +12,7 @@
 #include <memory>
 #include <mutex>
 
-#include "client/src/gpu_stream_api.hpp"
+#include "client/src/gpu_runtime.hpp"
 #include "iris/shared/segment_layout.hpp"
 
 namespace iris {
@@ -34,8 +34,8 @@ class StreamFlagsMapping {
   void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
 
  private:
-  // The session's stream API, set up on first use. Throws iris::Error.
-  GpuStreamApi& ready_api(GpuVendor vendor);
+  // The session's GPU runtime, set up on first use. Throws iris::Error.
+  GpuRuntime& ready_runtime(GpuVendor vendor);
 
   void* base_;
   std::size_t bytes_;
@@ -43,8 +43,7 @@ class StreamFlagsMapping {
   uint32_t depth_;
   RegisterDoneFlags register_done_flags_;
   std::mutex mutex_;  // guards the set-up below
-  std::unique_ptr<GpuStreamApi> api_;
-  GpuVendor vendor_ = GpuVendor::kCuda;
+  std::unique_ptr<GpuRuntime> api_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it
   uint64_t done_flags_ = 0;   // GPU memory, depth_ x uint32
 };

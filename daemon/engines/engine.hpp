@@ -94,6 +94,10 @@ struct DeviceBufferExport {
 // Throws iris::Error kOutOfRange unless the export's range lies inside `size` bytes of `what`.
 void check_export_range(const DeviceBufferExport& exported, uint64_t size, const char* what);
 
+// Checks a VMM export: one file descriptor per allocation, sizes neither zero nor overflowing,
+// the range inside them. Returns the allocations' total size. Throws iris::Error.
+uint64_t check_vmm_export(const DeviceBufferExport& exported);
+
 struct ImportedMemory {
   std::byte* base;  // the registered range, mapped in irisd
   uint64_t bytes;

@@ -1,5 +1,8 @@
 #include "tests/support/hsa_stand_in.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <bit>
 #include <condition_variable>
@@ -48,7 +51,9 @@ struct HsaStandIn::State {
     int device;
   };
   std::map<const std::byte*, Allocation> allocations;
-  std::map<const std::byte*, std::size_t> locked;  // host base -> bytes
+  std::map<const std::byte*, std::size_t> locked;      // host base -> bytes
+  std::map<const std::byte*, std::size_t> vmm_mapped;  // VMM imports mapped, by address
+  int vmm_reserved = 0;
   std::thread worker;
 
   int device_of(hsa_agent_t a) const {
@@ -70,6 +75,13 @@ struct HsaStandIn::State {
     const auto* q = static_cast<const std::byte*>(p);
     for (const auto& [base, a] : allocations)
       if (q >= base && q + bytes <= base + a.bytes) return const_cast<std::byte*>(q);
+    // VMM imports: chunks mapped back to back count as one range.
+    for (auto it = vmm_mapped.begin(); it != vmm_mapped.end(); ++it) {
+      const std::byte* end = it->first + it->second;
+      for (auto next = std::next(it); next != vmm_mapped.end() && next->first == end; ++next)
+        end += next->second;
+      if (q >= it->first && q + bytes <= end) return const_cast<std::byte*>(q);
+    }
     return nullptr;
   }
   void run() {
@@ -296,6 +308,66 @@ hipError_t h_address_range(hipDeviceptr_t* base, size_t* size, hipDeviceptr_t pt
     }
   return hipErrorInvalidValue;
 }
+// HIP VMM: a reserved range is anonymous PROT_NONE memory; an imported allocation is the file
+// descriptor (a memfd in tests), mapped MAP_SHARED into the range as the real runtime maps the
+// physical allocation.
+struct StandInAllocation {
+  int fd;
+};
+hipError_t h_reserve(void** ptr, size_t size, size_t, void*, unsigned long long) {
+  void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return hipErrorOutOfMemory;
+  std::lock_guard lock(g->mu);
+  ++g->vmm_reserved;
+  *ptr = p;
+  return hipSuccess;
+}
+hipError_t h_address_free(void* ptr, size_t size) {
+  std::lock_guard lock(g->mu);
+  --g->vmm_reserved;
+  return ::munmap(ptr, size) == 0 ? hipSuccess : hipErrorInvalidValue;
+}
+hipError_t h_import(hipMemGenericAllocationHandle_t* handle, void* os_handle,
+                    hipMemAllocationHandleType type) {
+  if (type != hipMemHandleTypePosixFileDescriptor) return hipErrorInvalidValue;
+  const int fd = ::dup(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)));
+  if (fd < 0) return hipErrorInvalidValue;
+  *handle = reinterpret_cast<hipMemGenericAllocationHandle_t>(new StandInAllocation{fd});
+  return hipSuccess;
+}
+hipError_t h_release(hipMemGenericAllocationHandle_t handle) {
+  auto* a = reinterpret_cast<StandInAllocation*>(handle);
+  ::close(a->fd);
+  delete a;
+  return hipSuccess;
+}
+hipError_t h_map(void* ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle,
+                 unsigned long long) {
+  auto* a = reinterpret_cast<StandInAllocation*>(handle);
+  if (::mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, a->fd,
+             static_cast<off_t>(offset)) == MAP_FAILED)
+    return hipErrorInvalidValue;
+  std::lock_guard lock(g->mu);
+  g->vmm_mapped[static_cast<const std::byte*>(ptr)] = size;
+  return hipSuccess;
+}
+hipError_t h_unmap(void* ptr, size_t size) {
+  std::lock_guard lock(g->mu);
+  for (auto it = g->vmm_mapped.begin(); it != g->vmm_mapped.end();) {
+    const auto* p = static_cast<const std::byte*>(ptr);
+    it = it->first >= p && it->first < p + size ? g->vmm_mapped.erase(it) : std::next(it);
+  }
+  return ::mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED
+             ? hipErrorInvalidValue
+             : hipSuccess;
+}
+hipError_t h_set_access(void*, size_t, const hipMemAccessDesc* desc, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    if (desc[i].location.type != hipMemLocationTypeDevice || desc[i].location.id < 0 ||
+        desc[i].location.id >= g->node.gpus)
+      return hipErrorInvalidValue;
+  return count == 0 ? hipErrorInvalidValue : hipSuccess;
+}
 }  // namespace
 
 HsaStandIn::HsaStandIn(StandInNode node) {
@@ -333,6 +405,13 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hip_.hipIpcOpenMemHandle = h_open;
   hip_.hipIpcCloseMemHandle = h_close;
   hip_.hipMemGetAddressRange = h_address_range;
+  hip_.hipMemAddressReserve = h_reserve;
+  hip_.hipMemAddressFree = h_address_free;
+  hip_.hipMemImportFromShareableHandle = h_import;
+  hip_.hipMemRelease = h_release;
+  hip_.hipMemMap = h_map;
+  hip_.hipMemUnmap = h_unmap;
+  hip_.hipMemSetAccess = h_set_access;
 }
 
 HsaStandIn::~HsaStandIn() {
@@ -398,6 +477,10 @@ int HsaStandIn::signals_alive() const {
 int HsaStandIn::locked_ranges() const {
   std::lock_guard lock(g->mu);
   return static_cast<int>(g->locked.size());
+}
+int HsaStandIn::vmm_ranges() const {
+  std::lock_guard lock(g->mu);
+  return g->vmm_reserved;
 }
 int HsaStandIn::hung_copies() const {
   std::lock_guard lock(g->mu);

@@ -5,10 +5,11 @@
 // with PCI bus ids, global memory pools and xGMI links), signals that a copy decrements to 0 when
 // it finishes, copies that run on a worker thread after the call returns, host memory that must
 // be locked and then addressed through the agent pointer hsa_amd_memory_lock returned (here an
-// alias that differs from the host address), engine ids that must be one bit, and HIP IPC handles
-// opened and closed. "GPU memory" is host memory the stand-in owns. Faults: copies whose signals
-// are lost, and copies queued on an engine the status did not offer, which never finish (as a
-// queue on a fused-off MI308X engine hangs).
+// alias that differs from the host address), engine ids that must be one bit, HIP IPC handles
+// opened and closed, and HIP VMM imports (a file descriptor mapped into a reserved range). "GPU
+// memory" is host memory the stand-in owns. Faults: copies whose signals are lost, and copies
+// queued on an engine the status did not offer, which never finish (as a queue on a fused-off
+// MI308X engine hangs).
 #pragma once
 
 #include <cstddef>
@@ -64,6 +65,7 @@ class HsaStandIn {
   int signals_alive() const;
   int locked_ranges() const;
   int hung_copies() const;
+  int vmm_ranges() const;  // VMM address ranges reserved and not yet freed
 
   struct State;
 

@@ -5,6 +5,8 @@
 #include "daemon/engines/hsa/hsa_engine.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <bit>
 #include <chrono>
@@ -273,6 +275,58 @@ TEST(HsaEngine, HipBuffersAreImportedOncePerAllocationAndClosedWithTheLastUser) 
     EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
     EXPECT_NE(std::string(e.what()).find("libamdhip64"), std::string::npos);
   }
+}
+
+TEST(HsaEngine, VmmBuffersAreMappedBackToBackAndCopied) {
+  HsaStandIn rocm(mi300x_like(2));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  // Two 64 KiB "physical allocations" as file descriptors, as hipMemExportToShareableHandle
+  // gives them, holding a pattern that runs across the boundary.
+  constexpr std::size_t kChunk = 64 << 10;
+  std::vector<std::byte> pattern(2 * kChunk);
+  fill(pattern.data(), pattern.size(), 11);
+  int fds[2];
+  for (int i = 0; i < 2; ++i) {
+    fds[i] = ::memfd_create("vmm", MFD_CLOEXEC);
+    ASSERT_GE(fds[i], 0);
+    ASSERT_EQ(::pwrite(fds[i], pattern.data() + i * kChunk, kChunk, 0), ssize_t{kChunk});
+  }
+  const DeviceBufferExport exported{
+      DeviceApi::kHip, "", rocm.bus_id(1), 100, 100000, {fds[0], fds[1]}, {kChunk, kChunk}};
+  {
+    const ImportedMemory vmm = engine.import_device_memory(exported);
+    EXPECT_EQ(vmm.device, 1);
+    EXPECT_EQ(vmm.bytes, 100000u);
+    EXPECT_EQ(std::memcmp(vmm.base, pattern.data() + 100, 100000), 0);
+    std::byte* dst = rocm.gpu_alloc(0, 100000);
+    const CopyRequest copy{vmm.base, dst, 100000, 1, 1, 0};
+    engine.submit({&copy, 1});
+    const auto done = drain(engine, 1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].code, ErrorCode::kOk);
+    EXPECT_EQ(std::memcmp(dst, pattern.data() + 100, 100000), 0);
+    EXPECT_EQ(rocm.vmm_ranges(), 1);
+  }
+  EXPECT_EQ(rocm.vmm_ranges(), 0) << "unmapped and freed with the last user";
+  auto code_of = [&](DeviceBufferExport e) {
+    try {
+      engine.import_device_memory(e);
+    } catch (const Error& err) {
+      return err.code();
+    }
+    return ErrorCode::kOk;
+  };
+  DeviceBufferExport bad = exported;
+  bad.vmm_chunk_bytes.pop_back();
+  EXPECT_EQ(code_of(bad), ErrorCode::kInvalidArgument) << "two descriptors, one size";
+  bad = exported;
+  bad.offset = 2 * kChunk - 10;
+  EXPECT_EQ(code_of(bad), ErrorCode::kOutOfRange);
+  bad = exported;
+  bad.vmm_chunk_bytes[1] = UINT64_MAX;
+  EXPECT_EQ(code_of(bad), ErrorCode::kInvalidArgument) << "sizes overflow";
+  EXPECT_EQ(rocm.vmm_ranges(), 0) << "nothing left reserved by the refusals";
+  for (int fd : fds) ::close(fd);
 }
 
 TEST(HsaEngine, DoneFlagWritesLandInGpuMemory) {

@@ -360,19 +360,8 @@ int CudaEngine::device_by_export(const DeviceBufferExport& exported) const {
 }
 
 ImportedMemory CudaEngine::import_vmm(const DeviceBufferExport& exported, int device) {
+  const uint64_t total = check_vmm_export(exported);
   const auto& chunks = exported.vmm_chunk_bytes;
-  if (chunks.size() != exported.vmm_fds.size())
-    throw Error(ErrorCode::kInvalidArgument,
-                std::to_string(exported.vmm_fds.size()) + " file descriptors for " +
-                    std::to_string(chunks.size()) + " VMM allocations");
-  uint64_t total = 0;
-  for (uint64_t bytes : chunks) {
-    const auto sum = checked_add(total, bytes);
-    if (bytes == 0 || !sum)
-      throw Error(ErrorCode::kInvalidArgument, "VMM allocation sizes are zero or overflow");
-    total = *sum;
-  }
-  check_export_range(exported, total, "the VMM allocations");
   use_device(device);
   // One address range, the allocations mapped back to back as in the client; readable and
   // writable from the owner GPU and its peers, so every context uses the same addresses.

@@ -436,14 +436,11 @@ ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exporte
     throw Error(ErrorCode::kInvalidArgument,
                 "a CUDA (NVIDIA) buffer cannot be imported by the hsa engine: irisd on this node "
                 "runs on AMD GPUs");
-  if (!exported.vmm_fds.empty())
-    throw Error(ErrorCode::kInvalidArgument,
-                "the hsa engine imports hipMalloc memory (HIP IPC handles) only; VMM "
-                "allocations (hipMemCreate) are not supported yet");
   if (hip_ == nullptr)
     throw Error(ErrorCode::kUnavailable,
                 "irisd could not load the HIP runtime (libamdhip64), which imports GPU buffers: "
                 "install ROCm's HIP runtime on this node and restart irisd");
+  if (!exported.vmm_fds.empty()) return import_vmm(exported, device_by_bus_id(exported.bus_id));
   if (exported.ipc_handle.size() != sizeof(hipIpcMemHandle_t))
     throw Error(ErrorCode::kInvalidArgument,
                 "HIP IPC handle of " + std::to_string(exported.ipc_handle.size()) +
@@ -495,6 +492,55 @@ ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exporte
   for (auto it = imports_.begin(); it != imports_.end();)
     it = it->second.expired() ? imports_.erase(it) : std::next(it);
   return ImportedMemory{opened->base + exported.offset, exported.bytes, device, opened};
+}
+
+ImportedMemory HsaEngine::import_vmm(const DeviceBufferExport& exported, int device) {
+  const uint64_t total = check_vmm_export(exported);
+  const auto& chunks = exported.vmm_chunk_bytes;
+  auto check = [this](hipError_t r, const std::string& what) {
+    if (r != hipSuccess)
+      throw Error(ErrorCode::kInvalidArgument, what + " failed: " + hip_->describe(r));
+  };
+  check(hip_->hipSetDevice(std::max(gpus_[device].hip_device, 0)), "hipSetDevice");
+  struct VmmImport {
+    void* base = nullptr;
+    uint64_t reserved = 0;
+    uint64_t mapped = 0;  // bytes mapped from base
+  };
+  const hip::Runtime* hip = hip_;
+  std::shared_ptr<VmmImport> vmm(new VmmImport, [hip](VmmImport* v) {
+    if (v->mapped != 0) static_cast<void>(hip->hipMemUnmap(v->base, v->mapped));
+    if (v->base != nullptr) static_cast<void>(hip->hipMemAddressFree(v->base, v->reserved));
+    delete v;
+  });
+  check(hip_->hipMemAddressReserve(&vmm->base, total, 0, nullptr, 0), "hipMemAddressReserve");
+  vmm->reserved = total;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    hipMemGenericAllocationHandle_t handle{};
+    check(hip_->hipMemImportFromShareableHandle(
+              &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(exported.vmm_fds[i])),
+              hipMemHandleTypePosixFileDescriptor),
+          "importing VMM allocation " + std::to_string(i) + " (hipMemImportFromShareableHandle)");
+    const hipError_t r =
+        hip_->hipMemMap(static_cast<std::byte*>(vmm->base) + vmm->mapped, chunks[i], 0, handle, 0);
+    static_cast<void>(hip_->hipMemRelease(handle));  // the mapping keeps the allocation
+    check(r, "mapping VMM allocation " + std::to_string(i) + " of " + std::to_string(chunks[i]) +
+                 " bytes (hipMemMap)");
+    vmm->mapped += chunks[i];
+  }
+  // Every GPU's engines may copy to or from it (the source GPU's engines run peer copies).
+  std::vector<hipMemAccessDesc> access;
+  for (const Gpu& g : gpus_) {
+    if (g.hip_device < 0) continue;
+    hipMemAccessDesc desc{};
+    desc.location.type = hipMemLocationTypeDevice;
+    desc.location.id = g.hip_device;
+    desc.flags = hipMemAccessFlagsProtReadWrite;
+    access.push_back(desc);
+  }
+  check(hip_->hipMemSetAccess(vmm->base, total, access.data(), access.size()), "hipMemSetAccess");
+  return ImportedMemory{static_cast<std::byte*>(vmm->base) + exported.offset, exported.bytes,
+                        device, vmm};
 }
 
 int64_t HsaEngine::take_staging_word() {

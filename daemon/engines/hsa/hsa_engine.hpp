@@ -12,9 +12,11 @@
 //
 // Buffers: host memory is locked for every GPU (hsa_amd_memory_lock) and copied through the
 // address the runtime returns for agents; GPU memory comes from HIP IPC handles
-// (hipIpcOpenMemHandle, once per allocation while any registration uses it) and is made
-// accessible to every GPU's engines. Stream-ordered done flags are written by a 4-byte copy from
-// a locked staging word, so that the write lands after the collective's copies.
+// (hipIpcOpenMemHandle, once per allocation while any registration uses it) or, for VMM memory
+// (hipMemCreate; PyTorch's expandable segments), from file descriptors of each allocation mapped
+// back to back; either is made accessible to every GPU's engines. Stream-ordered done flags are
+// written by a 4-byte copy from a locked staging word, so that the write lands after the
+// collective's copies.
 //
 // The engine calls ROCm only through hsa::Runtime and hip::Runtime tables, loaded with dlopen by
 // create(); tests construct it with a stand-in that behaves as the documented API does.
@@ -99,6 +101,9 @@ class HsaEngine final : public Engine {
   // Locked host memory as the GPUs address it; GPU memory unchanged.
   void* agent_address(const std::byte* address, int device) const;
   int device_by_bus_id(const std::string& bus_id) const;
+  // VMM allocations (hipMemCreate, exported as file descriptors) mapped back to back and made
+  // accessible to every GPU. Not cached: each registration maps its own.
+  ImportedMemory import_vmm(const DeviceBufferExport& exported, int device);
   // Issues one piece; false after logging when the runtime refused it.
   bool issue(const CopyRequest& copy, const hsa::PlannedPiece& piece, hsa_signal_t signal);
   int64_t take_staging_word();

@@ -31,7 +31,16 @@ namespace iris::hip {
   X(hipHostUnregister) \
   X(hipHostGetDevicePointer) \
   X(hipStreamWriteValue32) \
-  X(hipStreamWaitValue32)
+  X(hipStreamWaitValue32) \
+  X(hipMemRetainAllocationHandle) \
+  X(hipMemExportToShareableHandle) \
+  X(hipMemImportFromShareableHandle) \
+  X(hipMemAddressReserve) \
+  X(hipMemAddressFree) \
+  X(hipMemMap) \
+  X(hipMemUnmap) \
+  X(hipMemSetAccess) \
+  X(hipMemRelease)
 // clang-format on
 
 struct Runtime {

@@ -1,0 +1,75 @@
+// The GPU runtime calls libiris makes, one implementation per vendor (the CUDA driver, HIP),
+// picked by the kind of memory or stream the caller passed: exporting device memory for irisd
+// (export_gpu_buffer holds the algorithm once) and ordering requests on a caller's stream
+// (StreamFlagsMapping). Both runtimes are loaded at run time, so libiris loads on machines with
+// neither.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "iris/shared/unix_socket.hpp"
+#include "iris/v1/control.pb.h"
+
+namespace iris {
+
+enum class GpuVendor : uint8_t { kCuda, kHip };
+
+// A caller's stream: a CUstream / cudaStream_t, or a hipStream_t.
+struct GpuStream {
+  void* handle;
+  GpuVendor vendor;
+};
+
+class GpuRuntime {
+ public:
+  virtual ~GpuRuntime() = default;
+  virtual GpuVendor vendor() const = 0;
+
+  // Device memory. Each throws iris::Error naming what failed.
+  // PCI bus id of the GPU holding `ptr`; kInvalidArgument when it is no device memory.
+  virtual std::string bus_id_of(const void* ptr) = 0;
+  // The allocation (or, for VMM memory, the physical allocation) holding `ptr`.
+  virtual std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) = 0;
+  // The legacy IPC handle of an allocation; nullopt when it has none (VMM memory).
+  virtual std::optional<std::string> ipc_handle(uintptr_t allocation) = 0;
+  // A POSIX file descriptor for a VMM allocation.
+  virtual int export_fd(uintptr_t allocation) = 0;
+
+  // Stream ordering.
+  // Pins host memory and maps it for the GPU; returns the device address of `base`.
+  virtual uint64_t map_host(void* base, std::size_t bytes) = 0;
+  virtual void unmap_host(void* base) = 0;
+  // Zeroed GPU memory for done flags, and its release.
+  virtual uint64_t allocate_flags(std::size_t bytes) = 0;
+  virtual void free_flags(uint64_t address) = 0;
+  // Stores a flag from the host (used when irisd can no longer write it).
+  virtual void store_flag(uint64_t address, uint32_t value) = 0;
+  // Stream memory operations, enqueued on the caller's stream.
+  virtual void write_value(void* stream, uint64_t address, uint32_t value) = 0;
+  virtual void wait_value_geq(void* stream, uint64_t address, uint32_t value) = 0;
+};
+
+// Throws iris::Error kUnavailable when libiris was built without the vendor's headers or its
+// runtime cannot be loaded here.
+std::unique_ptr<GpuRuntime> make_gpu_runtime(GpuVendor vendor);
+
+// A range of this process's GPU memory, described for irisd to import: memory with a legacy IPC
+// handle (cudaMalloc, hipMalloc) as that handle plus the range (sent with RegisterBuffer), VMM
+// memory (cuMemCreate / hipMemCreate + map, PyTorch's expandable segments) as one POSIX file
+// descriptor per physical allocation the range touches (sent over the attach socket).
+struct ExportedGpuBuffer {
+  std::optional<v1::CudaIpcBuffer> ipc;
+  v1::RegisterVmmBuffer vmm;
+  std::vector<net::Fd> fds;
+};
+ExportedGpuBuffer export_gpu_buffer(GpuRuntime& runtime, void* device_ptr, std::size_t bytes);
+
+// The RegisterBuffer request for an IPC-exported range (cuda_ipc or hip_ipc by vendor).
+v1::RegisterBufferRequest register_request(GpuVendor vendor, const v1::CudaIpcBuffer& ipc);
+
+}  // namespace iris

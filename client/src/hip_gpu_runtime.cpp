@@ -1,0 +1,117 @@
+// GpuRuntime over the HIP runtime (libamdhip64, loaded at run time), for AMD GPUs.
+#include "client/src/gpu_runtime.hpp"
+#include "iris/error.hpp"
+
+#ifdef IRIS_HAVE_HIP
+#include "iris/shared/hip_runtime.hpp"
+#endif
+
+namespace iris {
+
+#ifdef IRIS_HAVE_HIP
+namespace {
+class HipRuntime final : public GpuRuntime {
+ public:
+  HipRuntime() : hip_(load()) {}
+
+  GpuVendor vendor() const override { return GpuVendor::kHip; }
+
+  std::string bus_id_of(const void* ptr) override {
+    int ordinal = -1;
+    check(hip_.hipPointerGetAttribute(&ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      const_cast<void*>(ptr)),
+          "cannot register GPU buffer: not device memory of this process");
+    char bus[64] = {};
+    check(hip_.hipDeviceGetPCIBusId(bus, sizeof(bus), ordinal), "hipDeviceGetPCIBusId");
+    return bus;
+  }
+  std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
+    hipDeviceptr_t base = nullptr;
+    size_t size = 0;
+    check(hip_.hipMemGetAddressRange(&base, &size, reinterpret_cast<hipDeviceptr_t>(ptr)),
+          "cannot register GPU buffer: the range runs past mapped GPU memory "
+          "(hipMemGetAddressRange)");
+    return {reinterpret_cast<uintptr_t>(base), size};
+  }
+  std::optional<std::string> ipc_handle(uintptr_t allocation) override {
+    hipIpcMemHandle_t handle;
+    if (hip_.hipIpcGetMemHandle(&handle, reinterpret_cast<void*>(allocation)) != hipSuccess)
+      return std::nullopt;
+    return std::string(handle.reserved, sizeof(handle.reserved));
+  }
+  int export_fd(uintptr_t allocation) override {
+    hipMemGenericAllocationHandle_t handle{};
+    check(hip_.hipMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(allocation)),
+          "cannot register GPU buffer: hipMemRetainAllocationHandle");
+    // Room for a pointer-sized value: HIP's examples pass a void* here.
+    uint64_t shareable = 0;
+    const hipError_t r = hip_.hipMemExportToShareableHandle(&shareable, handle,
+                                                            hipMemHandleTypePosixFileDescriptor, 0);
+    static_cast<void>(hip_.hipMemRelease(handle));
+    check(r,
+          "cannot register GPU buffer: hipMemExportToShareableHandle (allocate VMM memory with "
+          "requestedHandleType hipMemHandleTypePosixFileDescriptor)");
+    return static_cast<int>(shareable);
+  }
+
+  uint64_t map_host(void* base, std::size_t bytes) override {
+    check(hip_.hipHostRegister(base, bytes, hipHostRegisterMapped | hipHostRegisterPortable),
+          "pinning the session segment for the GPU (hipHostRegister)");
+    void* device = nullptr;
+    const hipError_t r = hip_.hipHostGetDevicePointer(&device, base, 0);
+    if (r != hipSuccess) static_cast<void>(hip_.hipHostUnregister(base));
+    check(r, "hipHostGetDevicePointer");
+    return reinterpret_cast<uint64_t>(device);
+  }
+  void unmap_host(void* base) override { static_cast<void>(hip_.hipHostUnregister(base)); }
+  uint64_t allocate_flags(std::size_t bytes) override {
+    void* flags = nullptr;
+    check(hip_.hipMalloc(&flags, bytes), "allocating stream done flags (hipMalloc)");
+    const hipError_t r = hip_.hipMemsetD32(flags, 0, bytes / sizeof(uint32_t));
+    if (r != hipSuccess) static_cast<void>(hip_.hipFree(flags));
+    check(r, "hipMemsetD32");
+    return reinterpret_cast<uint64_t>(flags);
+  }
+  void free_flags(uint64_t address) override {
+    static_cast<void>(hip_.hipFree(reinterpret_cast<void*>(address)));
+  }
+  void store_flag(uint64_t address, uint32_t value) override {
+    static_cast<void>(
+        hip_.hipMemsetD32(reinterpret_cast<void*>(address), static_cast<int>(value), 1));
+  }
+  void write_value(void* stream, uint64_t address, uint32_t value) override {
+    check(hip_.hipStreamWriteValue32(static_cast<hipStream_t>(stream),
+                                     reinterpret_cast<void*>(address), value, 0),
+          "hipStreamWriteValue32 (input-ready flag)");
+  }
+  void wait_value_geq(void* stream, uint64_t address, uint32_t value) override {
+    // HIP compares unsigned (no wrap): generations stay far below 2^32 per slot in practice.
+    check(hip_.hipStreamWaitValue32(static_cast<hipStream_t>(stream),
+                                    reinterpret_cast<void*>(address), value, hipStreamWaitValueGte,
+                                    0xffffffffu),
+          "hipStreamWaitValue32 (done flag)");
+  }
+
+ private:
+  static const hip::Runtime& load() {
+    std::string why;
+    const hip::Runtime* hip = hip::load_runtime(why);
+    if (hip == nullptr) throw Error(ErrorCode::kUnavailable, "HIP GPU memory or streams: " + why);
+    return *hip;
+  }
+  void check(hipError_t r, const std::string& what) const {
+    if (r != hipSuccess) throw Error(ErrorCode::kInvalidArgument, what + ": " + hip_.describe(r));
+  }
+
+  const hip::Runtime& hip_;
+};
+}  // namespace
+
+std::unique_ptr<GpuRuntime> make_hip_runtime() { return std::make_unique<HipRuntime>(); }
+#else
+std::unique_ptr<GpuRuntime> make_hip_runtime() {
+  throw Error(ErrorCode::kUnavailable, "libiris was built without HIP support");
+}
+#endif
+
+}  // namespace iris
