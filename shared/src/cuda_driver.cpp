@@ -4,52 +4,49 @@
 
 #include <mutex>
 
+#include "iris/shared/loaded_library.hpp"
+
 namespace iris::cuda {
 
 namespace {
 #define IRIS_CUDA_STRINGIFY2(x) #x
 #define IRIS_CUDA_STRINGIFY(x) IRIS_CUDA_STRINGIFY2(x)
 
-struct LoadResult {
-  Driver driver;
-  bool ok = false;
-  std::string why;
-};
+using LoadResult = LoadedLibrary<Driver>;
 
 LoadResult load() {
   LoadResult r;
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    r.why = std::string("no NVIDIA driver: cannot load libcuda.so.1 (") + ::dlerror() + ")";
+    r.why_not = std::string("no NVIDIA driver: cannot load libcuda.so.1 (") + ::dlerror() + ")";
     return r;
   }
   // Each macro argument expands to its versioned symbol name (cuMemHostRegister_v2, ...).
 #define IRIS_CUDA_RESOLVE(name)                                                           \
-  r.driver.name =                                                                         \
-      reinterpret_cast<decltype(r.driver.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name))); \
-  if (r.driver.name == nullptr) {                                                         \
-    r.why = std::string("the NVIDIA driver is too old: libcuda.so.1 lacks ") +            \
-            IRIS_CUDA_STRINGIFY(name) + " (irisd needs a CUDA 12.8 or newer driver)";     \
+  r.table.name =                                                                          \
+      reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));  \
+  if (r.table.name == nullptr) {                                                          \
+    r.why_not = std::string("the NVIDIA driver is too old: libcuda.so.1 lacks ") +        \
+                IRIS_CUDA_STRINGIFY(name) + " (irisd needs a CUDA 12.8 or newer driver)"; \
     return r;                                                                             \
   }
   IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_RESOLVE)
 #undef IRIS_CUDA_RESOLVE
 #define IRIS_CUDA_RESOLVE_OPTIONAL(name) \
-  r.driver.name =                        \
-      reinterpret_cast<decltype(r.driver.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));
+  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));
   IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_RESOLVE_OPTIONAL)
 #undef IRIS_CUDA_RESOLVE_OPTIONAL
-  const CUresult init = r.driver.cuInit(0);
+  const CUresult init = r.table.cuInit(0);
   if (init != CUDA_SUCCESS) {
-    r.why = "cuInit failed: " + r.driver.describe(init) + " (no GPU, or no access to /dev/nvidia*)";
+    r.why_not =
+        "cuInit failed: " + r.table.describe(init) + " (no GPU, or no access to /dev/nvidia*)";
     return r;
   }
   int count = 0;
-  if (r.driver.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
-    r.why = "the NVIDIA driver sees no GPU";
+  if (r.table.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    r.why_not = "the NVIDIA driver sees no GPU";
     return r;
   }
-  r.ok = true;
   return r;
 }
 }  // namespace
@@ -64,11 +61,7 @@ std::string Driver::describe(CUresult result) const {
 
 const Driver* load_driver(std::string& why) {
   static const LoadResult result = load();
-  if (!result.ok) {
-    why = result.why;
-    return nullptr;
-  }
-  return &result.driver;
+  return result.get(why);
 }
 
 }  // namespace iris::cuda

@@ -2,14 +2,12 @@
 
 #include <dlfcn.h>
 
+#include "iris/shared/loaded_library.hpp"
+
 namespace iris::hip {
 
 namespace {
-struct LoadResult {
-  Runtime runtime;
-  bool ok = false;
-  std::string why;
-};
+using LoadResult = LoadedLibrary<Runtime>;
 
 LoadResult load() {
   LoadResult r;
@@ -21,27 +19,26 @@ LoadResult load() {
     tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
   }
   if (lib == nullptr) {
-    r.why = "no HIP runtime: cannot load libamdhip64 (" + tried + ")";
+    r.why_not = "no HIP runtime: cannot load libamdhip64 (" + tried + ")";
     return r;
   }
-#define IRIS_HIP_RESOLVE(name)                                                      \
-  r.runtime.name = reinterpret_cast<decltype(r.runtime.name)>(::dlsym(lib, #name)); \
-  if (r.runtime.name == nullptr) {                                                  \
-    r.why = std::string("the HIP runtime is too old: libamdhip64 lacks ") + #name + \
-            " (irisd needs ROCm 5.2 or newer)";                                     \
-    return r;                                                                       \
+#define IRIS_HIP_RESOLVE(name)                                                          \
+  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));         \
+  if (r.table.name == nullptr) {                                                        \
+    r.why_not = std::string("the HIP runtime is too old: libamdhip64 lacks ") + #name + \
+                " (irisd needs ROCm 5.2 or newer)";                                     \
+    return r;                                                                           \
   }
   IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_RESOLVE)
   IRIS_HIP_RESOLVE(hipMalloc)
 #undef IRIS_HIP_RESOLVE
   int count = 0;
-  const hipError_t e = r.runtime.hipGetDeviceCount(&count);
+  const hipError_t e = r.table.hipGetDeviceCount(&count);
   if (e != hipSuccess || count == 0) {
-    r.why = "the HIP runtime sees no AMD GPU (" +
-            (e != hipSuccess ? r.runtime.describe(e) : std::string("0 devices")) + ")";
+    r.why_not = "the HIP runtime sees no AMD GPU (" +
+                (e != hipSuccess ? r.table.describe(e) : std::string("0 devices")) + ")";
     return r;
   }
-  r.ok = true;
   return r;
 }
 }  // namespace
@@ -54,11 +51,7 @@ std::string Runtime::describe(hipError_t result) const {
 
 const Runtime* load_runtime(std::string& why) {
   static const LoadResult result = load();
-  if (!result.ok) {
-    why = result.why;
-    return nullptr;
-  }
-  return &result.runtime;
+  return result.get(why);
 }
 
 }  // namespace iris::hip

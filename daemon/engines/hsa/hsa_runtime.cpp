@@ -3,55 +3,52 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include "iris/shared/loaded_library.hpp"
+
 namespace iris::daemon::hsa {
 
 namespace {
-struct LoadResult {
-  Runtime runtime;
-  bool ok = false;
-  std::string why;
-};
+using LoadResult = LoadedLibrary<Runtime>;
 
 LoadResult load() {
   LoadResult r;
   // hsa_init on a machine without the amdgpu kernel driver fails with a bare status code; say
   // what is missing instead.
   if (::access("/dev/kfd", F_OK) != 0) {
-    r.why = "no /dev/kfd: no AMD GPU, or the amdgpu kernel driver is not loaded";
+    r.why_not = "no /dev/kfd: no AMD GPU, or the amdgpu kernel driver is not loaded";
     return r;
   }
   if (::access("/dev/kfd", R_OK | W_OK) != 0) {
-    r.why =
+    r.why_not =
         "/dev/kfd exists but irisd may not open it: run irisd in the render group (and video on "
         "older distributions), as deploy/irisd.service does";
     return r;
   }
   void* lib = ::dlopen("libhsa-runtime64.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
-    r.why = std::string("no ROCm runtime: cannot load libhsa-runtime64.so.1 (") + ::dlerror() +
-            "); install ROCm's hsa-rocr package";
+    r.why_not = std::string("no ROCm runtime: cannot load libhsa-runtime64.so.1 (") + ::dlerror() +
+                "); install ROCm's hsa-rocr package";
     return r;
   }
-#define IRIS_HSA_RESOLVE(name)                                                           \
-  r.runtime.name = reinterpret_cast<decltype(r.runtime.name)>(::dlsym(lib, #name));      \
-  if (r.runtime.name == nullptr) {                                                       \
-    r.why = std::string("the ROCm runtime is too old: libhsa-runtime64 lacks ") + #name; \
-    return r;                                                                            \
+#define IRIS_HSA_RESOLVE(name)                                                               \
+  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));              \
+  if (r.table.name == nullptr) {                                                             \
+    r.why_not = std::string("the ROCm runtime is too old: libhsa-runtime64 lacks ") + #name; \
+    return r;                                                                                \
   }
   IRIS_HSA_FUNCTIONS(IRIS_HSA_RESOLVE)
 #undef IRIS_HSA_RESOLVE
-  r.runtime.hsa_amd_memory_async_copy_on_engine =
+  r.table.hsa_amd_memory_async_copy_on_engine =
       reinterpret_cast<CopyOnEngineFn>(::dlsym(lib, "hsa_amd_memory_async_copy_on_engine"));
-  r.runtime.hsa_amd_memory_copy_engine_status =
+  r.table.hsa_amd_memory_copy_engine_status =
       reinterpret_cast<CopyEngineStatusFn>(::dlsym(lib, "hsa_amd_memory_copy_engine_status"));
-  r.runtime.hsa_amd_memory_get_preferred_copy_engine = reinterpret_cast<CopyEngineStatusFn>(
+  r.table.hsa_amd_memory_get_preferred_copy_engine = reinterpret_cast<CopyEngineStatusFn>(
       ::dlsym(lib, "hsa_amd_memory_get_preferred_copy_engine"));
-  const hsa_status_t init = r.runtime.hsa_init();
+  const hsa_status_t init = r.table.hsa_init();
   if (init != HSA_STATUS_SUCCESS) {
-    r.why = "hsa_init failed: " + r.runtime.describe(init);
+    r.why_not = "hsa_init failed: " + r.table.describe(init);
     return r;
   }
-  r.ok = true;
   return r;
 }
 }  // namespace
@@ -67,11 +64,7 @@ std::string Runtime::describe(hsa_status_t status) const {
 
 const Runtime* load_runtime(std::string& why) {
   static const LoadResult result = load();
-  if (!result.ok) {
-    why = result.why;
-    return nullptr;
-  }
-  return &result.runtime;
+  return result.get(why);
 }
 
 }  // namespace iris::daemon::hsa
