@@ -6,12 +6,14 @@ namespace iris {
 
 StreamFlagsMapping::StreamFlagsMapping(void* segment_base, std::size_t segment_bytes,
                                        shm::StreamFlags* flags, uint32_t depth,
-                                       RegisterDoneFlags register_done_flags)
+                                       RegisterDoneFlags register_done_flags,
+                                       MakeRuntime make_runtime)
     : base_(segment_base),
       bytes_(segment_bytes),
       flags_(flags),
       depth_(depth),
-      register_done_flags_(std::move(register_done_flags)) {}
+      register_done_flags_(std::move(register_done_flags)),
+      make_runtime_(std::move(make_runtime)) {}
 
 StreamFlagsMapping::~StreamFlagsMapping() {
   if (!api_) return;
@@ -28,7 +30,7 @@ GpuRuntime& StreamFlagsMapping::ready_runtime(GpuVendor vendor) {
                   "client per runtime (CUDA or HIP)");
     return *api_;
   }
-  auto api = make_gpu_runtime(vendor);
+  auto api = make_runtime_(vendor);
   const std::size_t flag_bytes = std::size_t{depth_} * sizeof(uint32_t);
   const uint64_t device_base = api->map_host(base_, bytes_);
   uint64_t done_flags = 0;

@@ -20,8 +20,11 @@ namespace iris {
 class StreamFlagsMapping {
  public:
   using RegisterDoneFlags = std::function<void(const v1::RegisterBufferRequest&)>;
+  using MakeRuntime = std::function<std::unique_ptr<GpuRuntime>(GpuVendor)>;
+  // `make_runtime` loads the vendor's runtime on first use (tests pass a fake).
   StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,
-                     uint32_t depth, RegisterDoneFlags register_done_flags);
+                     uint32_t depth, RegisterDoneFlags register_done_flags,
+                     MakeRuntime make_runtime = make_gpu_runtime);
   ~StreamFlagsMapping();
   // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
   // write it any more). Best effort; no-op before first use.
@@ -42,6 +45,7 @@ class StreamFlagsMapping {
   shm::StreamFlags* flags_;
   uint32_t depth_;
   RegisterDoneFlags register_done_flags_;
+  MakeRuntime make_runtime_;
   std::mutex mutex_;  // guards the set-up below
   std::unique_ptr<GpuRuntime> api_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it

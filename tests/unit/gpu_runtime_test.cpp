@@ -1,11 +1,16 @@
-// export_gpu_buffer over a fake GpuRuntime: an IPC-able allocation gives one handle and the
-// range; VMM memory is walked allocation by allocation, one file descriptor each; ranges that
-// do not fit give errors.
+// libiris's vendor-neutral GPU code over a fake GpuRuntime. export_gpu_buffer: an IPC-able
+// allocation gives one handle and the range; VMM memory is walked allocation by allocation, one
+// file descriptor each; ranges that do not fit give errors. StreamFlagsMapping: the first
+// stream-ordered call sets up and registers the done flags before anything is enqueued, a client
+// stays on one vendor, and a failed set-up leaves nothing behind.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <map>
+#include <vector>
+
+#include "client/src/stream_flags.hpp"
 
 #include "client/src/gpu_runtime.hpp"
 #include "iris/error.hpp"
@@ -18,6 +23,9 @@ class FakeRuntime final : public GpuRuntime {
   FakeRuntime(GpuVendor vendor, bool ipc) : vendor_(vendor), ipc_(ipc) {}
   std::map<uintptr_t, std::size_t> allocations;  // base -> bytes
   int exported = 0;
+  std::vector<std::string>* calls = nullptr;  // what the stream side did, in order
+  bool fail_allocation = false;
+  uintptr_t next_flags = 0x900000;
 
   GpuVendor vendor() const override { return vendor_; }
   std::string bus_id_of(const void*) override { return "0000:0c:00.0"; }
@@ -34,15 +42,35 @@ class FakeRuntime final : public GpuRuntime {
     ++exported;
     return ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
-  uint64_t map_host(void*, std::size_t) override { return 0; }
-  void unmap_host(void*) override {}
-  uint64_t allocate_flags(std::size_t) override { return 0; }
-  void free_flags(uint64_t) override {}
-  void store_flag(uint64_t, uint32_t) override {}
-  void write_value(void*, uint64_t, uint32_t) override {}
-  void wait_value_geq(void*, uint64_t, uint32_t) override {}
+  uint64_t map_host(void*, std::size_t) override {
+    record("map_host");
+    return 0x500000;
+  }
+  void unmap_host(void*) override { record("unmap_host"); }
+  uint64_t allocate_flags(std::size_t bytes) override {
+    if (fail_allocation) throw Error(ErrorCode::kInvalidArgument, "out of GPU memory");
+    record("allocate_flags");
+    allocations[next_flags] = bytes;
+    return next_flags;
+  }
+  void free_flags(uint64_t address) override {
+    record("free_flags");
+    allocations.erase(address);
+  }
+  void store_flag(uint64_t address, uint32_t value) override {
+    record("store " + std::to_string(address) + "=" + std::to_string(value));
+  }
+  void write_value(void*, uint64_t address, uint32_t value) override {
+    record("write " + std::to_string(address) + "=" + std::to_string(value));
+  }
+  void wait_value_geq(void*, uint64_t address, uint32_t value) override {
+    record("wait " + std::to_string(address) + ">=" + std::to_string(value));
+  }
 
  private:
+  void record(const std::string& what) {
+    if (calls != nullptr) calls->push_back(what);
+  }
   GpuVendor vendor_;
   bool ipc_;
 };
@@ -98,6 +126,83 @@ TEST(GpuBufferExport, HipVmmRangesSayTheyAreHip) {
   const ExportedGpuBuffer e = export_gpu_buffer(hip, reinterpret_cast<void*>(0x200000), 0x10000);
   EXPECT_TRUE(e.vmm.hip());
   EXPECT_EQ(e.fds.size(), 1u);
+}
+
+struct FlagsFixture {
+  std::vector<std::string> calls;
+  std::vector<v1::RegisterBufferRequest> registered;
+  bool fail_allocation = false;
+  alignas(4096) std::byte segment[4096] = {};
+  shm::StreamFlags* flags = reinterpret_cast<shm::StreamFlags*>(segment + 1024);
+
+  StreamFlagsMapping mapping() {
+    return StreamFlagsMapping(
+        segment, sizeof(segment), flags, 8,
+        [this](const v1::RegisterBufferRequest& r) {
+          calls.push_back("register");
+          registered.push_back(r);
+        },
+        [this](GpuVendor vendor) {
+          auto runtime = std::make_unique<FakeRuntime>(vendor, true);
+          runtime->calls = &calls;
+          runtime->fail_allocation = fail_allocation;
+          return runtime;
+        });
+  }
+};
+
+TEST(StreamFlags, FirstCallRegistersTheDoneFlagsBeforeEnqueuingAnything) {
+  FlagsFixture f;
+  {
+    StreamFlagsMapping m = f.mapping();
+    int stream = 0;
+    m.enqueue_ready({&stream, GpuVendor::kHip}, 3, 7);
+    m.enqueue_wait_done({&stream, GpuVendor::kHip}, 3, 7);
+    m.release(3, 7);
+    // Ready flag of slot 3: the segment's device address plus its offset in the segment.
+    const uint64_t ready = 0x500000 + 1024 + 3 * sizeof(shm::StreamFlags);
+    const uint64_t done = 0x900000 + 3 * sizeof(uint32_t);
+    EXPECT_EQ(f.calls,
+              (std::vector<std::string>{
+                  "map_host", "allocate_flags", "register", "write " + std::to_string(ready) + "=7",
+                  "wait " + std::to_string(done) + ">=7", "store " + std::to_string(done) + "=7"}));
+    ASSERT_EQ(f.registered.size(), 1u);
+    EXPECT_TRUE(f.registered[0].has_hip_ipc()) << "a HIP stream registers HIP memory";
+    EXPECT_TRUE(f.registered[0].stream_done_flags());
+    EXPECT_EQ(f.registered[0].hip_ipc().bytes(), 8 * sizeof(uint32_t));
+    f.calls.clear();
+    m.enqueue_ready({&stream, GpuVendor::kHip}, 4, 1);
+    EXPECT_EQ(f.calls.size(), 1u) << "set up once";
+    try {
+      m.enqueue_ready({&stream, GpuVendor::kCuda}, 5, 1);
+      ADD_FAILURE() << "a CUDA stream was accepted by a client on HIP streams";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    }
+    f.calls.clear();
+  }
+  EXPECT_EQ(f.calls, (std::vector<std::string>{"unmap_host", "free_flags"}));
+}
+
+TEST(StreamFlags, AFailedSetUpLeavesNothingAndTheNextCallTriesAgain) {
+  FlagsFixture f;
+  f.fail_allocation = true;
+  StreamFlagsMapping m = f.mapping();
+  int stream = 0;
+  try {
+    m.enqueue_ready({&stream, GpuVendor::kCuda}, 0, 1);
+    ADD_FAILURE() << "set-up failure not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(f.calls, (std::vector<std::string>{"map_host", "unmap_host"}));
+  m.release(0, 1);  // nothing registered: a no-op
+  EXPECT_EQ(f.calls.size(), 2u);
+  f.fail_allocation = false;
+  f.calls.clear();
+  m.enqueue_ready({&stream, GpuVendor::kCuda}, 0, 1);
+  ASSERT_EQ(f.registered.size(), 1u);
+  EXPECT_TRUE(f.registered[0].has_cuda_ipc());
 }
 
 }  // namespace
