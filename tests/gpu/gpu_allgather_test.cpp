@@ -70,12 +70,12 @@ TEST_F(GpuAllGather, TwoRanksUpTo256MiB) {
   expect_ok(run_ranks(2, {"--iterations", "10", "--max-bytes", std::to_string(256 << 20)}));
 }
 
-TEST_F(GpuAllGather, FourRanksUpTo64MiB) {
-  expect_ok(run_ranks(4, {"--iterations", "10", "--max-bytes", std::to_string(64 << 20)}));
+TEST_F(GpuAllGather, FourRanksUpTo256MiB) {
+  expect_ok(run_ranks(4, {"--iterations", "10", "--max-bytes", std::to_string(256 << 20)}));
 }
 
-TEST_F(GpuAllGather, EightRanksUpTo32MiB) {
-  expect_ok(run_ranks(8, {"--iterations", "8", "--max-bytes", std::to_string(32 << 20)}));
+TEST_F(GpuAllGather, EightRanksUpTo256MiB) {
+  expect_ok(run_ranks(8, {"--iterations", "8", "--max-bytes", std::to_string(256 << 20)}));
 }
 
 TEST_F(GpuAllGather, InPlace) {
