@@ -1,7 +1,9 @@
 // iris-gpu-bench: one rank of the GPU benchmark (not a test); start nranks copies, rank 0 prints.
 //   sweep: per size, host-blocking and stream-ordered all-gather latency (p50, p99, the slowest
 //          rank's time), bytes moved per second, and the raw copy ceiling for the same copies
-//          (cudaMemcpyAsync of the nranks x nranks blocks by one process) measured in the run.
+//          (cudaMemcpyAsync of the nranks x nranks blocks by one process) measured in the run;
+//          then throughput back to back (kBurst collectives submitted before waiting, as
+//          nccl-tests times its iterations) against the ceiling for kBurst batches of copies.
 //   gemm:  throughput of a bf16 GEMM kernel alone, while irisd runs all-gathers into host memory
 //          back to back, and while an SM-kernel gather of the same layout runs beside it.
 #include <cuda_bf16.h>
@@ -9,19 +11,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "iris/iris.hpp"
 #include "tests/gpu/cuda_check.cuh"
 
-
 namespace {
+
+constexpr int kBurst = 10;  // collectives in flight for the back-to-back figures
 
 struct Options {
   std::string socket, mode = "sweep", key = "gpu-bench";
@@ -38,8 +41,7 @@ double percentile(std::vector<double> v, double p) {
 
 // 64x64 output tile per block, 16x16 threads, 4x4 outputs each, fp32 accumulation.
 constexpr int kTile = 64, kK = 16;
-__global__ void gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c,
-                          int n) {
+__global__ void gemm_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int n) {
   __shared__ __nv_bfloat16 as[kTile][kK];
   __shared__ __nv_bfloat16 bs[kK][kTile];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -129,10 +131,27 @@ void sweep(const Options& o) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&copy_streams[i], cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&joins[i], cudaEventDisableTiming));
   }
+  // The ceiling's own buffers (rank 0): nranks distinct sources and nranks distinct receive
+  // buffers, as the collective touches, so that no copy is served from L2 (50 MB on the H200)
+  // that the collective would have to read from HBM. (Until 2026-11-29 the ceiling copied one
+  // source into one receive buffer nranks times, which L2 flattered below ~32 MiB per rank.)
+  char* ceiling_src = nullptr;
+  char* ceiling_dst = nullptr;
+  if (o.rank == 0) {
+    CUDA_CHECK(cudaMalloc(&ceiling_src, o.max_bytes * o.nranks));
+    CUDA_CHECK(cudaMemset(ceiling_src, 3, o.max_bytes * o.nranks));
+    if (o.host_recv) {
+      CUDA_CHECK(cudaMallocHost(&ceiling_dst, o.max_bytes * o.nranks * o.nranks));
+    } else {
+      CUDA_CHECK(cudaMalloc(&ceiling_dst, o.max_bytes * o.nranks * o.nranks));
+    }
+  }
   if (o.rank == 0)
-    std::printf("| bytes/rank | blocking p50 us | blocking p99 us | stream p50 us | stream p99 us "
-                "| moved GB/s | ceiling GB/s | ratio |\n| ---: | ---: | ---: | ---: | ---: | ---: "
-                "| ---: | ---: |\n");
+    std::printf(
+        "| bytes/rank | blocking p50 us | blocking p99 us | stream p50 us | stream p99 us "
+        "| moved GB/s | ceiling GB/s | ratio | back-to-back us | back-to-back GB/s | "
+        "back-to-back ceiling GB/s | back-to-back ratio |\n| ---: | ---: | ---: | ---: | "
+        "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
     const uint64_t moved = bytes * o.nranks * o.nranks;
     const int iters = static_cast<int>(std::clamp<uint64_t>((8ull << 30) / moved, 5, 200));
@@ -158,10 +177,23 @@ void sweep(const Options& o) {
       const double worst = rank.slowest(ms * 1e3);
       if (i >= 2) streamed.push_back(worst);
     }
-    // The ceiling: the same nranks x nranks copies by one process, plain cudaMemcpyAsync spread
-    // over as many streams as the GPU has copy engines (irisd's own layout), timed by events.
-    double ceiling = 0;
-    if (o.rank == 0) {
+    // Back to back: kBurst collectives in flight at once, time per collective.
+    std::vector<double> burst;
+    for (int i = 0; i < 5 + 1; ++i) {
+      rank.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<iris::Request> requests;
+      for (int k = 0; k < kBurst; ++k) requests.push_back(rank.comm.all_gather(send, recv, bytes));
+      for (iris::Request& r : requests) r.wait();
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      const double worst = rank.slowest(us / kBurst);
+      if (i >= 1) burst.push_back(worst);
+    }
+    // The ceiling: the same nranks x nranks copies between as many distinct buffers, by one
+    // process, plain cudaMemcpyAsync spread over as many streams as the GPU has copy engines
+    // (irisd's own layout), timed by events; `batches` sets back to back, time per set.
+    auto ceiling_of = [&](int batches) {
       std::vector<float> ms_runs;
       for (int i = 0; i < 5; ++i) {
         CUDA_CHECK(cudaEventRecord(e0, st));
@@ -169,10 +201,12 @@ void sweep(const Options& o) {
           CUDA_CHECK(cudaStreamWaitEvent(c, e0));
         }
         int k = 0;
-        for (uint32_t src = 0; src < o.nranks; ++src)
-          for (uint32_t dst = 0; dst < o.nranks; ++dst)
-            CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(recv) + src * bytes, send, bytes,
-                                       cudaMemcpyDefault, copy_streams[k++ % copy_streams.size()]));
+        for (int b = 0; b < batches; ++b)
+          for (uint32_t src = 0; src < o.nranks; ++src)
+            for (uint32_t dst = 0; dst < o.nranks; ++dst)
+              CUDA_CHECK(cudaMemcpyAsync(ceiling_dst + (dst * o.nranks + src) * bytes,
+                                         ceiling_src + src * bytes, bytes, cudaMemcpyDefault,
+                                         copy_streams[k++ % copy_streams.size()]));
         for (auto& c : copy_streams) {
           CUDA_CHECK(cudaEventRecord(joins[&c - copy_streams.data()], c));
           CUDA_CHECK(cudaStreamWaitEvent(st, joins[&c - copy_streams.data()]));
@@ -181,16 +215,23 @@ void sweep(const Options& o) {
         CUDA_CHECK(cudaEventSynchronize(e1));
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        ms_runs.push_back(ms);
+        ms_runs.push_back(ms / batches);
       }
       std::sort(ms_runs.begin(), ms_runs.end());
-      ceiling = moved / (ms_runs[2] * 1e6);
+      return moved / (ms_runs[2] * 1e6);
+    };
+    if (o.rank == 0) {
+      const double ceiling = ceiling_of(1);
+      const double burst_ceiling = ceiling_of(kBurst);
+      const double burst_us = percentile(burst, 0.5);
+      const double burst_gbps = moved / (burst_us * 1e3);
       const double p50 = percentile(blocking, 0.5);
       const double gbps = moved / (p50 * 1e3);
-      std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n",
-                  static_cast<unsigned long long>(bytes), p50, percentile(blocking, 0.99),
-                  percentile(streamed, 0.5), percentile(streamed, 0.99), gbps, ceiling,
-                  gbps / ceiling);
+      std::printf(
+          "| %llu | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.2f |\n",
+          static_cast<unsigned long long>(bytes), p50, percentile(blocking, 0.99),
+          percentile(streamed, 0.5), percentile(streamed, 0.99), gbps, ceiling, gbps / ceiling,
+          burst_us, burst_gbps, burst_ceiling, burst_gbps / burst_ceiling);
       std::fflush(stdout);
     }
   }
@@ -263,8 +304,7 @@ void gemm(const Options& o) {
           ++gathers;
         } else if (phase == 2) {
           sm_gather<<<264, 512, 0, gather_stream>>>(static_cast<uint4*>(send),
-                                                      static_cast<uint4*>(dev_recv), bytes / 16,
-                                                      1);
+                                                    static_cast<uint4*>(dev_recv), bytes / 16, 1);
           CUDA_CHECK(cudaStreamSynchronize(gather_stream));
           ++gathers;
         } else {
@@ -304,15 +344,24 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--socket") o.socket = v;
-    else if (a == "--mode") o.mode = v;
-    else if (a == "--key") o.key = v;
-    else if (a == "--nranks") o.nranks = std::stoul(v);
-    else if (a == "--rank") o.rank = std::stoul(v);
-    else if (a == "--min-bytes") o.min_bytes = std::stoull(v);
-    else if (a == "--max-bytes") o.max_bytes = std::stoull(v);
-    else if (a == "--host-recv") o.host_recv = v == "1";
-    else if (a == "--gemm-seconds") o.gemm_seconds = std::stod(v);
+    if (a == "--socket")
+      o.socket = v;
+    else if (a == "--mode")
+      o.mode = v;
+    else if (a == "--key")
+      o.key = v;
+    else if (a == "--nranks")
+      o.nranks = std::stoul(v);
+    else if (a == "--rank")
+      o.rank = std::stoul(v);
+    else if (a == "--min-bytes")
+      o.min_bytes = std::stoull(v);
+    else if (a == "--max-bytes")
+      o.max_bytes = std::stoull(v);
+    else if (a == "--host-recv")
+      o.host_recv = v == "1";
+    else if (a == "--gemm-seconds")
+      o.gemm_seconds = std::stod(v);
   }
   try {
     if (o.mode == "gemm") {
