@@ -9,6 +9,7 @@
 # "nccl" backend is RCCL in ROCm builds of PyTorch):
 #   1. correctness: bit for bit against all_gather_into_tensor, 1 B to 1 GiB per rank, odd sizes,
 #      host-blocking, stream-ordered (hipStreamWriteValue32 / hipStreamWaitValue32), in place;
+#      again with PyTorch's expandable segments (VMM memory, imported from file descriptors);
 #   2. bus bandwidth and latency beside RCCL, with irisd's copies split across each link's
 #      engines (--split-bytes) and not;
 #   3. a bf16 GEMM's throughput while all-gathers run, irisd and RCCL;
@@ -81,6 +82,12 @@ for n in 2 4 8; do
       sh --nranks "$n" --phases "$phases" "$@" 2>&1 | tee "$out/vs_rccl_${n}gpu_split$split.md"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
+  echo "== 3b. $n GPUs, PyTorch expandable segments (VMM buffers, imported from file descriptors)"
+  run_with_irisd "${n}gpu_vmm" -- env PYTORCH_HIP_ALLOC_CONF=expandable_segments:True \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True sh -c \
+    'timeout 900 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
+    sh --nranks "$n" --phases correctness 2>&1 | tee "$out/vs_rccl_${n}gpu_vmm.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats_${n}gpu_split0.txt"
 done
 
