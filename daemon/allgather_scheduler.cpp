@@ -73,7 +73,7 @@ void AllGatherScheduler::start_copies(Communicator& comm, Collective& c, uint32_
 void AllGatherScheduler::add_copy(Communicator& comm, Collective& c, uint32_t src, uint32_t dst) {
   const ValidatedAllGather& from = *c.arrivals[src]->plan;
   const ValidatedAllGather& to = *c.arrivals[dst]->plan;
-  if (c.bytes == 0 || (src == dst && from.in_place)) {
+  if (c.bytes == 0 || (src == dst && (from.in_place || from.own_block_copied))) {
     ++c.landed[dst];
     return;
   }

@@ -14,6 +14,14 @@ std::variant<ValidatedAllGather, ValidationError> validate_all_gather(const shm:
                                                                       const BufferLookup& lookup) {
   if (nranks == 0 || rank >= nranks)
     return error(ErrorCode::kInvalidArgument, "rank out of range for the communicator");
+  if ((entry.flags & ~shm::kKnownSubmitFlags) != 0)
+    return error(ErrorCode::kInvalidArgument, "unknown request flags " +
+                                                  std::to_string(entry.flags) +
+                                                  " (a libiris newer than this irisd?)");
+  if ((entry.flags & shm::kOwnBlockCopiedByClient) != 0 &&
+      entry.opcode != static_cast<uint32_t>(shm::Opcode::kAllGatherStreamOrdered))
+    return error(ErrorCode::kInvalidArgument,
+                 "only stream-ordered requests may copy their own block themselves");
   auto send = lookup(entry.send_buffer);
   if (!send)
     return error(ErrorCode::kNotFound, "send buffer " + std::to_string(entry.send_buffer) +
@@ -51,6 +59,7 @@ std::variant<ValidatedAllGather, ValidationError> validate_all_gather(const shm:
   plan.recv_ptr = recv->base + entry.recv_offset;
   plan.bytes = entry.bytes;
   plan.in_place = in_place;
+  plan.own_block_copied = (entry.flags & shm::kOwnBlockCopiedByClient) != 0;
   plan.send = std::move(send);
   plan.recv = std::move(recv);
   return plan;

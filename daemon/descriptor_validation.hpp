@@ -17,9 +17,10 @@ struct ValidatedAllGather {
   std::shared_ptr<MappedBuffer> send;
   std::shared_ptr<MappedBuffer> recv;
   std::byte* send_ptr;
-  std::byte* recv_ptr;  // start of the whole receive area (rank 0's block)
-  uint64_t bytes;       // per rank
-  bool in_place;        // send == recv + rank * bytes: the own block needs no copy
+  std::byte* recv_ptr;    // start of the whole receive area (rank 0's block)
+  uint64_t bytes;         // per rank
+  bool in_place;          // send == recv + rank * bytes: the own block needs no copy
+  bool own_block_copied;  // the client's stream copied the own block (kOwnBlockCopiedByClient)
 };
 
 struct ValidationError {

@@ -245,7 +245,7 @@ void Client::Impl::ring_doorbell() {
 }
 
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
-                             std::optional<GpuStream> stream) {
+                             std::optional<GpuStream> stream, std::optional<StreamCopy> own_block) {
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
@@ -257,6 +257,8 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   entry.generation = generation;
   if (stream) {
     try {
+      if (own_block)
+        stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);
       stream_flags->enqueue_ready(*stream, slot, generation);
     } catch (const Error&) {
       release_slot(slot, true);
@@ -335,7 +337,7 @@ Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
                                 std::shared_ptr<shm::ShmSegment> mapping) {
   {
     std::lock_guard lock(buffers_mutex_);
-    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes};
+    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, mapping == nullptr};
   }
   return Buffer(
       std::make_shared<Buffer::Impl>(shared_from_this(), id, base, bytes, std::move(mapping)));
@@ -364,7 +366,7 @@ std::optional<BufferLocation> Client::Impl::locate(const void* ptr) const {
   --it;
   const uintptr_t base = it->first;
   if (p - base > it->second.bytes) return std::nullopt;  // one past the end is a 0-byte range
-  return BufferLocation{it->second.id, p - base, it->second.bytes - (p - base)};
+  return BufferLocation{it->second.id, p - base, it->second.bytes - (p - base), it->second.gpu};
 }
 
 }  // namespace iris

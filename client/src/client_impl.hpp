@@ -28,6 +28,7 @@ struct BufferLocation {
   uint64_t buffer_id;
   uint64_t offset;
   uint64_t available;  // bytes from the pointer to the buffer's end
+  bool gpu;            // memory of the caller's GPU (not a buffer from allocate)
 };
 
 struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
@@ -37,8 +38,16 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Submits one entry; `seq_counter`, when given, supplies entry.seq under the submission lock
   // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
   // request is ordered on it: ready flag written by the stream, the stream waits for done.
+  // `own_block`, with a stream: a copy the stream runs before the ready flag (see
+  // shm::kOwnBlockCopiedByClient).
+  struct StreamCopy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
   Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
-                 std::optional<GpuStream> stream = std::nullopt);
+                 std::optional<GpuStream> stream = std::nullopt,
+                 std::optional<StreamCopy> own_block = std::nullopt);
   // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
@@ -99,6 +108,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   struct Registered {
     uint64_t id;
     std::size_t bytes;
+    bool gpu;
   };
   mutable std::mutex buffers_mutex_;
   std::mutex attach_mutex_;                  // one session request at a time on attach_fd

@@ -75,6 +75,11 @@ class CudaRuntime final : public GpuRuntime {
   }
   void free_flags(uint64_t address) override { cu_.cuMemFree(address); }
   void store_flag(uint64_t address, uint32_t value) override { cu_.cuMemsetD32(address, value, 1); }
+  void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
+    check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
+                            bytes, static_cast<CUstream>(stream)),
+          "cuMemcpyAsync (own block)");
+  }
   void write_value(void* stream, uint64_t address, uint32_t value) override {
     check(cu_.cuStreamWriteValue32(static_cast<CUstream>(stream), address, value,
                                    CU_STREAM_WRITE_VALUE_DEFAULT),

@@ -49,6 +49,8 @@ class GpuRuntime {
   virtual void free_flags(uint64_t address) = 0;
   // Stores a flag from the host (used when irisd can no longer write it).
   virtual void store_flag(uint64_t address, uint32_t value) = 0;
+  // A device-to-device copy enqueued on the caller's stream.
+  virtual void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) = 0;
   // Stream memory operations, enqueued on the caller's stream.
   virtual void write_value(void* stream, uint64_t address, uint32_t value) = 0;
   virtual void wait_value_geq(void* stream, uint64_t address, uint32_t value) = 0;

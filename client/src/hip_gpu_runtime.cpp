@@ -79,6 +79,10 @@ class HipRuntime final : public GpuRuntime {
     static_cast<void>(
         hip_.hipMemsetD32(reinterpret_cast<void*>(address), static_cast<int>(value), 1));
   }
+  void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
+    check(hip_.hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)),
+          "hipMemcpyAsync (own block)");
+  }
   void write_value(void* stream, uint64_t address, uint32_t value) override {
     check(hip_.hipStreamWriteValue32(static_cast<hipStream_t>(stream),
                                      reinterpret_cast<void*>(address), value, 0),

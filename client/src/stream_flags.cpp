@@ -66,6 +66,11 @@ void StreamFlagsMapping::enqueue_ready(GpuStream stream, uint32_t slot, uint32_t
   api.write_value(stream.handle, device_base_ + static_cast<uint64_t>(offset), generation);
 }
 
+void StreamFlagsMapping::enqueue_copy(GpuStream stream, void* dst, const void* src,
+                                      std::size_t bytes) {
+  ready_runtime(stream.vendor).copy_async(stream.handle, dst, src, bytes);
+}
+
 void StreamFlagsMapping::enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation) {
   GpuRuntime& api = ready_runtime(stream.vendor);
   api.wait_value_geq(stream.handle, done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation);

@@ -33,6 +33,9 @@ class StreamFlagsMapping {
   // allocates the done flags and registers them with irisd (before irisd can see the request:
   // it may complete it at once). Throws iris::Error.
   void enqueue_ready(GpuStream stream, uint32_t slot, uint32_t generation);
+  // Enqueues on `stream` a copy of this rank's own block (before its ready flag, so that irisd
+  // need not run a same-GPU copy in its own context). Throws iris::Error.
+  void enqueue_copy(GpuStream stream, void* dst, const void* src, std::size_t bytes);
   // Enqueues on `stream`: wait until the slot's done flag >= generation. Throws iris::Error.
   void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
 

@@ -13,6 +13,10 @@
 // and spins on the host done flag, with events recorded on its stream around the call;
 // "blocking-idle" is the same with no GPU work at all in the caller's process.
 //
+// --copy d2h copies into the daemon's pinned host memory (copy engine) instead of the caller's
+// GPU buffer (same-GPU, run on SMs by this driver): it tells whether the context switch is
+// paid for SM work only.
+//
 // Modes: "single" synchronises the caller's stream after every call (a stream that waits from
 // idle); "burst" enqueues 10 calls back to back and reports the time per call. Times come from
 // events on the caller's stream (host clock for "blocking"). Prints a markdown table.
@@ -81,7 +85,7 @@ CUdeviceptr device_view(void* host) {
   return p;
 }
 
-int run_daemon(Shared* sh) {
+int run_daemon(Shared* sh, bool to_host) {
   CUDA_CHECK(cudaSetDevice(0));
   CU_CHECK(cuMemHostRegister(sh, sizeof(Shared),
                              CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP));
@@ -97,7 +101,11 @@ int run_daemon(Shared* sh) {
   const CUdeviceptr retired = device_view(&sh->retired.value);
   const CUdeviceptr done_host = device_view(&sh->done_host.value);
   const auto d_src = reinterpret_cast<CUdeviceptr>(src);
-  const auto d_dst = reinterpret_cast<CUdeviceptr>(dst);
+  // --copy d2h: into pinned host memory of the daemon (a copy-engine transfer) instead of the
+  // caller's GPU buffer (a same-GPU copy, which this driver runs on SMs).
+  void* host_dst = nullptr;
+  if (to_host) CUDA_CHECK(cudaHostAlloc(&host_dst, kCopyBytes, cudaHostAllocMapped));
+  const auto d_dst = to_host ? device_view(host_dst) : reinterpret_cast<CUdeviceptr>(dst);
   const auto d_done = reinterpret_cast<CUdeviceptr>(done_dev);
   for (uint32_t g = 1;; ++g) {
     while (!reached(sh->submitted.value.load(std::memory_order_acquire), g))
@@ -213,11 +221,15 @@ int run_caller(Shared* sh, uint32_t iterations) {
 
 int main(int argc, char** argv) {
   uint32_t iterations = 1000;
+  bool to_host = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--iterations") == 0) {
       iterations = static_cast<uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
+    } else if (std::strcmp(argv[i], "--copy") == 0 &&
+               (std::strcmp(argv[i + 1], "d2d") == 0 || std::strcmp(argv[i + 1], "d2h") == 0)) {
+      to_host = std::strcmp(argv[i + 1], "d2h") == 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--iterations N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--iterations N] [--copy d2d|d2h]\n", argv[0]);
       return 1;
     }
   }
@@ -240,7 +252,7 @@ int main(int argc, char** argv) {
   }
   if (daemon == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a caller that exited on an error
-    _exit(run_daemon(sh));
+    _exit(run_daemon(sh, to_host));
   }
   const int rc = run_caller(sh, iterations);
   int status = 0;

@@ -202,6 +202,34 @@ TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
   }
 }
 
+TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
+  SteppedEngine stepped;
+  scheduler = std::make_unique<AllGatherScheduler>(
+      stepped, stats,
+      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    ValidatedAllGather p = plan(r, 8);
+    p.own_block_copied = true;
+    std::memcpy(recv[r].data() + r * 8, send[r].data(), 8);  // what the client's stream did
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+  }
+  EXPECT_EQ(stepped.queued.size(), kRanks * (kRanks - 1)) << "no rank's own block is copied";
+  for (const CopyRequest& c : stepped.queued)
+    for (uint32_t r = 0; r < kRanks; ++r)
+      EXPECT_FALSE(c.src == send[r].data() && c.dst == recv[r].data() + r * 8);
+  while (!stepped.queued.empty()) {
+    stepped.run(0);
+    std::vector<CopyCompletion> done;
+    stepped.poll(done);
+    for (const auto& c : done) scheduler->on_copy_complete(c);
+  }
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 8);
+  }
+}
+
 TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
   arrive(0, 1, 64);
   arrive(1, 1, 65);

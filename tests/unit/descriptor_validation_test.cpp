@@ -48,6 +48,21 @@ TEST_F(Validation, AcceptsExactFitAndComputesPointers) {
   EXPECT_EQ(code_of(gather(1, 10, 2, 0, 90)), ErrorCode::kOk);
 }
 
+TEST_F(Validation, OwnBlockFlagOnlyForStreamOrderedRequestsAndUnknownFlagsRefused) {
+  shm::SubmitEntry e = gather(1, 0, 2, 0, 100);
+  e.flags = shm::kOwnBlockCopiedByClient;
+  EXPECT_EQ(code_of(e), ErrorCode::kInvalidArgument) << "host-blocking: irisd copies every block";
+  e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGatherStreamOrdered);
+  auto r = validate_all_gather(e, 4, 1, lookup);
+  ASSERT_TRUE(std::holds_alternative<ValidatedAllGather>(r));
+  EXPECT_TRUE(std::get<ValidatedAllGather>(r).own_block_copied);
+  e.flags = 1u << 7;
+  EXPECT_EQ(code_of(e), ErrorCode::kInvalidArgument);
+  e.flags = 0;
+  r = validate_all_gather(e, 4, 1, lookup);
+  EXPECT_FALSE(std::get<ValidatedAllGather>(r).own_block_copied);
+}
+
 TEST_F(Validation, UnknownBuffersAreNotFound) {
   EXPECT_EQ(code_of(gather(9, 0, 2, 0, 1)), ErrorCode::kNotFound);
   EXPECT_EQ(code_of(gather(1, 0, 9, 0, 1)), ErrorCode::kNotFound);

@@ -60,6 +60,9 @@ class FakeRuntime final : public GpuRuntime {
   void store_flag(uint64_t address, uint32_t value) override {
     record("store " + std::to_string(address) + "=" + std::to_string(value));
   }
+  void copy_async(void*, void*, const void*, std::size_t bytes) override {
+    record("copy " + std::to_string(bytes));
+  }
   void write_value(void*, uint64_t address, uint32_t value) override {
     record("write " + std::to_string(address) + "=" + std::to_string(value));
   }
@@ -156,16 +159,18 @@ TEST(StreamFlags, FirstCallRegistersTheDoneFlagsBeforeEnqueuingAnything) {
   {
     StreamFlagsMapping m = f.mapping();
     int stream = 0;
+    std::byte own[16];
+    m.enqueue_copy({&stream, GpuVendor::kHip}, own, own + 8, 8);
     m.enqueue_ready({&stream, GpuVendor::kHip}, 3, 7);
     m.enqueue_wait_done({&stream, GpuVendor::kHip}, 3, 7);
     m.release(3, 7);
     // Ready flag of slot 3: the segment's device address plus its offset in the segment.
     const uint64_t ready = 0x500000 + 1024 + 3 * sizeof(shm::StreamFlags);
     const uint64_t done = 0x900000 + 3 * sizeof(uint32_t);
-    EXPECT_EQ(f.calls,
-              (std::vector<std::string>{
-                  "map_host", "allocate_flags", "register", "write " + std::to_string(ready) + "=7",
-                  "wait " + std::to_string(done) + ">=7", "store " + std::to_string(done) + "=7"}));
+    EXPECT_EQ(f.calls, (std::vector<std::string>{"map_host", "allocate_flags", "register", "copy 8",
+                                                 "write " + std::to_string(ready) + "=7",
+                                                 "wait " + std::to_string(done) + ">=7",
+                                                 "store " + std::to_string(done) + "=7"}));
     ASSERT_EQ(f.registered.size(), 1u);
     EXPECT_TRUE(f.registered[0].has_hip_ipc()) << "a HIP stream registers HIP memory";
     EXPECT_TRUE(f.registered[0].stream_done_flags());

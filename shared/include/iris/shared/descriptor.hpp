@@ -28,7 +28,7 @@ struct SubmitEntry {
   uint32_t opcode;
   uint32_t slot;        // completion slot index, < ring depth
   uint32_t generation;  // echoed into the slot so a stale completion is never mistaken
-  uint32_t reserved;
+  uint32_t flags;       // SubmitFlags bits
   uint64_t comm_id;
   uint64_t seq;  // per communicator, 1, 2, 3, ...
   uint64_t send_buffer;
@@ -38,6 +38,15 @@ struct SubmitEntry {
   uint64_t bytes;  // per rank
 };
 static_assert(sizeof(SubmitEntry) == 72);
+
+// SubmitEntry::flags.
+enum SubmitFlags : uint32_t {
+  // Stream-ordered all-gather: the client's stream copied this rank's own block into its receive
+  // buffer before writing the ready flag, so irisd must not copy it. (A same-GPU copy issued by
+  // irisd runs on SMs in irisd's context, and the GPU would switch contexts for it.)
+  kOwnBlockCopiedByClient = 1u << 0,
+};
+inline constexpr uint32_t kKnownSubmitFlags = kOwnBlockCopiedByClient;
 
 constexpr SubmitEntry all_gather_entry(Opcode opcode, uint64_t comm_id, uint64_t seq,
                                        uint64_t send_buffer, uint64_t send_offset,

@@ -30,6 +30,7 @@ namespace iris::hip {
   X(hipHostRegister) \
   X(hipHostUnregister) \
   X(hipHostGetDevicePointer) \
+  X(hipMemcpyAsync) \
   X(hipStreamWriteValue32) \
   X(hipStreamWaitValue32) \
   X(hipMemRetainAllocationHandle) \
