@@ -50,7 +50,7 @@ class StreamFlagsMapping {
   RegisterDoneFlags register_done_flags_;
   MakeRuntime make_runtime_;
   std::mutex mutex_;  // guards the set-up below
-  std::unique_ptr<GpuRuntime> api_;
+  std::unique_ptr<GpuRuntime> runtime_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it
   uint64_t done_flags_ = 0;   // GPU memory, depth_ x uint32
 };

@@ -24,7 +24,8 @@
 
 namespace {
 
-constexpr int kBurst = 10;  // collectives in flight for the back-to-back figures
+constexpr int kBurst = 10;        // collectives in flight for the back-to-back figures
+constexpr int kBurstSamples = 5;  // back-to-back samples per size
 
 struct Options {
   std::string socket, mode = "sweep", key = "gpu-bench";
@@ -179,7 +180,7 @@ void sweep(const Options& o) {
     }
     // Back to back: kBurst collectives in flight at once, time per collective.
     std::vector<double> burst;
-    for (int i = 0; i < 5 + 1; ++i) {
+    for (int i = 0; i < kBurstSamples + 1; ++i) {  // the first warms up
       rank.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<iris::Request> requests;

@@ -81,7 +81,7 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
   uint16_t major = 0, minor = 0;
   hsa_.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MAJOR, &major);
   hsa_.hsa_system_get_info(HSA_SYSTEM_INFO_VERSION_MINOR, &minor);
-  describe(major, minor);
+  fill_description(major, minor);
   spdlog::info("hsa engine: {} GPU(s), {}; {}", gpus_.size(), description_.driver_version,
                description_.copy_method);
 }
@@ -147,6 +147,7 @@ void HsaEngine::discover_agents() {
         &search);
     g.pool = search.pool;
     gpus_.push_back(std::move(g));
+    gpu_agents_.push_back(agent);
   }
   // HIP numbers devices its own way: match them by PCI bus id.
   if (hip_ == nullptr) return;
@@ -156,8 +157,9 @@ void HsaEngine::discover_agents() {
   for (int d = 0; d < count; ++d) {
     char bus[64] = {};
     if (hip_->hipDeviceGetPCIBusId(bus, sizeof(bus), d) != hipSuccess) continue;
+    const std::string wanted = lower(bus);
     for (Gpu& g : gpus_)
-      if (g.bus_id == lower(bus)) g.hip_device = d;
+      if (g.bus_id == wanted) g.hip_device = d;
   }
 }
 
@@ -191,7 +193,7 @@ void HsaEngine::query_engines() {
   }
 }
 
-void HsaEngine::describe(uint32_t hsa_major, uint32_t hsa_minor) {
+void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
   description_.driver_version =
       "HSA runtime " + std::to_string(hsa_major) + "." + std::to_string(hsa_minor);
   int hip_version = 0;
@@ -407,16 +409,19 @@ std::size_t HsaEngine::poll(std::vector<CopyCompletion>& out) {
   return out.size() - before;
 }
 
-std::shared_ptr<void> HsaEngine::prepare_host_memory(void* base, uint64_t bytes) {
-  std::vector<hsa_agent_t> agents;
-  for (const Gpu& g : gpus_) agents.push_back(g.agent);
+void* HsaEngine::lock_for_gpus(void* host, uint64_t bytes, const char* what) {
   void* agent_ptr = nullptr;
-  const hsa_status_t st = hsa_.hsa_amd_memory_lock(base, bytes, agents.data(),
-                                                   static_cast<int>(agents.size()), &agent_ptr);
+  const hsa_status_t st = hsa_.hsa_amd_memory_lock(
+      host, bytes, gpu_agents_.data(), static_cast<int>(gpu_agents_.size()), &agent_ptr);
   if (st != HSA_STATUS_SUCCESS)
-    throw Error(ErrorCode::kEngineError, "hsa_amd_memory_lock (pinning a host buffer of " +
+    throw Error(ErrorCode::kEngineError, std::string("hsa_amd_memory_lock (") + what + ", " +
                                              std::to_string(bytes) +
                                              " bytes) failed: " + hsa_.describe(st));
+  return agent_ptr;
+}
+
+std::shared_ptr<void> HsaEngine::prepare_host_memory(void* base, uint64_t bytes) {
+  void* agent_ptr = lock_for_gpus(base, bytes, "pinning a host buffer");
   auto* host = static_cast<std::byte*>(base);
   locked_[host] = {bytes, static_cast<std::byte*>(agent_ptr)};
   return std::shared_ptr<void>(base, [this, host](void* p) {
@@ -426,8 +431,9 @@ std::shared_ptr<void> HsaEngine::prepare_host_memory(void* base, uint64_t bytes)
 }
 
 int HsaEngine::device_by_bus_id(const std::string& bus_id) const {
+  const std::string wanted = lower(bus_id);
   for (std::size_t i = 0; i < gpus_.size(); ++i)
-    if (gpus_[i].bus_id == lower(bus_id)) return static_cast<int>(i);
+    if (gpus_[i].bus_id == wanted) return static_cast<int>(i);
   throw Error(ErrorCode::kNotFound, "no GPU with PCI bus id '" + bus_id + "' is visible to irisd");
 }
 
@@ -472,10 +478,8 @@ ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exporte
                   "hipMemGetAddressRange of an imported buffer failed: " + hip_->describe(r));
     }
     // Every GPU's engines may copy to or from it (the source GPU's engines run peer copies).
-    std::vector<hsa_agent_t> agents;
-    for (const Gpu& g : gpus_) agents.push_back(g.agent);
-    const hsa_status_t st = hsa_.hsa_amd_agents_allow_access(static_cast<uint32_t>(agents.size()),
-                                                             agents.data(), nullptr, base);
+    const hsa_status_t st = hsa_.hsa_amd_agents_allow_access(
+        static_cast<uint32_t>(gpu_agents_.size()), gpu_agents_.data(), nullptr, base);
     if (st != HSA_STATUS_SUCCESS)
       spdlog::warn("hsa engine: hsa_amd_agents_allow_access on an imported buffer: {}",
                    hsa_.describe(st));
@@ -547,16 +551,12 @@ int64_t HsaEngine::take_staging_word() {
   if (free_staging_.empty()) {
     void* page = std::aligned_alloc(4096, kStagingWordsPerBlock * sizeof(uint32_t));
     if (page == nullptr) throw Error(ErrorCode::kEngineError, "out of memory for flag staging");
-    std::vector<hsa_agent_t> agents;
-    for (const Gpu& g : gpus_) agents.push_back(g.agent);
     void* agent_ptr = nullptr;
-    const hsa_status_t st =
-        hsa_.hsa_amd_memory_lock(page, kStagingWordsPerBlock * sizeof(uint32_t), agents.data(),
-                                 static_cast<int>(agents.size()), &agent_ptr);
-    if (st != HSA_STATUS_SUCCESS) {
+    try {
+      agent_ptr = lock_for_gpus(page, kStagingWordsPerBlock * sizeof(uint32_t), "flag staging");
+    } catch (...) {
       std::free(page);
-      throw Error(ErrorCode::kEngineError,
-                  "hsa_amd_memory_lock (flag staging) failed: " + hsa_.describe(st));
+      throw;
     }
     const int64_t block = static_cast<int64_t>(staging_blocks_.size());
     staging_blocks_.push_back({static_cast<uint32_t*>(page), static_cast<uint32_t*>(agent_ptr)});

@@ -94,7 +94,7 @@ class HsaEngine final : public Engine {
 
   void discover_agents();
   void query_engines();
-  void describe(uint32_t hsa_major, uint32_t hsa_minor);
+  void fill_description(uint32_t hsa_major, uint32_t hsa_minor);
   // The pair's engines; device kHostMemory is the host.
   hsa::PairEngines pair_engines(int src_device, int dst_device) const;
   hsa_agent_t agent_of(int device) const;
@@ -106,6 +106,8 @@ class HsaEngine final : public Engine {
   ImportedMemory import_vmm(const DeviceBufferExport& exported, int device);
   // Issues one piece; false after logging when the runtime refused it.
   bool issue(const CopyRequest& copy, const hsa::PlannedPiece& piece, hsa_signal_t signal);
+  // Locks host memory for every GPU; returns the address they use for it. Throws iris::Error.
+  void* lock_for_gpus(void* host, uint64_t bytes, const char* what);
   int64_t take_staging_word();
   std::chrono::steady_clock::time_point deadline_for(uint64_t bytes) const;
   void wake();
@@ -115,6 +117,7 @@ class HsaEngine final : public Engine {
   EngineDescription description_;
   hsa_agent_t cpu_{};
   std::vector<Gpu> gpus_;
+  std::vector<hsa_agent_t> gpu_agents_;  // gpus_[i].agent, in order, for calls taking a list
   std::vector<hsa::PairEngines> pairs_;  // (gpus + 1)^2, host first
   bool on_engine_ = false;               // copies go to the planned engine
   uint32_t copy_timeout_ms_;
