@@ -323,29 +323,20 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
     return;
   }
   const CompletionTarget target{s.id(), e.slot, e.generation};
-  switch (static_cast<shm::Opcode>(e.opcode)) {
-    case shm::Opcode::kNop:
-      complete(target, ErrorCode::kOk);
-      return;
-    case shm::Opcode::kAllGather:
-      handle_all_gather(s, e, false);
-      return;
-    case shm::Opcode::kAllGatherStreamOrdered:
-      handle_all_gather(s, e, true);
-      return;
-  }
-  spdlog::warn("session {}: unknown opcode {} in ring entry", s.id(), e.opcode);
-  stats_.count_error(ErrorCode::kInvalidArgument);
-  complete(target, ErrorCode::kInvalidArgument);
+  if (e.opcode == static_cast<uint32_t>(shm::Opcode::kNop)) return complete(target, ErrorCode::kOk);
+  handle_collective(s, e);
 }
 
-void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stream_ordered) {
+void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   const CompletionTarget target{s.id(), e.slot, e.generation};
   auto reject = [&](ErrorCode code, const std::string& why) {
-    spdlog::warn("session {}: all-gather rejected: {}", s.id(), why);
+    spdlog::warn("session {}: request rejected: {}", s.id(), why);
     stats_.count_error(code);
     complete(target, code);
   };
+  if (e.opcode < shm::kFirstCollectiveOpcode || e.opcode > shm::kLastCollectiveOpcode)
+    return reject(ErrorCode::kInvalidArgument,
+                  "unknown opcode " + std::to_string(e.opcode) + " in ring entry");
   auto rank_it = s.comm_ranks.find(e.comm_id);
   if (rank_it == s.comm_ranks.end())
     return reject(ErrorCode::kNotFound,
@@ -364,31 +355,32 @@ void Runtime::handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stre
     auto it = s.buffers.find(id);
     return it == s.buffers.end() ? nullptr : it->second;
   };
-  auto validated = validate_all_gather(e, comm.nranks, rank, lookup);
+  auto validated = validate_request(e, comm.nranks, rank, lookup);
   if (auto* bad = std::get_if<ValidationError>(&validated)) {
     spdlog::warn("session {}: comm '{}' seq {} rank {}: {}; failing the collective on every rank",
                  s.id(), comm.key, e.seq, rank, bad->message);
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code);
     return;
   }
-  if (stream_ordered && !s.device_done_flags) {
+  auto request = std::get<ValidatedRequest>(std::move(validated));
+  if (request.stream_ordered && !s.device_done_flags) {
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).
-    spdlog::warn("session {}: stream-ordered all-gather without registered done flags; failing it",
+    spdlog::warn("session {}: stream-ordered request without registered done flags; failing it",
                  s.id());
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument);
     return;
   }
-  auto plan = std::get<ValidatedAllGather>(std::move(validated));
-  if (stream_ordered && !s.stream_ready(e.slot, e.generation)) {
+  if (request.stream_ordered && !s.stream_ready(e.slot, e.generation)) {
     // Polled, not waited for on the GPU: a daemon stream blocked on one rank's flag would hold
     // up every later copy on that stream, other collectives' included.
     awaiting_stream_.push_back(
-        {target, e.comm_id, rank, e.seq, std::move(plan), std::chrono::steady_clock::now()});
+        {target, e.comm_id, rank, e.seq, std::move(request), std::chrono::steady_clock::now()});
     return;
   }
-  if (stream_ordered) stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
-  scheduler_.arrive(comm, rank, e.seq, target, std::move(plan), ErrorCode::kOk);
+  if (request.stream_ordered)
+    stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
+  scheduler_.arrive(comm, rank, e.seq, target, std::move(request), ErrorCode::kOk);
 }
 
 bool Runtime::start_ready_stream_arrivals() {
@@ -411,7 +403,7 @@ bool Runtime::start_ready_stream_arrivals() {
                                                                 a.seen)
               .count(),
           std::memory_order_relaxed);
-      scheduler_.arrive(*comm_it->second, a.rank, a.seq, a.target, std::move(a.plan),
+      scheduler_.arrive(*comm_it->second, a.rank, a.seq, a.target, std::move(a.request),
                         ErrorCode::kOk);
     }
     awaiting_stream_[i] = std::move(awaiting_stream_.back());
@@ -505,7 +497,10 @@ void Runtime::fill_comms(v1::ListCommsResponse& out) const {
     for (const auto& [seq, c] : comm->in_flight) {
       auto* f = info->add_in_flight();
       f->set_seq(seq);
-      f->set_bytes(c->bytes);
+      if (const RankArgs* reference = c->reference()) {
+        f->set_bytes(reference->bytes);
+        f->set_collective(std::string(collective_name(reference->kind)));
+      }
       for (uint32_t r = 0; r < comm->nranks; ++r) {
         if (c->arrivals[r]) {
           f->add_arrived_ranks(r);

@@ -1,5 +1,5 @@
 // The daemon's data-path state and the operations on it: sessions, buffers, communicators, the
-// all-gather scheduler and the engine. Everything here runs on the progress thread (see
+// collective scheduler and the engine. Everything here runs on the progress thread (see
 // ProgressLoop), so none of it is locked.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "daemon/allgather_scheduler.hpp"
+#include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/session.hpp"
@@ -67,7 +67,7 @@ class Runtime final : public LoopWork {
  private:
   Session& session(uint64_t id) const;
   void handle_entry(Session& s, const shm::SubmitEntry& e);
-  void handle_all_gather(Session& s, const shm::SubmitEntry& e, bool stream_ordered);
+  void handle_collective(Session& s, const shm::SubmitEntry& e);
   // Stream-ordered arrivals whose GPU stream has now reached the call go to the scheduler.
   bool start_ready_stream_arrivals();
   void complete(const CompletionTarget& target, ErrorCode code);
@@ -83,7 +83,7 @@ class Runtime final : public LoopWork {
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;
-  AllGatherScheduler scheduler_;
+  CollectiveScheduler scheduler_;
   shm::SegmentLayout layout_;
 
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
@@ -98,7 +98,7 @@ class Runtime final : public LoopWork {
     uint64_t comm_id;
     uint32_t rank;
     uint64_t seq;
-    ValidatedAllGather plan;
+    ValidatedRequest request;
     std::chrono::steady_clock::time_point seen;  // when its ring entry was popped
   };
   std::vector<AwaitingStream> awaiting_stream_;

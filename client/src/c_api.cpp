@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -46,7 +47,32 @@ int null_argument(const char* what) {
   return IRIS_ERROR_INVALID_ARGUMENT;
 }
 
+// The C stream description as the C++ API's Stream; nullopt (with last_error set) when its kind
+// is unknown.
+std::optional<iris::Stream> to_stream(const iris_stream* stream) {
+  if (stream == nullptr) return iris::Stream{};
+  if (stream->kind == IRIS_STREAM_CUDA)
+    return iris::Stream{static_cast<CUstream_st*>(stream->handle)};
+  if (stream->kind == IRIS_STREAM_HIP)
+    return iris::Stream{static_cast<ihipStream_t*>(stream->handle)};
+  last_error = "unknown iris_stream kind " + std::to_string(stream->kind) +
+               " (IRIS_STREAM_CUDA or IRIS_STREAM_HIP)";
+  return std::nullopt;
+}
+
+// Submits a collective through `call(communicator, stream)` and hands out its request.
+template <typename Call>
+int submitted(iris_comm* comm, const iris_stream* stream, iris_request** out, Call&& call) {
+  if (comm == nullptr || out == nullptr) return null_argument(comm ? "out" : "comm");
+  const auto on = to_stream(stream);
+  if (!on) return IRIS_ERROR_INVALID_ARGUMENT;
+  return guarded([&] { *out = new iris_request{call(comm->comm, *on)}; });
+}
+
 }  // namespace
+
+static_assert(IRIS_ERROR_ENGINE_ERROR + 1 == iris::kErrorCodeCount,
+              "iris.h must name every iris::ErrorCode");
 
 extern "C" {
 
@@ -115,24 +141,51 @@ int iris_comm_destroy(iris_comm* comm) {
   return code;
 }
 
-int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, void* cuda_stream,
-                    iris_request** out) {
-  if (comm == nullptr || out == nullptr) return null_argument(comm ? "out" : "comm");
-  return guarded([&] {
-    *out = new iris_request{
-        cuda_stream == nullptr
-            ? comm->comm.all_gather(send, recv, bytes)
-            : comm->comm.all_gather(send, recv, bytes, static_cast<CUstream_st*>(cuda_stream))};
+int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes,
+                    const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.all_gather(send, recv, bytes, on);
   });
 }
 
-int iris_all_gather_hip(iris_comm* comm, const void* send, void* recv, size_t bytes,
-                        void* hip_stream, iris_request** out) {
-  if (comm == nullptr || out == nullptr) return null_argument(comm ? "out" : "comm");
-  if (hip_stream == nullptr) return null_argument("hip_stream");
-  return guarded([&] {
-    *out = new iris_request{
-        comm->comm.all_gather(send, recv, bytes, static_cast<ihipStream_t*>(hip_stream))};
+int iris_all_to_all(iris_comm* comm, const void* send, void* recv, size_t bytes_per_peer,
+                    const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.all_to_all(send, recv, bytes_per_peer, on);
+  });
+}
+
+int iris_all_to_all_v(iris_comm* comm, const void* send, const uint64_t* send_counts,
+                      const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
+                      const uint64_t* recv_displs, const iris_stream* stream, iris_request** out) {
+  if (!send_counts || !send_displs || !recv_counts || !recv_displs)
+    return null_argument("a counts or displacements array");
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    const std::size_t n = c.nranks();
+    auto array = [n](const uint64_t* values) { return std::vector<uint64_t>(values, values + n); };
+    return c.all_to_all_v(send, array(send_counts), array(send_displs), recv, array(recv_counts),
+                          array(recv_displs), on);
+  });
+}
+
+int iris_broadcast(iris_comm* comm, void* buf, size_t bytes, uint32_t root,
+                   const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.broadcast(buf, bytes, root, on);
+  });
+}
+
+int iris_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, uint32_t root,
+                const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.gather(send, recv, bytes, root, on);
+  });
+}
+
+int iris_scatter(iris_comm* comm, const void* send, void* recv, size_t bytes, uint32_t root,
+                 const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.scatter(send, recv, bytes, root, on);
   });
 }
 

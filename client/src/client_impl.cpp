@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <thread>
 
 #include "iris/shared/cpu_relax.hpp"
@@ -33,7 +34,8 @@ std::string describe_failure(ErrorCode code) {
     case ErrorCode::kPeerLost:
       return "another rank of the communicator died or left; re-create the communicator";
     case ErrorCode::kSizeMismatch:
-      return "the ranks passed different byte counts to this all-gather";
+      return "the ranks passed different byte counts to this collective (for all_to_all_v: what "
+             "one rank sends another differs from what that rank expects)";
     case ErrorCode::kSequenceError:
       return "sequence number reused or skipped (ranks submitted collectives out of order)";
     case ErrorCode::kOutOfRange:
@@ -244,8 +246,34 @@ void Client::Impl::ring_doorbell() {
   }
 }
 
+void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
+                              shm::SubmitEntry& entry) {
+  const std::size_t need = values.size_bytes();
+  std::lock_guard lock(args_mutex_);
+  if (args_arenas_.empty() || args_arenas_.back().stride < need) {
+    std::size_t stride = 256;
+    while (stride < need) stride *= 2;
+    v1::RegisterBufferRequest request;
+    request.set_host_bytes(stride * slots_.size());
+    const auto response =
+        channel.call(&v1::Control::Stub::RegisterBuffer, request, "allocate argument area");
+    try {
+      args_arenas_.push_back(
+          {response.buffer_id(), stride, shm::ShmSegment::open(response.shm_name())});
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kPermissionDenied, e.what());
+    }
+  }
+  ArgsArena& arena = args_arenas_.back();
+  const std::size_t offset = std::size_t{slot} * arena.stride;
+  std::memcpy(static_cast<std::byte*>(arena.mapping.data()) + offset, values.data(), need);
+  entry.args_buffer = arena.buffer_id;
+  entry.args_offset = offset;
+}
+
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
-                             std::optional<GpuStream> stream, std::optional<StreamCopy> own_block) {
+                             std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
+                             std::span<const uint64_t> v_args) {
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
@@ -255,6 +283,14 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   const uint32_t generation = slots_[slot].generation;
   entry.slot = slot;
   entry.generation = generation;
+  if (!v_args.empty()) {
+    try {
+      stage_args(slot, v_args, entry);
+    } catch (const Error&) {
+      release_slot(slot, true);
+      throw;
+    }
+  }
   if (stream) {
     try {
       if (own_block)

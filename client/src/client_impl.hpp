@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "client/src/control_channel.hpp"
@@ -39,7 +40,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
   // request is ordered on it: ready flag written by the stream, the stream waits for done.
   // `own_block`, with a stream: a copy the stream runs before the ready flag (see
-  // shm::kOwnBlockCopiedByClient).
+  // shm::kOwnBlockCopiedByClient). `v_args`, when not empty, are staged where irisd reads
+  // them (all-to-all-v's counts and displacements) and named in the entry.
   struct StreamCopy {
     void* dst;
     const void* src;
@@ -47,7 +49,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   };
   Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
                  std::optional<GpuStream> stream = std::nullopt,
-                 std::optional<StreamCopy> own_block = std::nullopt);
+                 std::optional<StreamCopy> own_block = std::nullopt,
+                 std::span<const uint64_t> v_args = {});
   // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
@@ -104,6 +107,20 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::mutex slots_mutex_;
   std::vector<SlotState> slots_;
   std::vector<uint32_t> free_slots_;
+
+  // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
+  // completion slot, so a request's arguments stay put until it completes (irisd copies them
+  // out when it pops the entry); areas grow (new buffer) when a larger communicator needs more.
+  void stage_args(uint32_t slot, std::span<const uint64_t> values, shm::SubmitEntry& entry);
+  struct ArgsArena {
+    uint64_t buffer_id;
+    std::size_t stride;  // bytes per slot
+    shm::ShmSegment mapping;
+  };
+  std::mutex args_mutex_;
+  // The last is current; earlier ones stay mapped for requests that may still name them (at
+  // most one per doubling of the stride).
+  std::vector<ArgsArena> args_arenas_;
 
   struct Registered {
     uint64_t id;

@@ -1,9 +1,29 @@
 #include "iris/communicator.hpp"
 
+#include <algorithm>
+
 #include "client/src/client_impl.hpp"
 #include "iris/shared/checked_range.hpp"
 
 namespace iris {
+
+// One rank's side of a collective, as libiris checks and submits it.
+struct CollectiveCall {
+  shm::Opcode opcode;
+  const char* name;
+  const void* send = nullptr;  // null where insignificant on this rank
+  uint64_t send_bytes = 0;
+  const void* recv = nullptr;  // null where insignificant on this rank
+  uint64_t recv_bytes = 0;
+  uint64_t bytes = 0;  // per block
+  uint32_t root = 0;
+  std::span<const uint64_t> v_args = {};  // all-to-all-v: the four arrays back to back
+  // The copy from this rank to itself, which the caller's stream runs when both sides are its
+  // GPU memory (see shm::kOwnBlockCopiedByClient).
+  void* self_dst = nullptr;
+  const void* self_src = nullptr;
+  uint64_t self_bytes = 0;
+};
 
 struct Communicator::Impl {
   std::shared_ptr<Client::Impl> client;
@@ -40,70 +60,225 @@ uint32_t Communicator::rank() const { return impl_->rank; }
 uint32_t Communicator::nranks() const { return impl_->nranks; }
 uint64_t Communicator::id() const { return impl_->id; }
 
-Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes) {
-  return submit_all_gather(send, recv, bytes, nullptr);
+namespace {
+
+uint64_t blocks_bytes(const char* name, uint64_t bytes, uint32_t nranks) {
+  const auto all = checked_mul(bytes, nranks);
+  if (!all)
+    throw Error(ErrorCode::kOutOfRange, std::string(name) + " of " + std::to_string(bytes) +
+                                            " bytes x " + std::to_string(nranks) +
+                                            " ranks overflows 64 bits");
+  return *all;
+}
+
+void check_root(const char* name, uint32_t root, uint32_t nranks) {
+  if (root >= nranks)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": root " + std::to_string(root) +
+                                                 " is out of range for " + std::to_string(nranks) +
+                                                 " ranks");
+}
+
+// The end of the furthest (displacement, count) block: the bytes a v-argument spans.
+uint64_t v_extent(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& displs) {
+  uint64_t end = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    if (counts[j] == 0) continue;
+    const auto e = checked_add(displs[j], counts[j]);
+    if (!e)
+      throw Error(ErrorCode::kOutOfRange,
+                  "all_to_all_v block for rank " + std::to_string(j) + " overflows 64 bits");
+    end = std::max(end, *e);
+  }
+  return end;
+}
+
+}  // namespace
+
+Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) {
+  CollectiveCall call{.opcode = shm::Opcode::kAllGather,
+                      .name = "all_gather",
+                      .send = send,
+                      .send_bytes = bytes,
+                      .recv = recv,
+                      .bytes = bytes};
+  if (impl_) {
+    call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+    call.self_dst = static_cast<char*>(recv) + uint64_t{impl_->rank} * bytes;
+    call.self_src = send;
+    call.self_bytes = bytes;
+  }
+  return submit(call, stream);
+}
+
+Request Communicator::all_to_all(const void* send, void* recv, std::size_t bytes_per_peer,
+                                 Stream stream) {
+  CollectiveCall call{.opcode = shm::Opcode::kAllToAll,
+                      .name = "all_to_all",
+                      .send = send,
+                      .recv = recv,
+                      .bytes = bytes_per_peer};
+  if (impl_) {
+    call.send_bytes = call.recv_bytes = blocks_bytes(call.name, bytes_per_peer, impl_->nranks);
+    const uint64_t own = uint64_t{impl_->rank} * bytes_per_peer;
+    call.self_dst = static_cast<char*>(recv) + own;
+    call.self_src = static_cast<const char*>(send) + own;
+    call.self_bytes = bytes_per_peer;
+  }
+  return submit(call, stream);
+}
+
+Request Communicator::all_to_all_v(const void* send, const std::vector<uint64_t>& send_counts,
+                                   const std::vector<uint64_t>& send_displs, void* recv,
+                                   const std::vector<uint64_t>& recv_counts,
+                                   const std::vector<uint64_t>& recv_displs, Stream stream) {
+  CollectiveCall call{
+      .opcode = shm::Opcode::kAllToAllV, .name = "all_to_all_v", .send = send, .recv = recv};
+  std::vector<uint64_t> args;
+  if (impl_) {
+    const uint32_t n = impl_->nranks;
+    for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+      if (v->size() != n)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "all_to_all_v: counts and displacements need " + std::to_string(n) +
+                        " entries each (one per rank), got " + std::to_string(v->size()));
+    call.send_bytes = v_extent(send_counts, send_displs);
+    call.recv_bytes = v_extent(recv_counts, recv_displs);
+    args.reserve(4 * uint64_t{n});
+    for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+      args.insert(args.end(), v->begin(), v->end());
+    call.v_args = args;
+    const uint32_t r = impl_->rank;
+    if (send_counts[r] == recv_counts[r]) {  // otherwise irisd reports the mismatch
+      call.self_dst = static_cast<char*>(recv) + recv_displs[r];
+      call.self_src = static_cast<const char*>(send) + send_displs[r];
+      call.self_bytes = send_counts[r];
+    }
+  }
+  return submit(call, stream);
+}
+
+Request Communicator::broadcast(void* buf, std::size_t bytes, uint32_t root, Stream stream) {
+  CollectiveCall call{.opcode = shm::Opcode::kBroadcast,
+                      .name = "broadcast",
+                      .send = buf,
+                      .send_bytes = bytes,
+                      .recv = buf,
+                      .recv_bytes = bytes,
+                      .bytes = bytes,
+                      .root = root};
+  if (impl_) check_root(call.name, root, impl_->nranks);
+  return submit(call, stream);
+}
+
+Request Communicator::gather(const void* send, void* recv, std::size_t bytes, uint32_t root,
+                             Stream stream) {
+  CollectiveCall call{.opcode = shm::Opcode::kGather,
+                      .name = "gather",
+                      .send = send,
+                      .send_bytes = bytes,
+                      .bytes = bytes,
+                      .root = root};
+  if (impl_) {
+    check_root(call.name, root, impl_->nranks);
+    if (impl_->rank == root) {
+      call.recv = recv;
+      call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+      call.self_dst = static_cast<char*>(recv) + uint64_t{root} * bytes;
+      call.self_src = send;
+      call.self_bytes = bytes;
+    }
+  }
+  return submit(call, stream);
+}
+
+Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, uint32_t root,
+                              Stream stream) {
+  CollectiveCall call{.opcode = shm::Opcode::kScatter,
+                      .name = "scatter",
+                      .recv = recv,
+                      .recv_bytes = bytes,
+                      .bytes = bytes,
+                      .root = root};
+  if (impl_) {
+    check_root(call.name, root, impl_->nranks);
+    if (impl_->rank == root) {
+      call.send = send;
+      call.send_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+      call.self_dst = recv;
+      call.self_src = static_cast<const char*>(send) + uint64_t{root} * bytes;
+      call.self_bytes = bytes;
+    }
+  }
+  return submit(call, stream);
 }
 
 namespace {
-void require_stream(const void* stream) {
-  if (stream == nullptr)
-    throw Error(ErrorCode::kInvalidArgument,
-                "stream-ordered all_gather needs a stream (the legacy default stream is not "
-                "supported); use the host-blocking overload without one");
+
+// Where a significant pointer lies; throws naming the argument when no registered buffer holds
+// it or the range runs past that buffer's end.
+BufferLocation locate_range(const Client::Impl& client, const char* name, const char* what,
+                            const void* ptr, uint64_t bytes) {
+  const auto at = client.locate(ptr);
+  if (!at)
+    throw Error(ErrorCode::kNotFound,
+                std::string(name) + ": " + what +
+                    " pointer is not inside a buffer from Client::allocate or registered GPU "
+                    "memory");
+  if (bytes > at->available)
+    throw Error(ErrorCode::kOutOfRange, std::string(name) + ": " + what + " range of " +
+                                            std::to_string(bytes) + " bytes runs " +
+                                            std::to_string(bytes - at->available) +
+                                            " bytes past the end of its buffer");
+  return *at;
 }
+
+bool disjoint(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x + a_bytes <= y || y + b_bytes <= x;
+}
+
 }  // namespace
 
-Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
-                                 CUstream_st* stream) {
-  require_stream(stream);
-  const GpuStream on{stream, GpuVendor::kCuda};
-  return submit_all_gather(send, recv, bytes, &on);
-}
-
-Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes,
-                                 ihipStream_t* stream) {
-  require_stream(stream);
-  const GpuStream on{stream, GpuVendor::kHip};
-  return submit_all_gather(send, recv, bytes, &on);
-}
-
-Request Communicator::submit_all_gather(const void* send, void* recv, std::size_t bytes,
-                                        const GpuStream* stream) {
+Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   if (!impl_ || impl_->destroyed)
-    throw Error(ErrorCode::kInvalidArgument, "all_gather on a destroyed communicator");
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(call.name) + " on a destroyed or empty communicator");
+  if (stream && stream.handle() == nullptr)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(call.name) +
+                    " needs a created stream (the legacy default stream is not supported); "
+                    "leave the stream out for the host-blocking form");
   Client::Impl& client = *impl_->client;
-  const auto from = client.locate(send);
-  const auto to = client.locate(recv);
-  if (!from)
-    throw Error(ErrorCode::kNotFound, "send pointer is not inside a buffer from Client::allocate");
-  if (!to)
-    throw Error(ErrorCode::kNotFound,
-                "receive pointer is not inside a buffer from Client::allocate");
-  const auto recv_bytes = checked_mul(bytes, impl_->nranks);
-  if (bytes > from->available || !recv_bytes || *recv_bytes > to->available)
-    throw Error(ErrorCode::kOutOfRange, "all_gather of " + std::to_string(bytes) + " bytes x " +
-                                            std::to_string(impl_->nranks) +
-                                            " ranks runs past the end of its buffer");
-  const auto opcode =
-      stream != nullptr ? shm::Opcode::kAllGatherStreamOrdered : shm::Opcode::kAllGather;
-  // seq is filled in under the submission lock.
-  shm::SubmitEntry entry = shm::all_gather_entry(opcode, impl_->id, 0, from->buffer_id,
-                                                 from->offset, to->buffer_id, to->offset, bytes);
-  if (stream == nullptr) return client.submit(entry, &impl_->next_seq);
-  // The caller's stream copies its own block when both sides are its GPU memory: done by irisd,
-  // that same-GPU copy would run on SMs in irisd's context, and the GPU would switch contexts
-  // for it (~280 us measured on the H200; docs/PERFORMANCE.md). Overlapping ranges are left to
-  // irisd to reject.
-  auto* own = static_cast<char*>(recv) + uint64_t{impl_->rank} * bytes;
-  const auto* from_bytes = static_cast<const char*>(send);
-  const bool disjoint = from_bytes + bytes <= static_cast<char*>(recv) ||
-                        static_cast<char*>(recv) + *recv_bytes <= from_bytes;
-  std::optional<Client::Impl::StreamCopy> own_block;
-  if (bytes != 0 && from->gpu && to->gpu && disjoint) {
-    entry.flags |= shm::kOwnBlockCopiedByClient;
-    own_block = Client::Impl::StreamCopy{own, send, bytes};
+  shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
+                           shm::kNoBuffer, 0,         call.bytes,     call.root};
+  std::optional<BufferLocation> from, to;
+  if (call.send) {
+    from = locate_range(client, call.name, "send", call.send, call.send_bytes);
+    args.send_buffer = from->buffer_id;
+    args.send_offset = from->offset;
   }
-  return client.submit(entry, &impl_->next_seq, *stream, own_block);
+  if (call.recv) {
+    to = locate_range(client, call.name, "receive", call.recv, call.recv_bytes);
+    args.recv_buffer = to->buffer_id;
+    args.recv_offset = to->offset;
+  }
+  shm::SubmitEntry entry = shm::collective_entry(args);
+  if (!stream) return client.submit(entry, &impl_->next_seq, std::nullopt, {}, call.v_args);
+  entry.flags |= shm::kStreamOrdered;
+  // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
+  // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
+  // switch contexts for it (~280 us measured on the H200; docs/PERFORMANCE.md). Overlapping
+  // ranges (in place, or invalid) are left to irisd.
+  std::optional<Client::Impl::StreamCopy> own_block;
+  if (call.self_bytes != 0 && from && to && from->gpu && to->gpu &&
+      disjoint(call.send, call.send_bytes, call.recv, call.recv_bytes)) {
+    entry.flags |= shm::kOwnBlockCopiedByClient;
+    own_block = Client::Impl::StreamCopy{call.self_dst, call.self_src, call.self_bytes};
+  }
+  const GpuStream on{stream.handle(),
+                     stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
+  return client.submit(entry, &impl_->next_seq, on, own_block, call.v_args);
 }
 
 void Communicator::destroy() {

@@ -39,8 +39,10 @@ ErrorCode code_of(const std::function<void()>& f) {
 // A raw all-gather entry for tests that need what libiris itself never sends.
 shm::SubmitEntry raw_gather(uint64_t comm, uint64_t seq, uint64_t send_buffer, uint64_t send_off,
                             uint64_t recv_buffer, uint64_t recv_off, uint64_t bytes) {
-  return shm::all_gather_entry(shm::Opcode::kAllGather, comm, seq, send_buffer, send_off,
-                               recv_buffer, recv_off, bytes);
+  auto e = shm::collective_entry(
+      {shm::Opcode::kAllGather, comm, send_buffer, send_off, recv_buffer, recv_off, bytes});
+  e.seq = seq;
+  return e;
 }
 
 ErrorCode wait_code(Request& r, std::chrono::nanoseconds timeout = 10s) {
@@ -94,9 +96,9 @@ TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {
   EXPECT_EQ(wait_code(r), ErrorCode::kInvalidArgument);
 
   // Stream-ordered without registered done flags: nothing the stream waits on could be written.
-  auto stream_ordered = ClientInternals::submit_raw(
-      client, shm::all_gather_entry(shm::Opcode::kAllGatherStreamOrdered, comm.id(), 5, buf.id(), 0,
-                                    recv.id(), 0, 8));
+  auto stream_entry = raw_gather(comm.id(), 5, buf.id(), 0, recv.id(), 0, 8);
+  stream_entry.flags = shm::kStreamOrdered;
+  auto stream_ordered = ClientInternals::submit_raw(client, stream_entry);
   EXPECT_EQ(wait_code(stream_ordered), ErrorCode::kInvalidArgument);
 
   // The session and the daemon still work: seq 6 is next (1-5 were consumed above).

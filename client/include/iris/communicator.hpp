@@ -1,25 +1,29 @@
 // A communicator: nranks sessions, possibly in different processes, that agree on a key.
-// Collectives are matched across ranks by their order of submission on the communicator.
+// Collectives are matched across ranks by their order of submission on the communicator: every
+// rank must call the same collectives, with agreeing arguments, in the same order.
+//
+// Every collective returns a Request at once (wait() on it for the blocking form). It blocks
+// only while this client has ring_depth requests in flight (then up to
+// ClientOptions::submit_timeout, after which it throws kBusy). Pointers must lie in buffers
+// from Client::allocate or registered GPU memory. With a `stream`, the collective is ordered on
+// that GPU stream: the copies start once the stream reaches the call (kernels before it have
+// produced the send data), and work queued on the stream after it runs once every block has
+// landed; the Request completes then too and carries errors (the stream itself goes on).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "iris/request.hpp"
+#include "iris/stream.hpp"
 
 namespace iris {
 
 class Client;
-struct GpuStream;
-
-}  // namespace iris
-
-struct CUstream_st;   // cudaStream_t and CUstream point to it
-struct ihipStream_t;  // hipStream_t points to it (AMD)
-
-namespace iris {
+struct CollectiveCall;
 
 class Communicator {
  public:
@@ -33,20 +37,31 @@ class Communicator {
   Communicator& operator=(Communicator&&) noexcept;
   ~Communicator();
 
-  // ncclAllGather semantics: `bytes` from `send` land at recv + rank*bytes on every rank.
-  // In place when send == recv + rank*bytes. Both pointers must lie in buffers from
-  // Client::allocate. Returns at once; blocks only while this client has ring_depth requests in
-  // flight (then up to ClientOptions::submit_timeout, after which it throws kBusy).
-  Request all_gather(const void* send, void* recv, std::size_t bytes);
-  // Stream-ordered (cuda engine): returns at once; the copies start once `stream` reaches this
-  // point (kernels before it have produced `send`), and work queued on `stream` after it runs
-  // once every block has landed. The Request completes then too; errors show there (the stream
-  // itself goes on). The stream's GPU must be the one `send` and `recv` live on or can reach.
-  Request all_gather(const void* send, void* recv, std::size_t bytes, CUstream_st* stream);
-  // The same on a HIP stream (hsa engine, AMD GPUs), with hipStreamWriteValue32 and
-  // hipStreamWaitValue32. A client orders on one vendor's streams.
-  Request all_gather(const void* send, void* recv, std::size_t bytes, ihipStream_t* stream);
-
+  // ncclAllGather: `bytes` from `send` land at recv + rank*bytes on every rank. In place when
+  // send == recv + rank*bytes.
+  Request all_gather(const void* send, void* recv, std::size_t bytes, Stream stream = {});
+  // ncclAlltoAll / MPI_Alltoall: block j (bytes_per_peer at send + j*bytes_per_peer) goes to
+  // rank j, landing at its recv + rank*bytes_per_peer. Not in place.
+  Request all_to_all(const void* send, void* recv, std::size_t bytes_per_peer, Stream stream = {});
+  // MPI_Alltoallv in bytes: send_counts[j] bytes from send + send_displs[j] land at rank j's
+  // recv + recv_displs[rank]; what rank i sends to j must equal what j expects from i
+  // (recv_counts[i]), else every rank gets kSizeMismatch. Each vector has nranks entries. Not in
+  // place; receive blocks must not overlap.
+  Request all_to_all_v(const void* send, const std::vector<uint64_t>& send_counts,
+                       const std::vector<uint64_t>& send_displs, void* recv,
+                       const std::vector<uint64_t>& recv_counts,
+                       const std::vector<uint64_t>& recv_displs, Stream stream = {});
+  // ncclBroadcast in place (one buffer): root's `bytes` at buf land in every rank's buf.
+  Request broadcast(void* buf, std::size_t bytes, uint32_t root, Stream stream = {});
+  // MPI_Gather: `bytes` from each rank's send land at root's recv + rank*bytes. recv is
+  // significant at the root only (others may pass nullptr). In place at the root when
+  // send == recv + root*bytes.
+  Request gather(const void* send, void* recv, std::size_t bytes, uint32_t root,
+                 Stream stream = {});
+  // MPI_Scatter: root's send + rank*bytes lands in each rank's recv. send is significant at the
+  // root only (others may pass nullptr). In place at the root when recv == send + root*bytes.
+  Request scatter(const void* send, void* recv, std::size_t bytes, uint32_t root,
+                  Stream stream = {});
   uint32_t rank() const;
   uint32_t nranks() const;
   uint64_t id() const;
@@ -55,9 +70,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
-  // `stream` null: host-blocking.
-  Request submit_all_gather(const void* send, void* recv, std::size_t bytes,
-                            const GpuStream* stream);
+  Request submit(const CollectiveCall& call, Stream stream);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -15,13 +15,26 @@
 extern "C" {
 #endif
 
+/* The values of iris::ErrorCode (iris/error_code.hpp); a test checks that both lists agree. */
 enum {
   IRIS_OK = 0,
   IRIS_ERROR_INVALID_ARGUMENT = 1,
+  IRIS_ERROR_NOT_FOUND = 2,
+  IRIS_ERROR_OUT_OF_RANGE = 3,
+  IRIS_ERROR_PERMISSION_DENIED = 4,
+  IRIS_ERROR_ALREADY_EXISTS = 5,
+  IRIS_ERROR_SIZE_MISMATCH = 6,
+  IRIS_ERROR_SEQUENCE_ERROR = 7,
+  IRIS_ERROR_NRANKS_MISMATCH = 8,
+  IRIS_ERROR_PEER_LOST = 9,
+  IRIS_ERROR_LIMIT_EXCEEDED = 10,
+  IRIS_ERROR_BUSY = 11,
   IRIS_ERROR_TIMEOUT = 12,
   IRIS_ERROR_DAEMON_GONE = 13,
+  IRIS_ERROR_PROTOCOL_MISMATCH = 14,
   IRIS_ERROR_UNAVAILABLE = 15,
-  IRIS_ERROR_INTERNAL = 16
+  IRIS_ERROR_INTERNAL = 16,
+  IRIS_ERROR_ENGINE_ERROR = 17
 };
 
 typedef struct iris_client iris_client;
@@ -60,15 +73,38 @@ int iris_comm_init(iris_client* client, const char* key, uint32_t nranks, uint32
  * also when leaving failed. */
 int iris_comm_destroy(iris_comm* comm);
 
-/* ncclAllGather semantics: `bytes` from `send` land at recv + rank * bytes on every rank; both in
- * registered buffers. `cuda_stream` NULL: the request is waited on from the host; otherwise a
- * cudaStream_t on which the copies are ordered (they start when the stream reaches this point,
- * and work queued on it afterwards runs once they landed). */
-int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, void* cuda_stream,
-                    iris_request** out);
-/* The same ordered on a hipStream_t (hsa engine, AMD GPUs); `hip_stream` must not be NULL. */
-int iris_all_gather_hip(iris_comm* comm, const void* send, void* recv, size_t bytes,
-                        void* hip_stream, iris_request** out);
+/* A GPU stream to order a collective on. Pass NULL for `stream` to wait for the collective from
+ * the host; otherwise the copies start when the stream reaches the call, and work queued on it
+ * afterwards runs once every block has landed. `handle` is a cudaStream_t (IRIS_STREAM_CUDA,
+ * cuda engine) or a hipStream_t (IRIS_STREAM_HIP, hsa engine), never the legacy default stream. */
+enum { IRIS_STREAM_CUDA = 1, IRIS_STREAM_HIP = 2 };
+typedef struct iris_stream {
+  void* handle;
+  int kind;
+} iris_stream;
+
+/* The collectives, with NCCL's and MPI's semantics (README, "Collectives"); pointers lie in
+ * registered buffers; arguments marked "root only" are ignored (and may be NULL) elsewhere. */
+/* `bytes` from `send` land at recv + rank * bytes on every rank. */
+int iris_all_gather(iris_comm* comm, const void* send, void* recv, size_t bytes,
+                    const iris_stream* stream, iris_request** out);
+/* Block j of `send` (bytes_per_peer at send + j * bytes_per_peer) lands at rank j's
+ * recv + rank * bytes_per_peer. */
+int iris_all_to_all(iris_comm* comm, const void* send, void* recv, size_t bytes_per_peer,
+                    const iris_stream* stream, iris_request** out);
+/* MPI_Alltoallv in bytes; each array has nranks entries. */
+int iris_all_to_all_v(iris_comm* comm, const void* send, const uint64_t* send_counts,
+                      const uint64_t* send_displs, void* recv, const uint64_t* recv_counts,
+                      const uint64_t* recv_displs, const iris_stream* stream, iris_request** out);
+/* Root's `bytes` at `buf` land in every rank's `buf`. */
+int iris_broadcast(iris_comm* comm, void* buf, size_t bytes, uint32_t root,
+                   const iris_stream* stream, iris_request** out);
+/* `bytes` from each rank's `send` land at root's recv + rank * bytes (recv: root only). */
+int iris_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, uint32_t root,
+                const iris_stream* stream, iris_request** out);
+/* Root's send + rank * bytes lands in each rank's `recv` (send: root only). */
+int iris_scatter(iris_comm* comm, const void* send, void* recv, size_t bytes, uint32_t root,
+                 const iris_stream* stream, iris_request** out);
 /* Waits up to `timeout_ns` (negative: without limit); IRIS_ERROR_TIMEOUT when it ran out, else
  * the collective's own result. */
 int iris_request_wait(iris_request* request, int64_t timeout_ns);

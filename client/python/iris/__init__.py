@@ -27,10 +27,19 @@ class IrisError(RuntimeError):
         self.code, self.name = code, name
 
 
+class _IrisStream(ctypes.Structure):
+    _fields_ = [("handle", ctypes.c_void_p), ("kind", ctypes.c_int)]
+
+
+_STREAM_CUDA, _STREAM_HIP = 1, 2
+
+
 def _load():
     lib = ctypes.CDLL(os.environ.get("IRIS_LIBRARY", "libiris.so.0"))
     p, size, u32, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int64
     out = ctypes.POINTER(ctypes.c_void_p)
+    stream = ctypes.POINTER(_IrisStream)
+    u64s = ctypes.POINTER(ctypes.c_uint64)
     signatures = {
         "iris_last_error": ([], ctypes.c_char_p),
         "iris_error_name": ([ctypes.c_int], ctypes.c_char_p),
@@ -45,8 +54,12 @@ def _load():
         "iris_buffer_release": ([p], None),
         "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
         "iris_comm_destroy": ([p], ctypes.c_int),
-        "iris_all_gather": ([p, p, p, size, p, out], ctypes.c_int),
-        "iris_all_gather_hip": ([p, p, p, size, p, out], ctypes.c_int),
+        "iris_all_gather": ([p, p, p, size, stream, out], ctypes.c_int),
+        "iris_all_to_all": ([p, p, p, size, stream, out], ctypes.c_int),
+        "iris_all_to_all_v": ([p, p, u64s, u64s, p, u64s, u64s, stream, out], ctypes.c_int),
+        "iris_broadcast": ([p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_gather": ([p, p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_scatter": ([p, p, p, size, u32, stream, out], ctypes.c_int),
         "iris_request_wait": ([p, i64], ctypes.c_int),
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
@@ -73,6 +86,8 @@ def _created(call, *args):
 
 
 def _address(x):
+    if x is None:
+        return None
     if isinstance(x, Buffer):
         return x.data
     if hasattr(x, "data_ptr"):
@@ -80,15 +95,24 @@ def _address(x):
     return int(x)
 
 
-def _stream(s):
+def _stream(s, hip):
     if s is None:
         return None
     handle = int(getattr(s, "cuda_stream", s))
     if handle == 0:
         raise IrisError(1, "invalid_argument",
-                        "the legacy default stream (0) cannot order an all-gather: pass a "
+                        "the legacy default stream (0) cannot order a collective: pass a "
                         "created stream (torch.cuda.Stream()), or no stream to wait from the host")
-    return handle
+    return ctypes.byref(_IrisStream(handle, _STREAM_HIP if hip else _STREAM_CUDA))
+
+
+def _u64_array(values, nranks, what):
+    values = [int(v) for v in values]
+    if len(values) != nranks:
+        raise IrisError(1, "invalid_argument",
+                        f"all_to_all_v: {what} needs {nranks} entries (one per rank), "
+                        f"got {len(values)}")
+    return (ctypes.c_uint64 * nranks)(*values)
 
 
 class Client:
@@ -182,12 +206,45 @@ class Communicator:
         self._hip = client.engine == "hsa"
         self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks, rank)
 
+    def _submit(self, call, *args, stream=None):
+        return Request(_created(call, self._handle, *args, _stream(stream, self._hip)))
+
     def all_gather(self, send, recv, nbytes, stream=None):
-        """ncclAllGather semantics; with `stream`, ordered on that CUDA (or, under the hsa
-        engine, HIP) stream."""
-        call = _lib.iris_all_gather_hip if self._hip and stream is not None else _lib.iris_all_gather
-        return Request(_created(call, self._handle, _address(send), _address(recv), nbytes,
-                                _stream(stream)))
+        """ncclAllGather: `nbytes` from each rank's send land at recv + rank * nbytes. With
+        `stream` (every collective takes one), ordered on that CUDA (or, under the hsa engine,
+        HIP) stream."""
+        return self._submit(_lib.iris_all_gather, _address(send), _address(recv), nbytes,
+                            stream=stream)
+
+    def all_to_all(self, send, recv, nbytes_per_peer, stream=None):
+        """Block j of send goes to rank j, landing at its recv + rank * nbytes_per_peer."""
+        return self._submit(_lib.iris_all_to_all, _address(send), _address(recv),
+                            nbytes_per_peer, stream=stream)
+
+    def all_to_all_v(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                     stream=None):
+        """MPI_Alltoallv in bytes: send_counts[j] bytes at send + send_displs[j] go to rank j,
+        landing at its recv + recv_displs[rank]; lists of nranks integers."""
+        n = self.nranks
+        return self._submit(_lib.iris_all_to_all_v, _address(send),
+                            _u64_array(send_counts, n, "send_counts"),
+                            _u64_array(send_displs, n, "send_displs"), _address(recv),
+                            _u64_array(recv_counts, n, "recv_counts"),
+                            _u64_array(recv_displs, n, "recv_displs"), stream=stream)
+
+    def broadcast(self, buf, nbytes, root, stream=None):
+        """Root's `nbytes` at buf land in every rank's buf."""
+        return self._submit(_lib.iris_broadcast, _address(buf), nbytes, root, stream=stream)
+
+    def gather(self, send, recv, nbytes, root, stream=None):
+        """Each rank's send lands at root's recv + rank * nbytes (recv: root only, else None)."""
+        return self._submit(_lib.iris_gather, _address(send), _address(recv), nbytes, root,
+                            stream=stream)
+
+    def scatter(self, send, recv, nbytes, root, stream=None):
+        """Root's send + rank * nbytes lands in each rank's recv (send: root only, else None)."""
+        return self._submit(_lib.iris_scatter, _address(send), _address(recv), nbytes, root,
+                            stream=stream)
 
     def destroy(self):
         if self._handle:

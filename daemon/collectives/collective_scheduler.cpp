@@ -1,17 +1,18 @@
-#include "daemon/allgather_scheduler.hpp"
+#include "daemon/collectives/collective_scheduler.hpp"
 
 #include <spdlog/spdlog.h>
 
 namespace iris::daemon {
 
-AllGatherScheduler::AllGatherScheduler(Engine& engine, Stats& stats, CompleteFn complete,
-                                       uint64_t max_in_flight)
+CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete,
+                                         uint64_t max_in_flight)
     : engine_(engine),
       stats_(stats),
       complete_(std::move(complete)),
       max_in_flight_(max_in_flight) {}
 
-Collective* AllGatherScheduler::find_or_create(Communicator& comm, uint64_t seq, bool& over_limit) {
+Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq,
+                                                bool& over_limit) {
   over_limit = false;
   auto it = comm.in_flight.find(seq);
   if (it != comm.in_flight.end()) return it->second.get();
@@ -24,9 +25,9 @@ Collective* AllGatherScheduler::find_or_create(Communicator& comm, uint64_t seq,
   return pos->second.get();
 }
 
-void AllGatherScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
-                                const CompletionTarget& target,
-                                std::optional<ValidatedAllGather> plan, ErrorCode error) {
+void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
+                                 const CompletionTarget& target,
+                                 std::optional<ValidatedRequest> request, ErrorCode error) {
   if (comm.broken) {
     stats_.count_error(comm.broken_code);
     complete_(target, comm.broken_code);
@@ -34,7 +35,7 @@ void AllGatherScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  c.arrivals[rank] = Arrival{target, std::move(plan)};
+  c.arrivals[rank] = Arrival{target, std::move(request)};
   ++c.arrived;
 
   if (over_limit) {
@@ -43,50 +44,61 @@ void AllGatherScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
         "max_inflight in the irisd config)",
         comm.key, seq, max_in_flight_);
     fail(c, ErrorCode::kLimitExceeded);
-  } else if (!c.arrivals[rank]->plan) {
+  } else if (!c.arrivals[rank]->request) {
     fail(c, error);
-  } else if (c.bytes_known && c.bytes != c.arrivals[rank]->plan->bytes) {
-    spdlog::warn("comm {} seq {}: rank {} passed {} bytes, other ranks {}; failing the collective",
-                 comm.key, seq, rank, c.arrivals[rank]->plan->bytes, c.bytes);
-    fail(c, ErrorCode::kSizeMismatch);
   } else if (c.error == ErrorCode::kOk) {
-    c.bytes = c.arrivals[rank]->plan->bytes;
-    c.bytes_known = true;
-    start_copies(comm, c, rank);
+    const RankArgs& args = c.arrivals[rank]->request->args;
+    std::optional<PlanError> bad;
+    if (const RankArgs* reference = c.reference())
+      bad = check_agreement(*reference, *c.reference_rank, args, rank);
+    else
+      c.reference_rank = rank;
+    if (!bad) bad = start_copies(comm, c, rank);
+    if (bad) {
+      spdlog::warn("comm {} seq {} ({}): {}; failing the collective on every rank", comm.key, seq,
+                   collective_name(args.kind), bad->message);
+      fail(c, bad->code);
+    }
   }
-  // Blocks that need no copy (0 bytes, in place) land without an engine completion, so any
-  // arrived rank may be done now, not only this one.
+  // Ranks whose pairs move nothing (0 bytes, in place, off the root) finish without an engine
+  // completion, so any arrived rank may be done now, not only this one.
   for (uint32_t r = 0; r < comm.nranks; ++r) try_deliver(c, r);
   retire_if_done(comm, c);
 }
 
-void AllGatherScheduler::start_copies(Communicator& comm, Collective& c, uint32_t rank) {
+std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
+                                                           uint32_t rank) {
   batch_.clear();
-  for (uint32_t j = 0; j < comm.nranks; ++j) {
-    if (!c.arrivals[j] || !c.arrivals[j]->plan) continue;
-    add_copy(comm, c, rank, j);
-    if (j != rank) add_copy(comm, c, j, rank);
+  std::optional<PlanError> bad;
+  for (uint32_t j = 0; j < comm.nranks && !bad; ++j) {
+    if (!c.arrivals[j] || !c.arrivals[j]->request) continue;
+    bad = add_pair(comm, c, rank, j);
+    if (!bad && j != rank) bad = add_pair(comm, c, j, rank);
   }
+  // Copies already tagged must run (and complete) even when a later pair disagreed.
   if (!batch_.empty()) engine_.submit(batch_);
+  return bad;
 }
 
-void AllGatherScheduler::add_copy(Communicator& comm, Collective& c, uint32_t src, uint32_t dst) {
-  const ValidatedAllGather& from = *c.arrivals[src]->plan;
-  const ValidatedAllGather& to = *c.arrivals[dst]->plan;
-  if (c.bytes == 0 || (src == dst && (from.in_place || from.own_block_copied))) {
-    ++c.landed[dst];
-    return;
-  }
+std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
+                                                       uint32_t src, uint32_t dst) {
+  const ValidatedRequest& from = *c.arrivals[src]->request;
+  const ValidatedRequest& to = *c.arrivals[dst]->request;
+  auto pair = plan_pair(from.args, src, to.args, dst);
+  if (auto* bad = std::get_if<PlanError>(&pair)) return *bad;
+  const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
+  if (!planned) return std::nullopt;
   const uint64_t cookie = next_cookie_++;
   copies_.emplace(cookie, CopyTag{&comm, &c, src, dst});
   ++c.copies_touching[src];
   if (dst != src) ++c.copies_touching[dst];
   ++c.total_in_flight;
-  batch_.push_back({from.send_ptr, to.recv_ptr + uint64_t{src} * c.bytes, c.bytes, cookie,
-                    from.send->device, to.recv->device});
+  batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
+                    planned->bytes, cookie, from.send->device, to.recv->device});
+  return std::nullopt;
 }
 
-void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {
+void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   auto it = copies_.find(completion.cookie);
   if (it == copies_.end()) {
     spdlog::error("engine completed unknown copy {}", completion.cookie);
@@ -100,7 +112,6 @@ void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {
   --c.total_in_flight;
   stats_.copies_total.fetch_add(1, std::memory_order_relaxed);
   if (completion.code == ErrorCode::kOk) {
-    ++c.landed[tag.dst_rank];
     stats_.bytes_copied_total.fetch_add(completion.bytes, std::memory_order_relaxed);
     auto& by_path = completion.path == TransferPath::kCopyEngine ? stats_.copy_engine_bytes_total
                                                                  : stats_.compute_unit_bytes_total;
@@ -115,23 +126,23 @@ void AllGatherScheduler::on_copy_complete(const CopyCompletion& completion) {
   retire_if_done(*tag.comm, c);
 }
 
-void AllGatherScheduler::fail(Collective& c, ErrorCode code) {
+void CollectiveScheduler::fail(Collective& c, ErrorCode code) {
   if (c.error == ErrorCode::kOk) c.error = code;
   for (uint32_t r = 0; r < c.arrivals.size(); ++r) try_deliver(c, r);
 }
 
-void AllGatherScheduler::try_deliver(Collective& c, uint32_t rank) {
-  // No copy in flight reads or writes this rank's buffers, and (unless failed) all blocks are in
-  // its receive buffer: by then every rank has arrived, so its own block has reached them all.
+void CollectiveScheduler::try_deliver(Collective& c, uint32_t rank) {
+  // Once every rank has arrived every copy of the plan has been issued, so no copy in flight
+  // touching this rank means all of them have landed.
   if (c.delivered[rank] || !c.arrivals[rank] || c.copies_touching[rank] != 0) return;
-  if (c.error == ErrorCode::kOk && c.landed[rank] != c.arrivals.size()) return;
+  if (c.error == ErrorCode::kOk && c.arrived != c.arrivals.size()) return;
   c.delivered[rank] = true;
   ++c.delivered_count;
   if (c.error != ErrorCode::kOk) stats_.count_error(c.error);
   complete_(c.arrivals[rank]->target, c.error);
 }
 
-void AllGatherScheduler::retire_if_done(Communicator& comm, Collective& c) {
+void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   const bool everyone_arrived = c.arrived == comm.nranks || comm.broken;
   if (!everyone_arrived || c.delivered_count != c.arrived || c.total_in_flight != 0) return;
   if (c.error == ErrorCode::kOk) {
@@ -145,7 +156,7 @@ void AllGatherScheduler::retire_if_done(Communicator& comm, Collective& c) {
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
 }
 
-void AllGatherScheduler::break_comm(Communicator& comm, ErrorCode code) {
+void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code) {
   if (!comm.broken) {
     comm.broken = true;
     comm.broken_code = code;

@@ -1,7 +1,7 @@
 // The scheduler against the real host engine, on plain process memory: matching by
 // (communicator, seq), copies started as soon as two ranks are there, completion only when every
 // block has landed, and failures that reach every rank.
-#include "daemon/allgather_scheduler.hpp"
+#include "daemon/collectives/collective_scheduler.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,7 +28,7 @@ class Scheduler : public ::testing::Test {
     options.inline_bytes = 16;  // small, so that both the inline and the worker path run
     options.chunk_bytes = 4096;
     engine = std::make_unique<HostEngine>(options, "test");
-    scheduler = std::make_unique<AllGatherScheduler>(
+    scheduler = std::make_unique<CollectiveScheduler>(
         *engine, stats,
         [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
     comm.id = 1;
@@ -43,16 +43,16 @@ class Scheduler : public ::testing::Test {
     }
   }
 
-  ValidatedAllGather plan(uint32_t rank, uint64_t bytes) {
+  // Rank `rank`'s all-gather of `bytes` from the start of its send buffer into its receive buffer.
+  ValidatedRequest plan(uint32_t rank, uint64_t bytes) {
     for (uint64_t i = 0; i < bytes; ++i) send[rank][i] = std::byte(rank * 37 + i);
-    ValidatedAllGather p{};
+    ValidatedRequest p{};
     p.send = std::make_shared<MappedBuffer>(
         MappedBuffer{2 * rank, rank, send[rank].data(), send[rank].size(), nullptr});
     p.recv = std::make_shared<MappedBuffer>(
         MappedBuffer{2 * rank + 1, rank, recv[rank].data(), recv[rank].size(), nullptr});
-    p.send_ptr = send[rank].data();
-    p.recv_ptr = recv[rank].data();
-    p.bytes = bytes;
+    p.args.kind = CollectiveKind::kAllGather;
+    p.args.bytes = bytes;
     return p;
   }
 
@@ -89,7 +89,7 @@ class Scheduler : public ::testing::Test {
 
   Stats stats;
   std::unique_ptr<HostEngine> engine;
-  std::unique_ptr<AllGatherScheduler> scheduler;
+  std::unique_ptr<CollectiveScheduler> scheduler;
   Communicator comm;
   std::vector<std::vector<std::byte>> send, recv;
   std::map<uint64_t, ErrorCode> completions;  // by rank (session id = rank here)
@@ -145,7 +145,7 @@ class SteppedEngine final : public Engine {
 TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
   // Its wait() returning hands the send buffer back to the rank: no copy may still read it.
   SteppedEngine stepped;
-  scheduler = std::make_unique<AllGatherScheduler>(
+  scheduler = std::make_unique<CollectiveScheduler>(
       stepped, stats,
       [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
   arrive(0, 1, 64);
@@ -189,10 +189,11 @@ TEST_F(Scheduler, ZeroByteCollectiveCompletesEveryRank) {
 
 TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
   for (uint32_t r = 0; r < kRanks; ++r) {
-    ValidatedAllGather p = plan(r, 8);
-    p.in_place = true;
-    p.send_ptr = recv[r].data() + r * 8;
-    std::memcpy(p.send_ptr, send[r].data(), 8);
+    ValidatedRequest p = plan(r, 8);
+    p.args.self_copy_done = true;  // in place: send is the rank's block of recv
+    p.send = p.recv;
+    p.args.send_offset = r * 8;
+    std::memcpy(recv[r].data() + r * 8, send[r].data(), 8);
     scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
   }
   drain_until(kRanks);
@@ -204,12 +205,12 @@ TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
 
 TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
   SteppedEngine stepped;
-  scheduler = std::make_unique<AllGatherScheduler>(
+  scheduler = std::make_unique<CollectiveScheduler>(
       stepped, stats,
       [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
   for (uint32_t r = 0; r < kRanks; ++r) {
-    ValidatedAllGather p = plan(r, 8);
-    p.own_block_copied = true;
+    ValidatedRequest p = plan(r, 8);
+    p.args.self_copy_done = true;
     std::memcpy(recv[r].data() + r * 8, send[r].data(), 8);  // what the client's stream did
     scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
   }
@@ -249,6 +250,45 @@ TEST_F(Scheduler, OneRanksBadRequestFailsTheCollectiveForAll) {
   arrive(2, 1, 100);
   drain_until(3);
   for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kOutOfRange);
+}
+
+TEST_F(Scheduler, RanksCallingDifferentCollectivesFailTogether) {
+  arrive(0, 1, 64);
+  ValidatedRequest other = plan(1, 64);
+  other.args.kind = CollectiveKind::kAllToAll;
+  scheduler->arrive(comm, 1, 1, {1, 0, 1}, other, ErrorCode::kOk);
+  arrive(2, 1, 64);
+  drain_until(3);
+  for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(comm.in_flight.empty());
+}
+
+TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
+  SteppedEngine stepped;
+  scheduler = std::make_unique<CollectiveScheduler>(
+      stepped, stats,
+      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    ValidatedRequest p = plan(r, 100);
+    p.args.kind = CollectiveKind::kBroadcast;
+    p.args.root = 1;
+    p.recv = p.send;
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+  }
+  ASSERT_EQ(stepped.queued.size(), kRanks - 1);
+  for (const CopyRequest& c : stepped.queued) EXPECT_EQ(c.src, send[1].data());
+  EXPECT_TRUE(completions.empty()) << "no rank completes while the root's copies are in flight";
+  while (!stepped.queued.empty()) {
+    stepped.run(0);
+    std::vector<CopyCompletion> done;
+    stepped.poll(done);
+    for (const auto& c : done) scheduler->on_copy_complete(c);
+  }
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    for (uint64_t i = 0; i < 100; ++i) ASSERT_EQ(send[r][i], std::byte(37 + i)) << r;
+  }
 }
 
 TEST_F(Scheduler, BrokenCommunicatorFailsPendingAndLaterCollectives) {

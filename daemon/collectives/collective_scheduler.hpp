@@ -1,0 +1,67 @@
+// Executes collective plans: matches requests across ranks by (communicator, seq) and issues
+// each copy of the plan (plan.hpp) as soon as both its ends have arrived: when rank r arrives,
+// the copies between r and every rank already there start at once, so no barrier waits for the
+// last rank. A rank completes once every rank has arrived and no copy reads or writes its
+// buffers any more, so it may reuse them the moment its wait returns. A failure (ranks that
+// disagree, a bad request from one rank, an engine error, a lost peer) fails the collective for
+// every rank, each rank's error written only after the engine has finished every copy into or
+// out of its buffers.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/collectives/communicator.hpp"
+#include "daemon/engines/engine.hpp"
+#include "daemon/stats.hpp"
+
+namespace iris::daemon {
+
+class CollectiveScheduler {
+ public:
+  using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode)>;
+
+  CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete, uint64_t max_in_flight);
+
+  // Rank `rank` submits collective `seq`: `request` when it validated, else `error`. The caller
+  // has checked that the session is the communicator's rank `rank`.
+  void arrive(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
+              std::optional<ValidatedRequest> request, ErrorCode error);
+
+  void on_copy_complete(const CopyCompletion& completion);
+
+  // A rank died or left: every collective in flight fails with `code`, and so does every later one.
+  void break_comm(Communicator& comm, ErrorCode code);
+
+  uint64_t collectives_in_flight() const { return collectives_in_flight_; }
+
+ private:
+  struct CopyTag {
+    Communicator* comm;
+    Collective* collective;
+    uint32_t src_rank;
+    uint32_t dst_rank;
+  };
+
+  Collective* find_or_create(Communicator& comm, uint64_t seq, bool& over_limit);
+  // Issues the copies between `rank` and every rank already arrived; the first disagreement
+  // found instead, after issuing what came before it.
+  std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
+  std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src, uint32_t dst);
+  void fail(Collective& c, ErrorCode code);
+  void try_deliver(Collective& c, uint32_t rank);
+  void retire_if_done(Communicator& comm, Collective& c);
+
+  Engine& engine_;
+  Stats& stats_;
+  CompleteFn complete_;
+  uint64_t max_in_flight_;
+  uint64_t collectives_in_flight_ = 0;
+  uint64_t next_cookie_ = 1;
+  std::unordered_map<uint64_t, CopyTag> copies_;
+  std::vector<CopyRequest> batch_;
+};
+
+}  // namespace iris::daemon

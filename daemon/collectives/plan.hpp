@@ -1,0 +1,71 @@
+// Collectives as plans: the copies (source rank and offset, destination rank and offset, bytes)
+// that move one collective's data. Pure functions of the ranks' arguments, no daemon state: every
+// copy-only collective (all-gather, all-to-all, all-to-all-v, broadcast, gather, scatter) is one
+// pair rule here, and the scheduler executes whatever they return.
+//
+// A plan is built pair by pair: the copies from rank s to rank d depend only on the arguments of
+// s and d, so the scheduler issues them as soon as both ranks have arrived, with no barrier.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "iris/error_code.hpp"
+#include "iris/shared/descriptor.hpp"
+
+namespace iris::daemon {
+
+using CollectiveKind = shm::Opcode;
+std::string_view collective_name(CollectiveKind kind);
+
+// One rank's arguments, already checked against its own buffers (see request_validation.hpp).
+// Offsets are bytes into the rank's registered send and receive buffers.
+struct RankArgs {
+  CollectiveKind kind = CollectiveKind::kAllGather;
+  uint64_t bytes = 0;  // per block; unused by all-to-all-v
+  uint32_t root = 0;   // broadcast, gather, scatter
+  uint64_t send_offset = 0;
+  uint64_t recv_offset = 0;
+  // The copy from this rank to itself needs no engine: the data is already there (in place) or
+  // the client's stream copied it (kOwnBlockCopiedByClient).
+  bool self_copy_done = false;
+  // all-to-all-v, by peer: bytes and displacement from send_offset / recv_offset.
+  std::vector<uint64_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+struct PlannedCopy {
+  uint32_t src_rank;
+  uint64_t src_offset;  // into src_rank's send buffer
+  uint32_t dst_rank;
+  uint64_t dst_offset;  // into dst_rank's receive buffer
+  uint64_t bytes;
+};
+
+struct PlanError {
+  ErrorCode code;
+  std::string message;
+};
+
+// Arguments every rank must share (collective, bytes, root): nullopt when `b` agrees with `a`,
+// else kSizeMismatch (bytes) or kInvalidArgument (collective, root), naming both ranks.
+std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, const RankArgs& b,
+                                         uint32_t rank_b);
+
+// The copy from rank `src` into rank `dst` (which may be the same rank), nullopt when the pair
+// moves nothing, or kSizeMismatch when all-to-all-v counts disagree (what src sends to dst is
+// not what dst expects from src). Both ranks' arguments must agree (check_agreement).
+std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& src_args,
+                                                              uint32_t src,
+                                                              const RankArgs& dst_args,
+                                                              uint32_t dst);
+
+// The whole plan of a collective whose ranks have all arrived: every pair's copy, or the first
+// disagreement. The scheduler builds the same copies pair by pair as ranks arrive.
+std::variant<std::vector<PlannedCopy>, PlanError> build_plan(std::span<const RankArgs> ranks);
+
+}  // namespace iris::daemon
