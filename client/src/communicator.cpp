@@ -11,9 +11,9 @@ namespace iris {
 struct CollectiveCall {
   shm::Opcode opcode;
   const char* name;
-  const void* send = nullptr;  // null where insignificant on this rank
+  const void* send = nullptr;
   uint64_t send_bytes = 0;
-  const void* recv = nullptr;  // null where insignificant on this rank
+  const void* recv = nullptr;
   uint64_t recv_bytes = 0;
   uint64_t bytes = 0;  // per block
   uint32_t root = 0;
@@ -23,6 +23,9 @@ struct CollectiveCall {
   void* self_dst = nullptr;
   const void* self_src = nullptr;
   uint64_t self_bytes = 0;
+  // False where the argument is insignificant on this rank (it is then neither checked nor sent).
+  bool send_significant = true;
+  bool recv_significant = true;
 };
 
 struct Communicator::Impl {
@@ -176,12 +179,14 @@ Request Communicator::gather(const void* send, void* recv, std::size_t bytes, ui
                       .name = "gather",
                       .send = send,
                       .send_bytes = bytes,
+                      .recv = recv,
                       .bytes = bytes,
-                      .root = root};
+                      .root = root,
+                      .recv_significant = false};
   if (impl_) {
     check_root(call.name, root, impl_->nranks);
     if (impl_->rank == root) {
-      call.recv = recv;
+      call.recv_significant = true;
       call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
       call.self_dst = static_cast<char*>(recv) + uint64_t{root} * bytes;
       call.self_src = send;
@@ -195,14 +200,16 @@ Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, u
                               Stream stream) {
   CollectiveCall call{.opcode = shm::Opcode::kScatter,
                       .name = "scatter",
+                      .send = send,
                       .recv = recv,
                       .recv_bytes = bytes,
                       .bytes = bytes,
-                      .root = root};
+                      .root = root,
+                      .send_significant = false};
   if (impl_) {
     check_root(call.name, root, impl_->nranks);
     if (impl_->rank == root) {
-      call.send = send;
+      call.send_significant = true;
       call.send_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
       call.self_dst = recv;
       call.self_src = static_cast<const char*>(send) + uint64_t{root} * bytes;
@@ -218,6 +225,9 @@ namespace {
 // it or the range runs past that buffer's end.
 BufferLocation locate_range(const Client::Impl& client, const char* name, const char* what,
                             const void* ptr, uint64_t bytes) {
+  if (ptr == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": the " + what +
+                                                 " pointer is null but significant on this rank");
   const auto at = client.locate(ptr);
   if (!at)
     throw Error(ErrorCode::kNotFound,
@@ -253,12 +263,12 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
                            shm::kNoBuffer, 0,         call.bytes,     call.root};
   std::optional<BufferLocation> from, to;
-  if (call.send) {
+  if (call.send_significant) {
     from = locate_range(client, call.name, "send", call.send, call.send_bytes);
     args.send_buffer = from->buffer_id;
     args.send_offset = from->offset;
   }
-  if (call.recv) {
+  if (call.recv_significant) {
     to = locate_range(client, call.name, "receive", call.recv, call.recv_bytes);
     args.recv_buffer = to->buffer_id;
     args.recv_offset = to->offset;

@@ -69,6 +69,125 @@ TEST(CApi, TwoRanksGatherEachOthersBytes) {
   }
 }
 
+// Submits on both ranks, waits for both; every call must succeed.
+template <typename Submit>
+void run_both(Rank (&ranks)[2], Submit&& submit) {
+  iris_request* requests[2] = {};
+  for (uint32_t r = 0; r < 2; ++r)
+    ASSERT_EQ(submit(ranks[r], r, &requests[r]), IRIS_OK) << iris_last_error();
+  for (iris_request* request : requests) {
+    EXPECT_EQ(iris_request_wait(request, 10'000'000'000), IRIS_OK) << iris_last_error();
+    iris_request_release(request);
+  }
+}
+
+TEST(CApi, EveryCollective) {
+  DaemonProcess daemon;
+  constexpr size_t kBytes = 1001;
+  Rank ranks[2];
+  for (uint32_t r = 0; r < 2; ++r) join(ranks[r], daemon, "c-api-all", 2, r, 2 * kBytes);
+  auto send = [&](uint32_t r) {
+    return static_cast<unsigned char*>(iris_buffer_data(ranks[r].send));
+  };
+  auto recv = [&](uint32_t r) {
+    return static_cast<unsigned char*>(iris_buffer_data(ranks[r].recv));
+  };
+  auto reset = [&] {
+    for (uint32_t r = 0; r < 2; ++r) {
+      for (size_t i = 0; i < 2 * kBytes; ++i)
+        send(r)[i] = static_cast<unsigned char>(i * 3 + r * 101);
+      std::memset(recv(r), 0xee, 4 * kBytes);
+    }
+  };
+  auto sent = [](uint32_t r, size_t i) { return static_cast<unsigned char>(i * 3 + r * 101); };
+
+  reset();  // all-to-all: block j of rank r lands as block r of rank j
+  run_both(ranks, [&](Rank& k, uint32_t r, iris_request** out) {
+    return iris_all_to_all(k.comm, send(r), recv(r), kBytes, nullptr, out);
+  });
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint32_t from = 0; from < 2; ++from)
+      for (size_t i = 0; i < kBytes; ++i)
+        ASSERT_EQ(recv(r)[from * kBytes + i], sent(from, r * kBytes + i)) << r << " " << from;
+
+  reset();  // all-to-all-v: rank 0 sends 10 bytes to rank 1, rank 1 sends 20 to rank 0
+  const uint64_t counts[2][2] = {{5, 10}, {20, 7}};
+  run_both(ranks, [&](Rank& k, uint32_t r, iris_request** out) {
+    const uint64_t send_counts[2] = {counts[r][0], counts[r][1]};
+    const uint64_t recv_counts[2] = {counts[0][r], counts[1][r]};
+    const uint64_t send_displs[2] = {0, 100};
+    const uint64_t recv_displs[2] = {200, 0};
+    return iris_all_to_all_v(k.comm, send(r), send_counts, send_displs, recv(r), recv_counts,
+                             recv_displs, nullptr, out);
+  });
+  // Rank s's block lands at recv_displs[s]: from rank 0 at 200, from rank 1 at 0.
+  EXPECT_EQ(recv(1)[200], sent(0, 100));  // rank 0's block for rank 1 started at 100
+  EXPECT_EQ(recv(1)[209], sent(0, 109));
+  EXPECT_EQ(recv(1)[210], 0xee);
+  EXPECT_EQ(recv(1)[6], sent(1, 106));  // its own 7 bytes
+  EXPECT_EQ(recv(1)[7], 0xee);
+  EXPECT_EQ(recv(0)[19], sent(1, 19));
+  EXPECT_EQ(recv(0)[20], 0xee);
+  EXPECT_EQ(recv(0)[204], sent(0, 4));
+
+  reset();  // broadcast from rank 1, gather and scatter at rank 0
+  run_both(ranks, [&](Rank& k, uint32_t r, iris_request** out) {
+    return iris_broadcast(k.comm, send(r), kBytes, 1, nullptr, out);
+  });
+  EXPECT_EQ(std::memcmp(send(0), send(1), kBytes), 0);
+  reset();
+  run_both(ranks, [&](Rank& k, uint32_t r, iris_request** out) {
+    return iris_gather(k.comm, send(r), r == 0 ? recv(r) : nullptr, kBytes, 0, nullptr, out);
+  });
+  EXPECT_EQ(recv(0)[kBytes + 5], sent(1, 5));
+  EXPECT_EQ(recv(1)[0], 0xee) << "a non-root receives nothing";
+  reset();
+  run_both(ranks, [&](Rank& k, uint32_t r, iris_request** out) {
+    return iris_scatter(k.comm, r == 0 ? send(r) : nullptr, recv(r), kBytes, 0, nullptr, out);
+  });
+  EXPECT_EQ(recv(1)[5], sent(0, kBytes + 5));
+  EXPECT_EQ(recv(0)[5], sent(0, 5));
+
+  iris_request* request = nullptr;
+  const iris_stream bogus{nullptr, 9};
+  EXPECT_EQ(iris_all_to_all(ranks[0].comm, send(0), recv(0), 8, &bogus, &request),
+            IRIS_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(iris_last_error()).find("iris_stream kind"), std::string::npos);
+  const iris_stream legacy{nullptr, IRIS_STREAM_CUDA};
+  EXPECT_EQ(iris_broadcast(ranks[0].comm, send(0), 8, 0, &legacy, &request),
+            IRIS_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(iris_last_error()).find("legacy default stream"), std::string::npos);
+}
+
+TEST(CApi, ErrorCodesMatchTheCppList) {
+  // iris.h spells each code out for C; both lists must agree, name for name.
+  const std::pair<int, const char*> c_codes[] = {
+      {IRIS_OK, "ok"},
+      {IRIS_ERROR_INVALID_ARGUMENT, "invalid_argument"},
+      {IRIS_ERROR_NOT_FOUND, "not_found"},
+      {IRIS_ERROR_OUT_OF_RANGE, "out_of_range"},
+      {IRIS_ERROR_PERMISSION_DENIED, "permission_denied"},
+      {IRIS_ERROR_ALREADY_EXISTS, "already_exists"},
+      {IRIS_ERROR_SIZE_MISMATCH, "size_mismatch"},
+      {IRIS_ERROR_SEQUENCE_ERROR, "sequence_error"},
+      {IRIS_ERROR_NRANKS_MISMATCH, "nranks_mismatch"},
+      {IRIS_ERROR_PEER_LOST, "peer_lost"},
+      {IRIS_ERROR_LIMIT_EXCEEDED, "limit_exceeded"},
+      {IRIS_ERROR_BUSY, "busy"},
+      {IRIS_ERROR_TIMEOUT, "timeout"},
+      {IRIS_ERROR_DAEMON_GONE, "daemon_gone"},
+      {IRIS_ERROR_PROTOCOL_MISMATCH, "protocol_mismatch"},
+      {IRIS_ERROR_UNAVAILABLE, "unavailable"},
+      {IRIS_ERROR_INTERNAL, "internal"},
+      {IRIS_ERROR_ENGINE_ERROR, "engine_error"},
+  };
+  ASSERT_EQ(std::size(c_codes), kErrorCodeCount);
+  for (const auto& [code, name] : c_codes) {
+    EXPECT_EQ(to_string(static_cast<ErrorCode>(code)), name);
+    EXPECT_STREQ(iris_error_name(code), name);
+  }
+}
+
 TEST(CApi, FailuresComeBackAsCodesWithMessages) {
   DaemonProcess daemon;
   Rank ranks[2];

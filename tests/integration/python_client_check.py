@@ -27,6 +27,53 @@ for r in range(2):
     got = bytes(recvs[r].view())
     assert got == data[0] + data[1], f"rank {r} received the wrong bytes"
 
+
+def both(submit):
+    """Submits on both ranks, then waits for both."""
+    for req in [submit(r) for r in range(2)]:
+        req.wait(timeout=10)
+
+
+def poison():
+    for r in range(2):
+        sends[r].view()[:] = data[r]
+        recvs[r].view()[:] = b"\xee" * (2 * nbytes)
+
+
+# all_to_all: half blocks; block j of rank r lands as block r of rank j.
+half = nbytes // 2
+poison()
+both(lambda r: comms[r].all_to_all(sends[r], recvs[r], half))
+for r in range(2):
+    got = bytes(recvs[r].view()[:2 * half])
+    assert got == data[0][r * half:(r + 1) * half] + data[1][r * half:(r + 1) * half], r
+
+# all_to_all_v with split sizes: rank 0 sends 3 bytes to rank 1, rank 1 sends 5 to rank 0.
+counts = [[4, 3], [5, 6]]
+poison()
+both(lambda r: comms[r].all_to_all_v(sends[r], counts[r], [0, 10], recvs[r],
+                                     [counts[0][r], counts[1][r]], [0, 10]))
+assert bytes(recvs[1].view()[:3]) == data[0][10:13]
+assert bytes(recvs[0].view()[10:15]) == data[1][:5]
+assert bytes(recvs[0].view()[15:16]) == b"\xee"
+
+# broadcast from rank 1; gather and scatter at rank 0 (None where insignificant).
+poison()
+both(lambda r: comms[r].broadcast(sends[r], nbytes, 1))
+assert bytes(sends[0].view()) == data[1]
+poison()
+both(lambda r: comms[r].gather(sends[r], recvs[r] if r == 0 else None, nbytes, 0))
+assert bytes(recvs[0].view()) == data[0] + data[1]
+poison()
+both(lambda r: comms[r].scatter(sends[r] if r == 0 else None, recvs[r], half, 0))
+assert bytes(recvs[1].view()[:half]) == data[0][half:2 * half]
+
+try:
+    comms[0].all_to_all_v(sends[0], [1], [0], recvs[0], [1, 1], [0, 1])
+    raise AssertionError("counts of the wrong length were accepted")
+except iris.IrisError as e:
+    assert e.name == "invalid_argument", e
+
 try:
     comms[0].all_gather(12345, recvs[0], nbytes)
     raise AssertionError("a pointer outside every buffer was accepted")
