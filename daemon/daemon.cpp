@@ -18,8 +18,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
-#include "daemon/attach_listener.hpp"
-#include "daemon/control_service.hpp"
+#include "daemon/front/attach_listener.hpp"
+#include "daemon/front/control_service.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/shared/version.hpp"
 

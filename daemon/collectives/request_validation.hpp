@@ -11,7 +11,7 @@
 #include <variant>
 
 #include "daemon/collectives/plan.hpp"
-#include "daemon/mapped_buffer.hpp"
+#include "daemon/sessions/mapped_buffer.hpp"
 #include "iris/error_code.hpp"
 #include "iris/shared/descriptor.hpp"
 

@@ -125,7 +125,8 @@ class Engine {
   // Imports GPU memory another process exported. Throws iris::Error when it cannot.
   virtual ImportedMemory import_device_memory(const DeviceBufferExport& exported);
   // Stores `value` into a 32-bit word of imported GPU memory, in order with nothing else (a
-  // stream memory operation on a signalling stream of that device).
+  // stream memory operation on a signalling stream of that device). Throws iris::Error
+  // kEngineError when the write could not be issued: the caller's stream would wait for it.
   virtual void write_device_word(int device, std::byte* address, uint32_t value);
 };
 

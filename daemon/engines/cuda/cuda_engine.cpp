@@ -19,8 +19,14 @@ std::unique_ptr<CudaEngine> CudaEngine::create(const EngineOptions& options,
                                                const std::string& reason, std::string& why_not) {
   const cuda::Driver* driver = cuda::load_driver(why_not);
   if (driver == nullptr) return nullptr;
+  return create(*driver, options, reason, why_not);
+}
+
+std::unique_ptr<CudaEngine> CudaEngine::create(const cuda::Driver& driver,
+                                               const EngineOptions& options,
+                                               const std::string& reason, std::string& why_not) {
   try {
-    return std::unique_ptr<CudaEngine>(new CudaEngine(*driver, options, reason));
+    return std::unique_ptr<CudaEngine>(new CudaEngine(driver, options, reason));
   } catch (const std::exception& e) {
     why_not = e.what();
     return nullptr;
@@ -57,6 +63,7 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
     check(cu_.cuDeviceGetAttribute(&engines, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, d.handle),
           "cuDeviceGetAttribute(ASYNC_ENGINE_COUNT)");
     check(cu_.cuDevicePrimaryCtxRetain(&d.context, d.handle), "cuDevicePrimaryCtxRetain");
+    releases_.push([this, device = d.handle] { cu_.cuDevicePrimaryCtxRelease(device); });
     d.bus_id = bus;
     DeviceDescription desc{name, bus, memory, {}, {}, {}};
     for (int e = 0; e < std::max(engines, 1); ++e)
@@ -73,13 +80,14 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
   check(cu_.cuMemHostAlloc(&retired_words_, std::max<std::size_t>(4096, streams * 64),
                            CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
         "cuMemHostAlloc");
+  releases_.push([this, words = retired_words_] { cu_.cuMemFreeHost(words); });
   std::memset(retired_words_, 0, std::max<std::size_t>(4096, streams * 64));
   std::size_t next_word = 0;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     use_device(static_cast<int>(i));
-    check(cu_.cuStreamCreate(&devices_[i].signal, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    create_stream(static_cast<int>(i), devices_[i].signal);
     for (Stream& st : devices_[i].streams) {
-      check(cu_.cuStreamCreate(&st.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+      create_stream(static_cast<int>(i), st.handle);
       void* word = static_cast<char*>(retired_words_) + 64 * next_word++;
       st.retired = new (word) std::atomic<uint32_t>(0);
       check(cu_.cuMemHostGetDevicePointer(&st.retired_device, word, 0),
@@ -90,21 +98,15 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
                description_.driver_version);
 }
 
-CudaEngine::~CudaEngine() {
-  for (std::size_t i = 0; i < devices_.size(); ++i) {
-    use_device(static_cast<int>(i));
-    for (Stream& st : devices_[i].streams) {
-      if (st.handle == nullptr) continue;
-      cu_.cuStreamSynchronize(st.handle);
-      cu_.cuStreamDestroy(st.handle);
-    }
-    if (devices_[i].signal != nullptr) {
-      cu_.cuStreamSynchronize(devices_[i].signal);
-      cu_.cuStreamDestroy(devices_[i].signal);
-    }
-  }
-  if (retired_words_ != nullptr) cu_.cuMemFreeHost(retired_words_);
-  for (const Device& d : devices_) cu_.cuDevicePrimaryCtxRelease(d.handle);
+CudaEngine::~CudaEngine() = default;
+
+void CudaEngine::create_stream(int device, CUstream& stream) {
+  check(cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  releases_.push([this, device, stream] {
+    use_device(device);
+    cu_.cuStreamSynchronize(stream);
+    cu_.cuStreamDestroy(stream);
+  });
 }
 
 void CudaEngine::connect_peers() {
@@ -276,11 +278,9 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
 
 void CudaEngine::write_device_word(int device, std::byte* address, uint32_t value) {
   use_device(device);
-  const CUresult r =
-      cu_.cuStreamWriteValue32(devices_[device].signal, reinterpret_cast<CUdeviceptr>(address),
-                               value, CU_STREAM_WRITE_VALUE_DEFAULT);
-  if (r != CUDA_SUCCESS)
-    spdlog::error("cuda engine: writing a stream done flag failed: {}", cu_.describe(r));
+  check(cu_.cuStreamWriteValue32(devices_[device].signal, reinterpret_cast<CUdeviceptr>(address),
+                                 value, CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue32 (a stream done flag)");
 }
 
 std::shared_ptr<void> CudaEngine::prepare_host_memory(void* base, uint64_t bytes) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "daemon/engines/engine.hpp"
+#include "daemon/engines/release_stack.hpp"
 #include "daemon/engines/split_completions.hpp"
 #include "iris/shared/cuda_driver.hpp"
 #include "iris/shared/unix_socket.hpp"
@@ -38,6 +39,10 @@ class CudaEngine final : public Engine {
  public:
   // nullptr with `why_not` set when no usable NVIDIA GPU and driver are present.
   static std::unique_ptr<CudaEngine> create(const EngineOptions& options, const std::string& reason,
+                                            std::string& why_not);
+  // The same over a given driver table (tests pass one whose calls fail on purpose).
+  static std::unique_ptr<CudaEngine> create(const cuda::Driver& driver,
+                                            const EngineOptions& options, const std::string& reason,
                                             std::string& why_not);
   ~CudaEngine() override;
 
@@ -98,6 +103,8 @@ class CudaEngine final : public Engine {
   // Enqueues the copies on `stream`; false (after logging) when the driver refused them.
   bool issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
              std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes);
+  // A non-blocking stream on `device`, destroyed (after it drained) by releases_.
+  void create_stream(int device, CUstream& stream);
   // Makes a device's primary context current on the calling thread.
   void use_device(int index);
   // Throws iris::Error kEngineError naming `what` when `result` is not CUDA_SUCCESS.
@@ -115,6 +122,10 @@ class CudaEngine final : public Engine {
   bool use_batch_ = true;          // cleared if the driver refuses cuMemcpyBatchAsync
   std::map<std::string, std::weak_ptr<Import>> imports_;     // by IPC handle: one per allocation
   std::map<CUdeviceptr, std::weak_ptr<Import>> by_address_;  // by base in the owner's context
+  // Contexts, pinned memory and streams the constructor took, released in reverse order: by
+  // the destructor, or as soon as the constructor throws half way (--engine auto then falls
+  // back with nothing held). Last member, so it runs first.
+  ReleaseStack releases_;
 };
 
 }  // namespace iris::daemon

@@ -570,25 +570,28 @@ int64_t HsaEngine::take_staging_word() {
 }
 
 void HsaEngine::write_device_word(int device, std::byte* address, uint32_t value) {
+  const hsa_signal_t signal = signals_.acquire();
+  int64_t word = 0;
   try {
-    const int64_t word = take_staging_word();
-    const StagingBlock& block = staging_blocks_[word / kStagingWordsPerBlock];
-    const std::size_t at = word % kStagingWordsPerBlock;
-    block.host[at] = value;
-    const hsa_signal_t signal = signals_.acquire();
-    const hsa_status_t st = hsa_.hsa_amd_memory_async_copy(
-        address, agent_of(device), block.agent + at, cpu_, sizeof(uint32_t), 0, nullptr, signal);
-    if (st != HSA_STATUS_SUCCESS) {
-      signals_.release(signal);
-      free_staging_.push_back(word);
-      throw Error(ErrorCode::kEngineError, "hsa_amd_memory_async_copy: " + hsa_.describe(st));
-    }
-    InFlight f{signal, {0, 0, sizeof(uint32_t), device, 0}, 0, {}, deadline_for(0)};
-    f.staging = word;
-    in_flight_.push_back(f);
-  } catch (const Error& e) {
-    spdlog::error("hsa engine: writing a stream done flag failed: {}", e.what());
+    word = take_staging_word();
+  } catch (...) {
+    signals_.release(signal);
+    throw;
   }
+  const StagingBlock& block = staging_blocks_[word / kStagingWordsPerBlock];
+  const std::size_t at = word % kStagingWordsPerBlock;
+  block.host[at] = value;
+  const hsa_status_t st = hsa_.hsa_amd_memory_async_copy(
+      address, agent_of(device), block.agent + at, cpu_, sizeof(uint32_t), 0, nullptr, signal);
+  if (st != HSA_STATUS_SUCCESS) {
+    signals_.release(signal);
+    free_staging_.push_back(word);
+    throw Error(ErrorCode::kEngineError,
+                "hsa_amd_memory_async_copy (a stream done flag): " + hsa_.describe(st));
+  }
+  InFlight f{signal, {0, 0, sizeof(uint32_t), device, 0}, 0, {}, deadline_for(0)};
+  f.staging = word;
+  in_flight_.push_back(f);
 }
 
 }  // namespace iris::daemon

@@ -12,6 +12,7 @@
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
+#include "iris/v1/control.pb.h"
 
 namespace iris::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/attach_listener.hpp"
+#include "daemon/front/attach_listener.hpp"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/front/wire.hpp"
 #include "iris/shared/version.hpp"
 
 namespace iris::daemon {
@@ -130,21 +131,10 @@ v1::SessionResponse AttachListener::handle_session_request(uint64_t session_id,
     response.set_error_message("malformed request on the attach socket");
     return response;
   }
-  const v1::RegisterVmmBuffer& vmm = request.register_vmm();
-  DeviceBufferExport exported{vmm.hip() ? DeviceApi::kHip : DeviceApi::kCuda,
-                              "",
-                              vmm.bus_id(),
-                              vmm.offset(),
-                              vmm.bytes(),
-                              {},
-                              {}};
-  for (const net::Fd& f : frame.fds) exported.vmm_fds.push_back(f.get());
-  exported.vmm_chunk_bytes.assign(vmm.chunk_bytes().begin(), vmm.chunk_bytes().end());
   try {
-    if (exported.vmm_fds.empty())
-      throw Error(ErrorCode::kInvalidArgument, "VMM registration without file descriptors");
+    const DeviceBufferExport exported = vmm_export(request.register_vmm(), frame.fds);
     *response.mutable_registered() =
-        loop_.call([&] { return runtime_.register_device_buffer(session_id, exported); });
+        to_wire(loop_.call([&] { return runtime_.register_device_buffer(session_id, exported); }));
   } catch (const Error& e) {
     response.set_error_code(static_cast<uint32_t>(e.code()));
     response.set_error_message(e.message());
@@ -164,16 +154,9 @@ void AttachListener::handshake(Connection& conn) {
     close_connection(fd);
     return;
   }
-  if (request.protocol_version() != kProtocolVersion) {
-    send_error(fd, ErrorCode::kProtocolMismatch,
-               "client speaks protocol " + std::to_string(request.protocol_version()) + ", irisd " +
-                   std::string(release_version()) + " speaks " + std::to_string(kProtocolVersion) +
-                   ": use a libiris from the same irisd release");
-    close_connection(fd);
-    return;
-  }
   net::PeerCredentials peer{};
   try {
+    require_protocol(std::to_string(request.protocol_version()));
     peer = net::peer_credentials(fd);
     const AttachResult attached =
         loop_.call([&] { return runtime_.attach(peer, request.client_name(), fd); });

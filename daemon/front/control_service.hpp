@@ -7,6 +7,7 @@
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/v1/control.grpc.pb.h"
+#include "iris/v1/control.pb.h"
 
 namespace iris::daemon {
 

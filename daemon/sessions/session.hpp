@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "daemon/engines/engine.hpp"
-#include "daemon/mapped_buffer.hpp"
+#include "daemon/sessions/mapped_buffer.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
 #include "iris/shared/unix_socket.hpp"

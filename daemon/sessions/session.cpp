@@ -1,4 +1,4 @@
-#include "daemon/session.hpp"
+#include "daemon/sessions/session.hpp"
 
 #include <sys/socket.h>
 

@@ -1,9 +1,11 @@
-#include "daemon/control_service.hpp"
+#include "daemon/front/control_service.hpp"
 
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/front/reports.hpp"
+#include "daemon/front/wire.hpp"
 #include "iris/shared/metadata.hpp"
 #include "iris/shared/version.hpp"
 
@@ -58,13 +60,7 @@ ControlService::ControlService(const Config& config, Runtime& runtime, ProgressL
 template <typename Body>
 grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
   try {
-    const std::string version = metadata(ctx, kProtocolMetadataKey);
-    if (version != std::to_string(kProtocolVersion))
-      throw Error(ErrorCode::kProtocolMismatch,
-                  "client speaks protocol '" + version + "', irisd " +
-                      std::string(release_version()) + " speaks " +
-                      std::to_string(kProtocolVersion) +
-                      ": use libiris/iris-ctl from the same irisd release");
+    require_protocol(metadata(ctx, kProtocolMetadataKey));
     body();
     return grpc::Status::OK;
   } catch (const Error& e) {
@@ -100,21 +96,15 @@ grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
     const uint64_t id = session_of(ctx);
     if (req->has_cuda_ipc() || req->has_hip_ipc()) {
       const bool hip = req->has_hip_ipc();
-      const auto& ipc = hip ? req->hip_ipc() : req->cuda_ipc();
-      const DeviceBufferExport exported{hip ? DeviceApi::kHip : DeviceApi::kCuda,
-                                        ipc.handle(),
-                                        ipc.bus_id(),
-                                        ipc.offset(),
-                                        ipc.bytes(),
-                                        {},
-                                        {}};
+      const DeviceBufferExport exported = ipc_export(hip ? req->hip_ipc() : req->cuda_ipc(),
+                                                     hip ? DeviceApi::kHip : DeviceApi::kCuda);
       if (req->stream_done_flags()) {
         loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
       } else {
-        *resp = loop_.call([&] { return runtime_.register_device_buffer(id, exported); });
+        *resp = to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
       }
     } else {
-      *resp = loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); });
+      *resp = to_wire(loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); }));
     }
   });
 }
@@ -178,7 +168,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
       }
     }
     const auto [sessions, comms] = loop_.call([&] {
-      return std::pair{runtime_.session_count(), runtime_.comm_count()};
+      return std::pair{runtime_.sessions().size(), runtime_.comms().size()};
     });
     resp->set_sessions(static_cast<uint32_t>(sessions));
     resp->set_communicators(static_cast<uint32_t>(comms));
@@ -189,40 +179,17 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
 
 grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest*,
                                       v1::GetStatsResponse* resp) {
-  return handle(ctx, [&] {
-    auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-    resp->set_sessions_attached_total(get(stats_.sessions_attached_total));
-    resp->set_sessions_lost_total(get(stats_.sessions_lost_total));
-    resp->set_ring_entries_total(get(stats_.ring_entries_total));
-    resp->set_collectives_completed_total(get(stats_.collectives_completed_total));
-    resp->set_collectives_failed_total(get(stats_.collectives_failed_total));
-    resp->set_collectives_in_flight(get(stats_.collectives_in_flight));
-    resp->set_copies_total(get(stats_.copies_total));
-    resp->set_bytes_copied_total(get(stats_.bytes_copied_total));
-    resp->set_copy_engine_bytes_total(get(stats_.copy_engine_bytes_total));
-    resp->set_sm_bytes_total(get(stats_.compute_unit_bytes_total));
-    resp->set_stream_ready_waits_total(get(stats_.stream_ready_waits_total));
-    resp->set_stream_ready_wait_us_total(get(stats_.stream_ready_wait_us_total));
-    resp->set_buffers_registered(get(stats_.buffers_registered));
-    resp->set_buffer_bytes_registered(get(stats_.buffer_bytes_registered));
-    for (uint32_t i = 1; i < kErrorCodeCount; ++i) {
-      const uint64_t n = get(stats_.errors[i]);
-      if (n == 0) continue;
-      auto* e = resp->add_errors();
-      e->set_code(std::string(to_string(static_cast<ErrorCode>(i))));
-      e->set_count(n);
-    }
-  });
+  return handle(ctx, [&] { fill_stats(stats_, *resp); });
 }
 
 grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,
                                           v1::ListSessionsResponse* resp) {
-  return handle(ctx, [&] { loop_.call([&] { runtime_.fill_sessions(*resp); }); });
+  return handle(ctx, [&] { loop_.call([&] { fill_sessions(runtime_.sessions(), *resp); }); });
 }
 
 grpc::Status ControlService::ListComms(grpc::ServerContext* ctx, const v1::ListCommsRequest*,
                                        v1::ListCommsResponse* resp) {
-  return handle(ctx, [&] { loop_.call([&] { runtime_.fill_comms(*resp); }); });
+  return handle(ctx, [&] { loop_.call([&] { fill_comms(runtime_.comms(), *resp); }); });
 }
 
 }  // namespace iris::daemon

@@ -1,0 +1,106 @@
+#include "daemon/collectives/communicator_registry.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "iris/error.hpp"
+
+namespace iris::daemon {
+
+CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler)
+    : config_(config), scheduler_(scheduler) {}
+
+uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
+                                    uint32_t rank) {
+  if (key.empty() || key.size() > 256)
+    throw Error(ErrorCode::kInvalidArgument, "communicator key must be 1 to 256 bytes");
+  if (nranks == 0 || nranks > kMaxRanks)
+    throw Error(ErrorCode::kInvalidArgument, "nranks must be 1 to " + std::to_string(kMaxRanks) +
+                                                 ", got " + std::to_string(nranks));
+  if (rank >= nranks)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "rank " + std::to_string(rank) + " is out of range for nranks " + std::to_string(nranks));
+  Communicator* comm = nullptr;
+  if (auto it = by_key_.find(key); it != by_key_.end()) {
+    comm = comms_.at(it->second).get();
+    if (comm->nranks != nranks)
+      throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
+                                                  std::to_string(comm->nranks) +
+                                                  ", this rank passed " + std::to_string(nranks));
+    if (comm->uid != s.peer().uid && !config_.allow_cross_uid_comms)
+      throw Error(ErrorCode::kPermissionDenied,
+                  "communicator '" + key + "' belongs to uid " + std::to_string(comm->uid) +
+                      "; irisd is configured to keep users apart (allow_cross_uid_comms)");
+    if (comm->members[rank])
+      throw Error(ErrorCode::kAlreadyExists, "rank " + std::to_string(rank) + " of communicator '" +
+                                                 key + "' is already taken by session " +
+                                                 std::to_string(*comm->members[rank]));
+    if (s.comm_ranks.count(comm->id) != 0)
+      throw Error(ErrorCode::kAlreadyExists, "this session already holds rank " +
+                                                 std::to_string(s.comm_ranks[comm->id]) +
+                                                 " of communicator '" + key + "'");
+  } else {
+    auto created = std::make_unique<Communicator>();
+    created->id = next_id_++;
+    created->key = key;
+    created->nranks = nranks;
+    created->uid = s.peer().uid;
+    created->members.resize(nranks);
+    created->next_seq.assign(nranks, 1);
+    comm = created.get();
+    by_key_.emplace(key, comm->id);
+    comms_.emplace(comm->id, std::move(created));
+  }
+  comm->members[rank] = s.id();
+  s.comm_ranks.emplace(comm->id, rank);
+  spdlog::info("session {} joined communicator '{}' (id {}) as rank {}/{}", s.id(), key, comm->id,
+               rank, nranks);
+  return comm->id;
+}
+
+void CommunicatorRegistry::leave(Session& s, uint64_t comm_id, ErrorCode reason_for_others) {
+  auto rank_it = s.comm_ranks.find(comm_id);
+  if (rank_it == s.comm_ranks.end())
+    throw Error(ErrorCode::kNotFound,
+                "this session holds no rank in communicator " + std::to_string(comm_id));
+  Communicator& comm = *comms_.at(comm_id);
+  comm.members[rank_it->second].reset();
+  s.comm_ranks.erase(rank_it);
+  if (comm.joined() > 0) scheduler_.break_comm(comm, reason_for_others);
+  if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm_id)
+    by_key_.erase(k);  // the key is free for a new communicator
+  remove_if_unused(comm_id);
+}
+
+void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
+  auto it = comms_.find(comm_id);
+  if (it == comms_.end()) return;
+  Communicator& comm = *it->second;
+  if (comm.joined() != 0) return;
+  // Copies still in flight reference the communicator: it goes once they have finished.
+  for (auto& [seq, c] : comm.in_flight) {
+    if (c->total_in_flight != 0) {
+      if (std::find(emptied_.begin(), emptied_.end(), comm_id) == emptied_.end())
+        emptied_.push_back(comm_id);
+      return;
+    }
+  }
+  scheduler_.break_comm(comm, ErrorCode::kPeerLost);
+  if (comm.in_flight.empty()) comms_.erase(it);
+}
+
+void CommunicatorRegistry::remove_emptied() {
+  if (emptied_.empty()) return;
+  auto emptied = std::move(emptied_);
+  emptied_.clear();
+  for (uint64_t id : emptied) remove_if_unused(id);
+}
+
+Communicator* CommunicatorRegistry::find(uint64_t id) const {
+  auto it = comms_.find(id);
+  return it == comms_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace iris::daemon

@@ -1,0 +1,47 @@
+// Communicators: joining by key (the first rank creates it), leaving (the others' collectives
+// fail from then on), and removal once no member is left and no copy still runs for it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/config.hpp"
+#include "daemon/sessions/session.hpp"
+
+namespace iris::daemon {
+
+class CommunicatorRegistry {
+ public:
+  static constexpr uint32_t kMaxRanks = 4096;
+
+  CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler);
+
+  // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
+  // that key accepts ranks. Returns its id; throws iris::Error naming the conflict.
+  uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank);
+  // `s` leaves: whoever stays can never complete another collective, so every collective in
+  // flight and every later one fails with `reason_for_others`.
+  void leave(Session& s, uint64_t comm_id, ErrorCode reason_for_others);
+  // Removes communicators whose last member left while copies were in flight, now that they
+  // may have finished.
+  void remove_emptied();
+
+  Communicator* find(uint64_t id) const;
+  const std::unordered_map<uint64_t, std::unique_ptr<Communicator>>& all() const { return comms_; }
+  std::size_t size() const { return comms_.size(); }
+
+ private:
+  void remove_if_unused(uint64_t comm_id);
+
+  const Config& config_;
+  CollectiveScheduler& scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
+  std::unordered_map<std::string, uint64_t> by_key_;  // communicators still accepting ranks
+  std::vector<uint64_t> emptied_;                     // no members left, copies still in flight
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace iris::daemon

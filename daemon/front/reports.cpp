@@ -1,0 +1,78 @@
+#include "daemon/front/reports.hpp"
+
+#include <chrono>
+
+namespace iris::daemon {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+}  // namespace
+
+void fill_stats(const Stats& stats, v1::GetStatsResponse& out) {
+  const auto* descriptor = out.GetDescriptor();
+  const auto* reflection = out.GetReflection();
+  auto set = [&](const char* name, const std::atomic<uint64_t>& value) {
+    // Every counter has its field (Stats.CountersMatchTheProto checks it).
+    reflection->SetUInt64(&out, descriptor->FindFieldByName(name),
+                          value.load(std::memory_order_relaxed));
+  };
+#define IRIS_STATS_FILL(name, help) set(#name, stats.name);
+  IRIS_STATS_COUNTERS(IRIS_STATS_FILL)
+#undef IRIS_STATS_FILL
+  for (uint32_t i = 1; i < kErrorCodeCount; ++i) {
+    const uint64_t n = stats.errors[i].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    auto* e = out.add_errors();
+    e->set_code(std::string(to_string(static_cast<ErrorCode>(i))));
+    e->set_count(n);
+  }
+}
+
+void fill_sessions(const SessionRegistry& sessions, v1::ListSessionsResponse& out) {
+  for (const Session* s : sessions.list()) {
+    auto* info = out.add_sessions();
+    info->set_session_id(s->id());
+    info->set_pid(static_cast<uint32_t>(s->peer().pid));
+    info->set_uid(s->peer().uid);
+    info->set_gid(s->peer().gid);
+    info->set_client_name(s->client_name());
+    info->set_buffers(static_cast<uint32_t>(s->buffers.size()));
+    info->set_buffer_bytes(s->buffer_bytes);
+    info->set_communicators(static_cast<uint32_t>(s->comm_ranks.size()));
+    info->set_submitted(s->submitted);
+    info->set_attached_seconds(seconds_since(s->attached_at()));
+  }
+}
+
+void fill_comms(const CommunicatorRegistry& comms, v1::ListCommsResponse& out) {
+  for (const auto& [id, comm] : comms.all()) {
+    auto* info = out.add_comms();
+    info->set_comm_id(id);
+    info->set_key(comm->key);
+    info->set_nranks(comm->nranks);
+    info->set_uid(comm->uid);
+    info->set_broken(comm->broken);
+    info->set_completed(comm->completed);
+    for (uint32_t r = 0; r < comm->nranks; ++r)
+      if (comm->members[r]) info->add_joined_ranks(r);
+    for (const auto& [seq, c] : comm->in_flight) {
+      auto* f = info->add_in_flight();
+      f->set_seq(seq);
+      if (const RankArgs* reference = c->reference()) {
+        f->set_bytes(reference->bytes);
+        f->set_collective(std::string(collective_name(reference->kind)));
+      }
+      for (uint32_t r = 0; r < comm->nranks; ++r) {
+        if (c->arrivals[r]) {
+          f->add_arrived_ranks(r);
+        } else {
+          f->add_waiting_on_ranks(r);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace iris::daemon

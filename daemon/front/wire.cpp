@@ -1,0 +1,43 @@
+#include "daemon/front/wire.hpp"
+
+#include "iris/error.hpp"
+#include "iris/shared/version.hpp"
+
+namespace iris::daemon {
+
+void require_protocol(std::string_view client_version) {
+  if (client_version == std::to_string(kProtocolVersion)) return;
+  throw Error(ErrorCode::kProtocolMismatch,
+              "client speaks protocol '" + std::string(client_version) + "', irisd " +
+                  std::string(release_version()) + " speaks " + std::to_string(kProtocolVersion) +
+                  ": use libiris and iris-ctl from the same irisd release");
+}
+
+DeviceBufferExport ipc_export(const v1::CudaIpcBuffer& ipc, DeviceApi api) {
+  return DeviceBufferExport{api, ipc.handle(), ipc.bus_id(), ipc.offset(), ipc.bytes(), {}, {}};
+}
+
+DeviceBufferExport vmm_export(const v1::RegisterVmmBuffer& vmm, const std::vector<net::Fd>& fds) {
+  DeviceBufferExport exported{vmm.hip() ? DeviceApi::kHip : DeviceApi::kCuda,
+                              "",
+                              vmm.bus_id(),
+                              vmm.offset(),
+                              vmm.bytes(),
+                              {},
+                              {}};
+  for (const net::Fd& f : fds) exported.vmm_fds.push_back(f.get());
+  exported.vmm_chunk_bytes.assign(vmm.chunk_bytes().begin(), vmm.chunk_bytes().end());
+  if (exported.vmm_fds.empty())
+    throw Error(ErrorCode::kInvalidArgument, "VMM registration without file descriptors");
+  return exported;
+}
+
+v1::RegisterBufferResponse to_wire(const RegisteredBuffer& buffer) {
+  v1::RegisterBufferResponse out;
+  out.set_buffer_id(buffer.id);
+  out.set_shm_name(buffer.shm_name);
+  out.set_bytes(buffer.bytes);
+  return out;
+}
+
+}  // namespace iris::daemon

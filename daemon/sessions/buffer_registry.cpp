@@ -1,0 +1,105 @@
+#include "daemon/sessions/buffer_registry.hpp"
+
+#include "iris/error.hpp"
+#include "iris/shared/shm_segment.hpp"
+
+namespace iris::daemon {
+
+BufferRegistry::BufferRegistry(const Config& config, Engine& engine, Stats& stats,
+                               const SessionRegistry& sessions)
+    : config_(config), engine_(engine), stats_(stats), sessions_(sessions) {}
+
+void BufferRegistry::check_limits(const Session& s, uint64_t bytes) const {
+  if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "buffer size must be at least 1 byte");
+  if (bytes > config_.limits.max_buffer_bytes)
+    throw Error(ErrorCode::kLimitExceeded,
+                "buffer of " + std::to_string(bytes) + " bytes exceeds max_buffer_bytes (" +
+                    std::to_string(config_.limits.max_buffer_bytes) + ")");
+  if (s.buffers.size() >= config_.limits.max_buffers_per_session)
+    throw Error(ErrorCode::kLimitExceeded,
+                "session already has " + std::to_string(s.buffers.size()) +
+                    " buffers (max_buffers); free some or raise --max-buffers");
+}
+
+RegisteredBuffer BufferRegistry::add(Session& s, std::shared_ptr<MappedBuffer> buffer,
+                                     std::string shm_name) {
+  s.buffer_bytes += buffer->bytes;
+  stats_.buffers_registered.fetch_add(1, std::memory_order_relaxed);
+  stats_.buffer_bytes_registered.fetch_add(buffer->bytes, std::memory_order_relaxed);
+  RegisteredBuffer out{buffer->id, std::move(shm_name), buffer->bytes};
+  s.buffers.emplace(buffer->id, std::move(buffer));
+  return out;
+}
+
+void BufferRegistry::forget(Session& s, const MappedBuffer& buffer) {
+  // Copies in flight keep the mapping or import (shared_ptr); a host buffer's name goes now.
+  if (buffer.device == kHostMemory)
+    shm::ShmSegment::remove(sessions_.buffer_name(s.id(), buffer.id));
+  s.buffer_bytes -= buffer.bytes;
+  stats_.buffers_registered.fetch_sub(1, std::memory_order_relaxed);
+  stats_.buffer_bytes_registered.fetch_sub(buffer.bytes, std::memory_order_relaxed);
+}
+
+RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
+  check_limits(s, bytes);
+  const uint64_t id = next_id_++;
+  const std::string name = sessions_.buffer_name(s.id(), id);
+  // Declared in this order so that the engine unpins before the segment is unmapped.
+  struct HostMapping {
+    shm::ShmSegment segment;
+    std::shared_ptr<void> pin;
+  };
+  auto mapping = std::make_shared<HostMapping>();
+  try {
+    mapping->segment = shm::ShmSegment::create(name, bytes, s.peer().uid);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kLimitExceeded, e.what());
+  }
+  auto* base = static_cast<std::byte*>(mapping->segment.data());
+  try {
+    mapping->pin = engine_.prepare_host_memory(base, bytes);
+  } catch (...) {
+    shm::ShmSegment::remove(name);
+    throw;
+  }
+  return add(
+      s,
+      std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), base, bytes, mapping, kHostMemory}),
+      name);
+}
+
+RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported) {
+  check_limits(s, exported.bytes);
+  ImportedMemory imported = engine_.import_device_memory(exported);
+  const uint64_t id = next_id_++;
+  return add(s,
+             std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), imported.base, imported.bytes,
+                                                         imported.keepalive, imported.device}),
+             "");
+}
+
+void BufferRegistry::register_done_flags(Session& s, const DeviceBufferExport& exported) {
+  if (exported.bytes < uint64_t{s.ring_depth()} * sizeof(uint32_t))
+    throw Error(ErrorCode::kInvalidArgument,
+                "stream done flags need " + std::to_string(s.ring_depth() * sizeof(uint32_t)) +
+                    " bytes (ring depth x 4), got " + std::to_string(exported.bytes));
+  if (s.device_done_flags)
+    throw Error(ErrorCode::kAlreadyExists, "this session already registered its done flags");
+  s.device_done_flags = engine_.import_device_memory(exported);
+}
+
+void BufferRegistry::deregister(Session& s, uint64_t buffer_id) {
+  auto it = s.buffers.find(buffer_id);
+  if (it == s.buffers.end())
+    throw Error(ErrorCode::kNotFound,
+                "buffer " + std::to_string(buffer_id) + " is not registered by this session");
+  forget(s, *it->second);
+  s.buffers.erase(it);
+}
+
+void BufferRegistry::release_all(Session& s) {
+  for (const auto& [id, buffer] : s.buffers) forget(s, *buffer);
+  s.buffers.clear();
+}
+
+}  // namespace iris::daemon
