@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): ring round trip; all-gather p50/p99 and bandwidth for 2, 4 and 8 ranks
-# on the host engine; in the same run, a plain memcpy of the same bytes by the same number of
-# threads, and Open MPI's MPI_Allgather with the same ranks and sizes. Prints markdown tables.
+# and all-to-all and broadcast for 4 and 8 on the host engine; in the same run, a plain memcpy of
+# the same bytes by the same number of threads, and Open MPI's MPI_Allgather, MPI_Alltoall and
+# MPI_Bcast with the same ranks and sizes. Prints markdown tables.
 #   scripts/bench.sh [engine workers, default 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,26 +27,30 @@ echo "## Ring round trip (no-op submitted, completion seen by the client)"
   awk -F, '/RingRoundTrip/ {printf "p50 %.2f us, p99 %.2f us, mean %.0f ns\n", $(NF-1), $NF, $3}'
 echo
 
-for nranks in 2 4 8; do
-  max=$((64 << 20)); [ "$nranks" -eq 8 ] && max=$((16 << 20))
-  pids=()
+# One table: collective $1 at $2 ranks up to $3 bytes per block; irisd, Open MPI, and (for the
+# all-gather and all-to-all, whose n x n block copies it makes) memcpy by the same threads.
+sweep() {
+  local collective=$1 nranks=$2 max=$3 pids=()
   for ((r = nranks - 1; r >= 0; r--)); do
-    "$bin/iris-allgather-sweep" --socket "$socket" --key "bench$nranks" --nranks "$nranks" \
-      --rank "$r" --no-verify --max-bytes "$max" --csv >"$run/iris.$r" &
+    "$bin/iris-collective-sweep" --socket "$socket" --key "bench-$collective-$nranks" \
+      --collective "$collective" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
+      --csv >"$run/iris.$r" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
   tail -n +2 "$run/iris.0" >"$run/iris.csv"
   : >"$run/memcpy.csv"
-  for bytes in $(cut -d, -f2 "$run/iris.csv"); do
-    if [ "$bytes" -ge $((4 << 20)) ]; then
-      "$bin/iris-bench-memcpy" --nranks "$nranks" --bytes "$bytes" --threads "$workers" >>"$run/memcpy.csv"
-    fi
-  done
-  mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi-allgather" \
-    --max-bytes "$max" 2>/dev/null | tail -n +2 >"$run/mpi.csv"
-  echo "## $nranks ranks"
-  echo "| bytes/rank | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy |"
+  if [ "$collective" != broadcast ]; then
+    for bytes in $(cut -d, -f2 "$run/iris.csv"); do
+      if [ "$bytes" -ge $((4 << 20)) ]; then
+        "$bin/iris-bench-memcpy" --nranks "$nranks" --bytes "$bytes" --threads "$workers" >>"$run/memcpy.csv"
+      fi
+    done
+  fi
+  mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi" \
+    --collective "$collective" --max-bytes "$max" 2>/dev/null | tail -n +2 >"$run/mpi.csv"
+  echo "## $collective, $nranks ranks"
+  echo "| bytes/block | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   awk -F, -v OFS=' | ' '
     FILENAME ~ /memcpy/ {mem[$2] = $4; next}
@@ -57,4 +62,12 @@ for nranks in 2 4 8; do
       print "| " b, $4, $5, mp50[b], mp99[b], lr, $7, m, r " |"
     }' "$run/memcpy.csv" "$run/mpi.csv" "$run/iris.csv"
   echo
+}
+
+for nranks in 2 4 8; do
+  max=$((64 << 20)); [ "$nranks" -eq 8 ] && max=$((16 << 20))
+  sweep all_gather "$nranks" "$max"
+done
+for collective in all_to_all broadcast; do
+  for nranks in 4 8; do sweep "$collective" "$nranks" $((16 << 20)); done
 done

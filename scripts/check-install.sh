@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 prefix=$PWD/build/install
 rm -rf "$prefix" build/example
 cmake --install build --prefix "$prefix" >/dev/null
-cmake -S examples/allgather_sweep -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake -S examples/collective_sweep -B build/example -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build build/example >/dev/null
-test -x build/example/allgather_sweep
-echo "check-install: examples/allgather_sweep built against the installed package in $prefix"
+test -x build/example/collective_sweep
+echo "check-install: examples/collective_sweep built against the installed package in $prefix"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds and installs irisd, starts it on the host engine,
-# runs examples/allgather_sweep (built against the installed package) as 4 client processes doing
+# runs examples/collective_sweep (built against the installed package) as 4 client processes doing
 # verified all-gathers, prints their latency and bandwidth, shows `iris-ctl status` and
 # `iris-ctl stats`, and stops the daemon.
 set -euo pipefail
@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 echo "== 4 ranks, verified all-gathers, 64 B to 16 MiB per rank"
 pids=()
 for rank in 3 2 1 0; do
-  build/example/allgather_sweep --socket "$socket" --nranks 4 --rank "$rank" \
+  build/example/collective_sweep --socket "$socket" --nranks 4 --rank "$rank" \
     --max-bytes $((16 << 20)) &
   pids+=($!)
 done

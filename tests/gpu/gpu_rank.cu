@@ -18,6 +18,7 @@
 #include "iris/iris.hpp"
 #include "tests/gpu/cuda_check.cuh"
 #include "tests/gpu/gpu_pattern.cuh"
+#include "tests/support/collective_call.hpp"
 
 namespace {
 
@@ -44,6 +45,7 @@ struct Options {
   uint64_t seed = 1, max_bytes = 1 << 20;
   bool host_recv = false, inplace = false, time_only = false, stream = false;
   bool vmm = false;  // GPU buffers from the VMM API, several allocations each
+  std::string collective = "all_gather";
 };
 
 // `bytes` (rounded up) of GPU 0's memory as PyTorch's expandable segments make it: one reserved
@@ -207,6 +209,120 @@ int run(const Options& o) {
   return 0;
 }
 
+
+// GPU memory for a test buffer: cudaMalloc, or VMM allocations (three, back to back).
+uint8_t* gpu_alloc(const Options& o, uint64_t bytes) {
+  if (o.vmm) return vmm_alloc(bytes, 3);
+  uint8_t* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, bytes));
+  return p;
+}
+
+// Every collective other than the all-gather path above, through the blocks of
+// tests/support/collective_call.hpp: send blocks made by a kernel, receive blocks poisoned with
+// their complement first, each block checked afterwards. Roots rotate with the iteration.
+// Broadcast's one buffer is the receive buffer (GPU or pinned host memory).
+int run_collective(const Options& o) {
+  using iris::testing::Block;
+  CUDA_CHECK(cudaSetDevice(0));
+  iris::ClientOptions options;
+  options.socket_path = o.socket;
+  options.client_name = "iris-gpu-rank " + std::to_string(o.rank);
+  auto client = iris::Client::connect(options);
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  CUDA_CHECK(cudaFree(nullptr));
+  const uint64_t area = o.nranks * (o.max_bytes + 3) + 128;
+  uint8_t* send = gpu_alloc(o, area);
+  auto send_buffer = client.register_cuda_buffer(send, area);
+  iris::Buffer recv_buffer;
+  uint8_t* recv = nullptr;
+  if (o.host_recv) {
+    recv_buffer = client.allocate(area);
+    recv = recv_buffer.as<uint8_t>();
+  } else {
+    recv = gpu_alloc(o, area);
+    recv_buffer = client.register_cuda_buffer(recv, area);
+  }
+  unsigned long long* first_bad = nullptr;
+  CUDA_CHECK(cudaMalloc(&first_bad, sizeof(*first_bad)));
+  cudaStream_t st = nullptr;
+  if (o.stream) CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const bool broadcast = o.collective == "broadcast";
+  for (uint64_t it = 0; it < o.iterations; ++it) {
+    const auto call =
+        iris::testing::plan_call(o.nranks, o.rank, o.seed, o.collective, it, size_for(o, it));
+    uint8_t* from = broadcast ? recv : send;
+    if (o.host_recv) {
+      CUDA_CHECK(cudaStreamSynchronize(st));  // nothing of the last iteration still reads it
+      for (const Block& b : call.recv_blocks)
+        for (uint64_t i = 0; i < b.bytes; ++i)
+          recv[b.offset + i] = pattern_byte(o.seed, b.tag, it, i) ^ 0xff;
+    } else {
+      for (const Block& b : call.recv_blocks)
+        fill_kernel<<<kBlocks, kThreads, 0, st>>>(recv + b.offset, b.bytes, o.seed, b.tag, it,
+                                                  0xff);
+    }
+    for (const Block& b : call.send_blocks) {
+      if (broadcast && o.host_recv) {
+        for (uint64_t i = 0; i < b.bytes; ++i)
+          from[b.offset + i] = pattern_byte(o.seed, b.tag, it, i);
+      } else {
+        fill_kernel<<<kBlocks, kThreads, 0, st>>>(from + b.offset, b.bytes, o.seed, b.tag, it, 0);
+      }
+    }
+    CUDA_CHECK(cudaGetLastError());
+    iris::Request request;
+    if (o.stream) {
+      request = iris::testing::submit_call(comm, call, from, recv, st);
+    } else {
+      CUDA_CHECK(cudaDeviceSynchronize());
+      iris::testing::submit_call(comm, call, from, recv).wait();
+    }
+    // The send buffer is ours again once the collective is done: scribble over it first.
+    if (!broadcast) CUDA_CHECK(cudaMemsetAsync(send, 0x5a, area, st));
+    if (o.host_recv) CUDA_CHECK(cudaStreamSynchronize(st));
+    for (const Block& b : call.recv_blocks) {
+      uint64_t bad = b.bytes;
+      if (o.host_recv) {
+        for (uint64_t i = 0; i < b.bytes && bad == b.bytes; ++i)
+          if (recv[b.offset + i] != pattern_byte(o.seed, b.tag, it, i)) bad = i;
+      } else {
+        unsigned long long none = ~0ull, found = 0;
+        CUDA_CHECK(cudaMemcpyAsync(first_bad, &none, sizeof(none), cudaMemcpyHostToDevice, st));
+        check_kernel<<<kBlocks, kThreads, 0, st>>>(recv + b.offset, b.bytes, o.seed, b.tag, it,
+                                                   first_bad);
+        CUDA_CHECK(cudaMemcpyAsync(&found, first_bad, sizeof(found), cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        if (found != none) bad = found;
+      }
+      if (bad != b.bytes) {
+        std::fprintf(stderr,
+                     "rank %u iteration %llu %s (root %u, %llu bytes): block with tag %u at %llu "
+                     "wrong at byte %llu (seed %llu)\n",
+                     o.rank, static_cast<unsigned long long>(it), o.collective.c_str(), call.root,
+                     static_cast<unsigned long long>(call.bytes), b.tag,
+                     static_cast<unsigned long long>(b.offset),
+                     static_cast<unsigned long long>(bad), static_cast<unsigned long long>(o.seed));
+        return 2;
+      }
+    }
+    if (request.valid()) request.wait();  // throws if the collective failed
+  }
+  if (st != nullptr) {
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaStreamDestroy(st));
+  }
+  std::printf("ok rank %u %s iterations %u\n", o.rank, o.collective.c_str(), o.iterations);
+  CUDA_CHECK(cudaFree(first_bad));
+  if (o.vmm) {
+    vmm_free_all();
+  } else {
+    CUDA_CHECK(cudaFree(send));
+    if (!o.host_recv) CUDA_CHECK(cudaFree(recv));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,13 +354,15 @@ int main(int argc, char** argv) {
       o.time_only = true;
     else if (a == "--stream")
       o.stream = true;
+    else if (a == "--collective")
+      o.collective = next();
     else {
       std::fprintf(stderr, "iris-gpu-rank: unknown argument %s\n", a.c_str());
       return 64;
     }
   }
   try {
-    return run(o);
+    return o.collective == "all_gather" ? run(o) : run_collective(o);
   } catch (const iris::Error& e) {
     std::fprintf(stderr, "rank %u: %s\n", o.rank, e.what());
     return 10 + static_cast<int>(e.code());

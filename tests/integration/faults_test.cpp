@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "client/src/client_impl.hpp"
-#include "examples/allgather_sweep/pattern.hpp"
+#include "examples/collective_sweep/pattern.hpp"
 #include "iris/iris.hpp"
 #include "tests/support/daemon_process.hpp"
 

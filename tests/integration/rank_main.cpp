@@ -10,10 +10,13 @@
 #include <random>
 #include <vector>
 
-#include "examples/allgather_sweep/pattern.hpp"
+#include "examples/collective_sweep/pattern.hpp"
 #include "iris/iris.hpp"
+#include "tests/support/collective_call.hpp"
 
 namespace {
+
+using namespace iris::testing;
 
 struct Options {
   std::string socket;
@@ -54,102 +57,6 @@ struct Slot {
   iris::Buffer recv;
 };
 
-const std::vector<std::string> kCollectives = {"all_gather", "all_to_all", "all_to_all_v",
-                                               "broadcast",  "gather",     "scatter"};
-
-// One block of test data: `bytes` at `offset` of a rank's send or receive area, whose contents
-// are a function of (seed, tag, iteration).
-struct Block {
-  uint64_t offset;
-  uint64_t bytes;
-  uint32_t tag;
-};
-
-// This rank's side of one collective: what it sends and where, what must land where, and the
-// arguments of the call. Computed alike by every rank from (seed, iteration).
-struct Call {
-  std::string collective;
-  uint64_t bytes = 0;
-  uint32_t root = 0;
-  bool send_significant = true;
-  bool recv_significant = true;
-  std::vector<Block> send_blocks;  // offsets from the send pointer
-  std::vector<Block> recv_blocks;  // offsets from the receive pointer
-  std::vector<uint64_t> send_counts, send_displs, recv_counts, recv_displs;
-};
-
-// all-to-all-v's count matrix: what rank s sends rank d in an iteration, zeros common.
-uint64_t v_count(const Options& o, uint64_t it, uint32_t s, uint32_t d, uint64_t max) {
-  uint64_t state = o.seed ^ (it * 0x9e3779b97f4a7c15ull) ^ (uint64_t{s} << 32) ^ d;
-  const uint64_t r = iris::example::splitmix64(state);
-  return (r >> 60) % 4 == 0 ? 0 : r % (max + 1);
-}
-
-Call plan_call(const Options& o, const std::string& collective, uint64_t it, uint64_t b) {
-  const uint32_t n = o.nranks;
-  const uint32_t me = o.rank;
-  Call c;
-  c.collective = collective;
-  c.bytes = b;
-  c.root = static_cast<uint32_t>(it % n);
-  const auto tag = [n](uint32_t src, uint32_t dst) { return src * n + dst; };
-  if (collective == "all_gather") {
-    c.send_blocks = {{0, b, tag(me, 0)}};
-    for (uint32_t s = 0; s < n; ++s) c.recv_blocks.push_back({s * b, b, tag(s, 0)});
-  } else if (collective == "all_to_all") {
-    for (uint32_t j = 0; j < n; ++j) {
-      c.send_blocks.push_back({j * b, b, tag(me, j)});
-      c.recv_blocks.push_back({j * b, b, tag(j, me)});
-    }
-  } else if (collective == "all_to_all_v") {
-    // Send blocks packed in rank order with small gaps, receive blocks in reverse order.
-    uint64_t at = 0;
-    for (uint32_t d = 0; d < n; ++d) {
-      c.send_counts.push_back(v_count(o, it, me, d, b));
-      c.send_displs.push_back(at);
-      c.send_blocks.push_back({at, c.send_counts.back(), tag(me, d)});
-      at += c.send_counts.back() + d % 3;
-    }
-    c.recv_counts.resize(n);
-    c.recv_displs.resize(n);
-    at = 0;
-    for (uint32_t s = n; s-- > 0;) {
-      c.recv_counts[s] = v_count(o, it, s, me, b);
-      c.recv_displs[s] = at;
-      c.recv_blocks.push_back({at, c.recv_counts[s], tag(s, me)});
-      at += c.recv_counts[s] + 1;
-    }
-  } else if (collective == "broadcast") {
-    if (me == c.root) c.send_blocks = {{0, b, tag(c.root, 0)}};
-    if (me != c.root) c.recv_blocks = {{0, b, tag(c.root, 0)}};
-  } else if (collective == "gather") {
-    c.send_blocks = {{0, b, tag(me, 0)}};
-    c.recv_significant = me == c.root;
-    if (me == c.root)
-      for (uint32_t s = 0; s < n; ++s) c.recv_blocks.push_back({s * b, b, tag(s, 0)});
-  } else {  // scatter
-    c.send_significant = me == c.root;
-    if (me == c.root)
-      for (uint32_t j = 0; j < n; ++j) c.send_blocks.push_back({j * b, b, tag(c.root, j)});
-    c.recv_blocks = {{0, b, tag(c.root, me)}};
-  }
-  return c;
-}
-
-iris::Request submit_call(iris::Communicator& comm, const Call& c, unsigned char* send,
-                          unsigned char* recv) {
-  const std::string& k = c.collective;
-  void* to = c.recv_significant ? recv : nullptr;
-  const void* from = c.send_significant ? send : nullptr;
-  if (k == "all_gather") return comm.all_gather(from, to, c.bytes);
-  if (k == "all_to_all") return comm.all_to_all(from, to, c.bytes);
-  if (k == "all_to_all_v")
-    return comm.all_to_all_v(from, c.send_counts, c.send_displs, to, c.recv_counts, c.recv_displs);
-  if (k == "broadcast") return comm.broadcast(send, c.bytes, c.root);
-  if (k == "gather") return comm.gather(from, to, c.bytes, c.root);
-  return comm.scatter(from, to, c.bytes, c.root);
-}
-
 // In place where the collective defines it: the send block is this rank's block of recv
 // (all-gather; gather at the root), recv is this rank's block of send (scatter at the root), or
 // the one buffer of broadcast.
@@ -180,7 +87,7 @@ int sweep(const Options& o, iris::Client& client) {
       const uint64_t it = first + b;
       const std::string& kind =
           o.collective == "mixed" ? kCollectives[it % kCollectives.size()] : o.collective;
-      Call call = plan_call(o, kind, it, size_for(o, it));
+      Call call = plan_call(o.nranks, o.rank, o.seed, kind, it, size_for(o, it));
       auto* recv = slots[b].recv.as<unsigned char>() + offset_for(o, it, 1);
       unsigned char* send = slots[b].send.as<unsigned char>() + offset_for(o, it, 0);
       if (in_place(o, call)) {
@@ -237,7 +144,7 @@ int sweep(const Options& o, iris::Client& client) {
 // receive blocks may change.
 int v_mismatch(const Options& o, iris::Client& client) {
   auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
-  Call call = plan_call(o, "all_to_all_v", 0, o.max_bytes);
+  Call call = plan_call(o.nranks, o.rank, o.seed, "all_to_all_v", 0, o.max_bytes);
   if (o.rank == o.nranks - 1) call.recv_counts[0] += 1;
   const uint64_t area = o.nranks * (o.max_bytes + 3) + 128;
   auto send = client.allocate(area);
@@ -273,7 +180,7 @@ int hang(const Options& o, iris::Client& client) {
   std::vector<iris::Request> requests;
   for (uint32_t i = 0; i < o.inflight; ++i) {
     const std::string& kind = o.collective == "mixed" ? kCollectives[i % 6] : o.collective;
-    Call call = plan_call(o, kind, i, o.max_bytes);
+    Call call = plan_call(o.nranks, o.rank, o.seed, kind, i, o.max_bytes);
     requests.push_back(submit_call(comm, call, send.as<unsigned char>(), recv.as<unsigned char>()));
   }
   std::cout << "submitted" << std::endl;

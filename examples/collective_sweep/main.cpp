@@ -1,11 +1,14 @@
-// allgather_sweep: one rank of a verified all-gather sweep through irisd. Start it once per rank
-// (the demo starts 4); rank 0 prints latency and bandwidth per size.
+// collective_sweep: one rank of a verified sweep of one collective (all_gather by default,
+// all_to_all or broadcast) through irisd. Start it once per rank (the demo starts 4); rank 0
+// prints latency and bandwidth per size.
 //
-//   allgather_sweep --socket /run/irisd/irisd.sock --nranks 4 --rank 0 [--csv]
+//   collective_sweep --socket /run/irisd/irisd.sock --nranks 4 --rank 0 [--collective all_to_all]
 //
 // Every iteration sends fresh data, poisons the receive buffer first and checks every byte
-// afterwards. Only the all-gather itself is timed: a 0-byte all-gather before it is the barrier
+// afterwards. Only the collective itself is timed: a 0-byte all-gather before it is the barrier
 // that starts all ranks together, and an iteration's time is that of its slowest rank.
+// "bytes" is one block: what each rank sends (all-gather), sends to each peer (all-to-all), or
+// what the root sends (broadcast, from rank 0).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,7 +25,7 @@ namespace {
 
 struct Options {
   std::string socket = "/run/irisd/irisd.sock";
-  std::string key = "allgather_sweep";
+  std::string key = "collective_sweep";
   uint32_t nranks = 1;
   uint32_t rank = 0;
   uint64_t min_bytes = 64;
@@ -30,12 +33,14 @@ struct Options {
   uint32_t iterations = 0;  // 0: scaled by size
   bool verify = true;
   bool csv = false;
+  std::string collective = "all_gather";
 };
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: allgather_sweep --nranks N --rank R [--socket PATH] [--key KEY]\n"
-               "         [--min-bytes B] [--max-bytes B] [--iterations N] [--no-verify] [--csv]\n");
+               "usage: collective_sweep --nranks N --rank R [--socket PATH] [--key KEY]\n"
+               "         [--collective all_gather|all_to_all|broadcast] [--min-bytes B]\n"
+               "         [--max-bytes B] [--iterations N] [--no-verify] [--csv]\n");
   std::exit(2);
 }
 
@@ -65,11 +70,48 @@ Options parse(int argc, char** argv) {
       o.verify = false;
     else if (a == "--csv")
       o.csv = true;
+    else if (a == "--collective")
+      o.collective = value();
     else
       usage();
   }
-  if (o.nranks == 0 || o.rank >= o.nranks || o.min_bytes == 0 || o.min_bytes > o.max_bytes) usage();
+  if (o.nranks == 0 || o.rank >= o.nranks || o.min_bytes == 0 || o.min_bytes > o.max_bytes ||
+      (o.collective != "all_gather" && o.collective != "all_to_all" && o.collective != "broadcast"))
+    usage();
   return o;
+}
+
+// Where one iteration's data lies: the blocks this rank sends (offsets into its send buffer, or
+// into the receive buffer for broadcast's one buffer) and those it must receive, each tagged
+// with what identifies its contents (see pattern.hpp).
+struct Block {
+  uint64_t offset;
+  uint32_t tag;
+};
+struct Blocks {
+  std::vector<Block> send, recv;
+  bool one_buffer = false;  // broadcast: send blocks are in the receive buffer
+  char* send_base(iris::Buffer& send_buffer, iris::Buffer& recv_buffer) const {
+    return one_buffer ? recv_buffer.as<char>() : send_buffer.as<char>();
+  }
+};
+
+Blocks blocks_of(const Options& o, uint64_t bytes) {
+  const uint32_t n = o.nranks, me = o.rank;
+  Blocks b;
+  if (o.collective == "all_to_all") {
+    for (uint32_t j = 0; j < n; ++j) {
+      b.send.push_back({j * bytes, me * n + j});  // to rank j
+      b.recv.push_back({j * bytes, j * n + me});  // from rank j
+    }
+  } else if (o.collective == "broadcast") {
+    b.one_buffer = true;
+    (me == 0 ? b.send : b.recv).push_back({0, 0});
+  } else {
+    b.send.push_back({0, me});
+    for (uint32_t r = 0; r < n; ++r) b.recv.push_back({r * bytes, r});
+  }
+  return b;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -85,10 +127,10 @@ int main(int argc, char** argv) {
   try {
     iris::ClientOptions client_options;
     client_options.socket_path = o.socket;
-    client_options.client_name = "allgather_sweep rank " + std::to_string(o.rank);
+    client_options.client_name = "collective_sweep rank " + std::to_string(o.rank);
     auto client = iris::Client::connect(client_options);
     auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
-    auto send = client.allocate(o.max_bytes);
+    auto send = client.allocate(o.max_bytes * o.nranks);
     auto recv = client.allocate(o.max_bytes * o.nranks);
     auto barrier = [&] { comm.all_gather(send.data(), recv.data(), 0).wait(); };
     // Touch every page once, also with --no-verify: untouched shared memory reads as the
@@ -107,8 +149,9 @@ int main(int argc, char** argv) {
       if (o.csv) {
         std::printf("nranks,bytes_per_rank,iterations,p50_us,p99_us,algbw_GBps,moved_GBps\n");
       } else {
-        std::printf("irisd %s, engine %s, %u ranks%s\n", client.daemon_version().c_str(),
-                    client.engine().c_str(), o.nranks, o.verify ? ", every byte verified" : "");
+        std::printf("irisd %s, engine %s, %s, %u ranks%s\n", client.daemon_version().c_str(),
+                    client.engine().c_str(), o.collective.c_str(), o.nranks,
+                    o.verify ? ", every byte verified" : "");
         std::printf("%14s %6s %10s %10s %12s %12s\n", "bytes/rank", "iters", "p50 us", "p99 us",
                     "algbw GB/s", "moved GB/s");
       }
@@ -121,22 +164,33 @@ int main(int argc, char** argv) {
               : static_cast<uint32_t>(std::clamp<uint64_t>((256ull << 20) / bytes, 5, 200));
       std::vector<double> latency_us;
       for (uint32_t it = 0; it < iters; ++it, ++iteration) {
+        const auto blocks = blocks_of(o, bytes);
         if (o.verify) {
-          for (uint32_t r = 0; r < o.nranks; ++r)
-            iris::example::fill_block(recv.as<char>() + r * bytes, bytes, seed, r, iteration, true);
-          iris::example::fill_block(send.data(), bytes, seed, o.rank, iteration);
+          for (const Block& b : blocks.recv)
+            iris::example::fill_block(recv.as<char>() + b.offset, bytes, seed, b.tag, iteration,
+                                      true);
+          for (const Block& b : blocks.send)
+            iris::example::fill_block(blocks.send_base(send, recv) + b.offset, bytes, seed, b.tag,
+                                      iteration);
         }
         barrier();
         const auto start = std::chrono::steady_clock::now();
-        comm.all_gather(send.data(), recv.data(), bytes).wait();
+        if (o.collective == "all_to_all") {
+          comm.all_to_all(send.data(), recv.data(), bytes).wait();
+        } else if (o.collective == "broadcast") {
+          comm.broadcast(recv.data(), bytes, 0).wait();
+        } else {
+          comm.all_gather(send.data(), recv.data(), bytes).wait();
+        }
         const auto end = std::chrono::steady_clock::now();
         if (o.verify) {
-          for (uint32_t r = 0; r < o.nranks; ++r) {
-            const auto bad =
-                iris::example::check_block(recv.as<char>() + r * bytes, bytes, seed, r, iteration);
+          for (const Block& b : blocks.recv) {
+            const auto bad = iris::example::check_block(recv.as<char>() + b.offset, bytes, seed,
+                                                        b.tag, iteration);
             if (bad != bytes) {
-              std::fprintf(stderr, "rank %u: %llu-byte all-gather: block of rank %u wrong at %zu\n",
-                           o.rank, static_cast<unsigned long long>(bytes), r, bad);
+              std::fprintf(stderr, "rank %u: %llu-byte %s: block with tag %u wrong at %zu\n",
+                           o.rank, static_cast<unsigned long long>(bytes), o.collective.c_str(),
+                           b.tag, bad);
               return 1;
             }
           }
@@ -157,9 +211,12 @@ int main(int argc, char** argv) {
       if (o.rank != 0) continue;
       const double p50 = percentile(latency_us, 0.50);
       const double p99 = percentile(latency_us, 0.99);
-      const double out_bytes = static_cast<double>(bytes) * o.nranks;
-      const double algbw = out_bytes / (p50 * 1e3);  // GB/s: output bytes per rank / time
-      const double moved = algbw * o.nranks;         // every rank's output, all copied by irisd
+      // algbw (NCCL's): one rank's output bytes / time. moved: every byte irisd copied / time
+      // (all n x n blocks for the all-gather and all-to-all, n - 1 for a broadcast).
+      const bool broadcast = o.collective == "broadcast";
+      const double out_bytes = static_cast<double>(bytes) * (broadcast ? 1 : o.nranks);
+      const double algbw = out_bytes / (p50 * 1e3);
+      const double moved = algbw * (broadcast ? o.nranks - 1 : o.nranks);
       if (o.csv) {
         std::printf("%u,%llu,%u,%.2f,%.2f,%.3f,%.3f\n", o.nranks,
                     static_cast<unsigned long long>(bytes), iters, p50, p99, algbw, moved);
