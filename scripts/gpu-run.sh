@@ -2,7 +2,10 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
+#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,bench,probe,torch (default: all)
 set -uo pipefail
+phases=",${1:-tests,bench,probe,torch},"
+want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
@@ -14,8 +17,11 @@ bin=.gpu/bin
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv | tee "$out/gpu.txt"
 
-"$bin/gpu_tests" --gtest_brief=0 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) " 
-tests_rc=${PIPESTATUS[0]}
+tests_rc=skipped
+if want tests; then
+  "$bin/gpu_tests" --gtest_brief=0 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) "
+  tests_rc=${PIPESTATUS[0]}
+fi
 
 run=$(mktemp -d /tmp/irisd-gpu-XXXXXX)
 "$bin/irisd" --socket "$run/irisd.sock" --engine cuda >"$run/irisd.log" 2>&1 &
@@ -30,18 +36,25 @@ bench() {  # bench NAME ARGS...
   local pids=()
   for r in 7 6 5 4 3 2 1 0; do
     "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key "$name" --nranks 8 --rank "$r" "$@" \
-      >"$out/bench_$name.$r" 2>&1 &
+      >"$run/bench_$name.$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  cat "$out/bench_$name.0" >"$out/bench_$name.md"
+  cat "$run/bench_$name.0" >"$out/bench_$name.md"
 }
-bench device --max-bytes $((256 << 20))
-bench host --max-bytes $((64 << 20)) --host-recv 1
-bench gemm --mode gemm --gemm-seconds 3
-timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
-IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python timeout 300 \
-  python3 scripts/one_gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
+if want bench; then
+  bench device --max-bytes $((256 << 20))
+  bench host --max-bytes $((64 << 20)) --host-recv 1
+  bench alltoall_host --collective all_to_all --max-bytes $((64 << 20)) --host-recv 1
+  bench gemm --mode gemm --gemm-seconds 3
+fi
+if want probe; then
+  timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
+fi
+if want torch; then
+  IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python timeout 300 \
+    python3 scripts/one_gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
+fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
@@ -52,6 +65,8 @@ grep -E "^\[ +(PASSED|FAILED) " "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
 echo "gpu tests exit: $tests_rc"
 cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
-for name in device host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
-echo "-- signal probe"; cat "$out/signal_probe.md"
-echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"
+if want bench; then
+  for name in device host alltoall_host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
+fi
+if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
+if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi

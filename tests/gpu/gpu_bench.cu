@@ -1,5 +1,6 @@
 // iris-gpu-bench: one rank of the GPU benchmark (not a test); start nranks copies, rank 0 prints.
-//   sweep: per size, host-blocking and stream-ordered all-gather latency (p50, p99, the slowest
+//   sweep: per size, host-blocking and stream-ordered all-gather (or, with --collective
+//          all_to_all, all-to-all: the same n x n copies) latency (p50, p99, the slowest
 //          rank's time), bytes moved per second, and the raw copy ceiling for the same copies
 //          (cudaMemcpyAsync of the nranks x nranks blocks by one process) measured in the run;
 //          then throughput back to back (kBurst collectives submitted before waiting, as
@@ -33,6 +34,7 @@ struct Options {
   uint64_t min_bytes = 4096, max_bytes = 256ull << 20;
   bool host_recv = false;
   double gemm_seconds = 2.0;
+  std::string collective = "all_gather";  // sweep: or all_to_all
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -107,9 +109,16 @@ void sweep(const Options& o) {
   Rank rank(o);
   CUDA_CHECK(cudaSetDevice(0));
   void *send = nullptr, *recv = nullptr;
-  CUDA_CHECK(cudaMalloc(&send, o.max_bytes));
-  CUDA_CHECK(cudaMemset(send, 1, o.max_bytes));
-  auto send_buf = rank.client.register_cuda_buffer(send, o.max_bytes);
+  const bool all_to_all = o.collective == "all_to_all";
+  const uint64_t send_bytes = o.max_bytes * (all_to_all ? o.nranks : 1);
+  CUDA_CHECK(cudaMalloc(&send, send_bytes));
+  CUDA_CHECK(cudaMemset(send, 1, send_bytes));
+  auto send_buf = rank.client.register_cuda_buffer(send, send_bytes);
+  // The collective under test; `bytes` is one block either way (n x n block copies in all).
+  auto collective = [&](uint64_t bytes, iris::Stream stream = {}) {
+    return all_to_all ? rank.comm.all_to_all(send, recv, bytes, stream)
+                      : rank.comm.all_gather(send, recv, bytes, stream);
+  };
   iris::Buffer recv_buf;
   if (o.host_recv) {
     recv_buf = rank.client.allocate(o.max_bytes * o.nranks);
@@ -149,7 +158,7 @@ void sweep(const Options& o) {
   }
   if (o.rank == 0)
     std::printf(
-        "| bytes/rank | blocking p50 us | blocking p99 us | stream p50 us | stream p99 us "
+        "| bytes/block | blocking p50 us | blocking p99 us | stream p50 us | stream p99 us "
         "| moved GB/s | ceiling GB/s | ratio | back-to-back us | back-to-back GB/s | "
         "back-to-back ceiling GB/s | back-to-back ratio |\n| ---: | ---: | ---: | ---: | "
         "---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -160,7 +169,7 @@ void sweep(const Options& o) {
     for (int i = 0; i < iters + 2; ++i) {
       rank.barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      rank.comm.all_gather(send, recv, bytes).wait();
+      collective(bytes).wait();
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       const double worst = rank.slowest(us);
@@ -169,7 +178,7 @@ void sweep(const Options& o) {
     for (int i = 0; i < iters + 2; ++i) {
       rank.barrier();
       CUDA_CHECK(cudaEventRecord(e0, st));
-      auto request = rank.comm.all_gather(send, recv, bytes, st);
+      auto request = collective(bytes, st);
       CUDA_CHECK(cudaEventRecord(e1, st));
       CUDA_CHECK(cudaEventSynchronize(e1));
       request.wait();
@@ -184,7 +193,7 @@ void sweep(const Options& o) {
       rank.barrier();
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<iris::Request> requests;
-      for (int k = 0; k < kBurst; ++k) requests.push_back(rank.comm.all_gather(send, recv, bytes));
+      for (int k = 0; k < kBurst; ++k) requests.push_back(collective(bytes));
       for (iris::Request& r : requests) r.wait();
       const double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -363,6 +372,8 @@ int main(int argc, char** argv) {
       o.host_recv = v == "1";
     else if (a == "--gemm-seconds")
       o.gemm_seconds = std::stod(v);
+    else if (a == "--collective")
+      o.collective = v;
   }
   try {
     if (o.mode == "gemm") {
