@@ -103,12 +103,16 @@ uint64_t size_for(const Options& o, uint64_t it) {
 
 constexpr int kBlocks = 1024, kThreads = 256;
 
-int run(const Options& o) {
-  CUDA_CHECK(cudaSetDevice(0));
+iris::Client connect(const Options& o) {
   iris::ClientOptions options;
   options.socket_path = o.socket;
   options.client_name = "iris-gpu-rank " + std::to_string(o.rank);
-  auto client = iris::Client::connect(options);
+  return iris::Client::connect(options);
+}
+
+int run(const Options& o) {
+  CUDA_CHECK(cudaSetDevice(0));
+  auto client = connect(o);
   auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
   const uint64_t recv_bytes = o.nranks * o.max_bytes + 64;
   uint8_t* send_dev = nullptr;
@@ -209,7 +213,6 @@ int run(const Options& o) {
   return 0;
 }
 
-
 // GPU memory for a test buffer: cudaMalloc, or VMM allocations (three, back to back).
 uint8_t* gpu_alloc(const Options& o, uint64_t bytes) {
   if (o.vmm) return vmm_alloc(bytes, 3);
@@ -225,10 +228,7 @@ uint8_t* gpu_alloc(const Options& o, uint64_t bytes) {
 int run_collective(const Options& o) {
   using iris::testing::Block;
   CUDA_CHECK(cudaSetDevice(0));
-  iris::ClientOptions options;
-  options.socket_path = o.socket;
-  options.client_name = "iris-gpu-rank " + std::to_string(o.rank);
-  auto client = iris::Client::connect(options);
+  auto client = connect(o);
   auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
   CUDA_CHECK(cudaFree(nullptr));
   const uint64_t area = o.nranks * (o.max_bytes + 3) + 128;

@@ -10,27 +10,6 @@
 namespace iris::testing {
 namespace {
 
-uint64_t fresh_seed() {
-  std::random_device entropy;
-  return (uint64_t{entropy()} << 32) | entropy();
-}
-
-// Starts nranks rank processes with `args` and returns their exit codes.
-std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
-                           const std::vector<std::string>& args) {
-  std::vector<pid_t> pids;
-  for (uint32_t r = 0; r < nranks; ++r) {
-    std::vector<std::string> argv = {
-        rank_program_path(),    "--socket", daemon.socket(),  "--nranks",
-        std::to_string(nranks), "--rank",   std::to_string(r)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pids.push_back(spawn(argv));
-  }
-  std::vector<int> codes;
-  for (pid_t p : pids) codes.push_back(wait_for(p));
-  return codes;
-}
-
 void expect_all_ok(const std::vector<int>& codes, const DaemonProcess& daemon) {
   for (std::size_t r = 0; r < codes.size(); ++r)
     EXPECT_EQ(codes[r], 0) << "rank " << r << " failed; daemon log:\n" << daemon.log();

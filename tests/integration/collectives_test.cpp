@@ -10,32 +10,13 @@
 #include <thread>
 
 #include "iris/iris.hpp"
+#include "tests/support/client_helpers.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-uint64_t fresh_seed() {
-  std::random_device entropy;
-  return (uint64_t{entropy()} << 32) | entropy();
-}
-
-std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
-                           const std::vector<std::string>& args) {
-  std::vector<pid_t> pids;
-  for (uint32_t r = 0; r < nranks; ++r) {
-    std::vector<std::string> argv = {
-        rank_program_path(),    "--socket", daemon.socket(),  "--nranks",
-        std::to_string(nranks), "--rank",   std::to_string(r)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pids.push_back(spawn(argv));
-  }
-  std::vector<int> codes;
-  for (pid_t p : pids) codes.push_back(wait_for(p));
-  return codes;
-}
 
 void expect_all(int code, const std::vector<int>& codes, const DaemonProcess& daemon) {
   for (std::size_t r = 0; r < codes.size(); ++r)
@@ -117,22 +98,6 @@ TEST(Collectives, AllToAllVCountsThatDisagreeFailEveryRankAndWriteNothingOutside
                 {"--mode", "v-mismatch", "--key", "v", "--seed", "7", "--max-bytes", "5000"}),
       daemon);
   EXPECT_NE(daemon.log().find("which expects"), std::string::npos) << daemon.log();
-}
-
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
-
-ClientOptions options_for(const DaemonProcess& d) {
-  ClientOptions o;
-  o.socket_path = d.socket();
-  o.client_name = "collectives_test";
-  return o;
 }
 
 TEST(Collectives, RootsOutOfRangeOrDisagreeingAreRefused) {

@@ -13,28 +13,13 @@
 #include "client/src/client_impl.hpp"
 #include "examples/collective_sweep/pattern.hpp"
 #include "iris/iris.hpp"
+#include "tests/support/client_helpers.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-ClientOptions options_for(const DaemonProcess& d, std::string name = "faults_test") {
-  ClientOptions o;
-  o.socket_path = d.socket();
-  o.client_name = std::move(name);
-  return o;
-}
-
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
 
 // A raw all-gather entry for tests that need what libiris itself never sends.
 shm::SubmitEntry raw_gather(uint64_t comm, uint64_t seq, uint64_t send_buffer, uint64_t send_off,

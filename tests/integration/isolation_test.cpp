@@ -10,6 +10,7 @@
 
 #include "client/src/client_impl.hpp"
 #include "iris/iris.hpp"
+#include "tests/support/client_helpers.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {
@@ -17,13 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr uid_t kOtherUid = 65534;  // nobody
-
-ClientOptions options_for(const DaemonProcess& d) {
-  ClientOptions o;
-  o.socket_path = d.socket();
-  o.client_name = "isolation_test";
-  return o;
-}
 
 // A rank process, run as another uid, that joins a communicator and stays until its stdin closes.
 struct OtherUserRank {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -164,6 +165,26 @@ std::string DaemonProcess::log() const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+uint64_t fresh_seed() {
+  std::random_device entropy;
+  return (uint64_t{entropy()} << 32) | entropy();
+}
+
+std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                           const std::vector<std::string>& args) {
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < nranks; ++r) {
+    std::vector<std::string> argv = {
+        rank_program_path(),    "--socket", daemon.socket(),  "--nranks",
+        std::to_string(nranks), "--rank",   std::to_string(r)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pids.push_back(spawn(argv));
+  }
+  std::vector<int> codes;
+  for (pid_t p : pids) codes.push_back(wait_for(p));
+  return codes;
 }
 
 }  // namespace iris::testing

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,12 @@ ProgramResult run_program(const std::vector<std::string>& argv);
 pid_t spawn(const std::vector<std::string>& argv);
 // Waits for a spawned pid; returns its exit code, or 128 + signal.
 int wait_for(pid_t pid);
+
+// A seed for test data, fresh each run (tests print it so a failure can be replayed).
+uint64_t fresh_seed();
+// Starts `nranks` iris-test-rank processes against `daemon` (--socket, --nranks and --rank
+// filled in, then `args`) and returns their exit codes.
+std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                           const std::vector<std::string>& args);
 
 }  // namespace iris::testing

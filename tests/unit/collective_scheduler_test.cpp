@@ -80,6 +80,17 @@ class Scheduler : public ::testing::Test {
     }
   }
 
+  // Runs every copy a stepped engine holds, in order, and feeds the completions back.
+  template <typename SteppedEngine>
+  void run_all(SteppedEngine& stepped) {
+    while (!stepped.queued.empty()) {
+      stepped.run(0);
+      std::vector<CopyCompletion> done;
+      stepped.poll(done);
+      for (const auto& c : done) scheduler->on_copy_complete(c);
+    }
+  }
+
   void expect_gathered(uint32_t rank, uint64_t bytes) {
     for (uint32_t src = 0; src < kRanks; ++src)
       for (uint64_t i = 0; i < bytes; ++i)
@@ -218,12 +229,7 @@ TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
   for (const CopyRequest& c : stepped.queued)
     for (uint32_t r = 0; r < kRanks; ++r)
       EXPECT_FALSE(c.src == send[r].data() && c.dst == recv[r].data() + r * 8);
-  while (!stepped.queued.empty()) {
-    stepped.run(0);
-    std::vector<CopyCompletion> done;
-    stepped.poll(done);
-    for (const auto& c : done) scheduler->on_copy_complete(c);
-  }
+  run_all(stepped);
   ASSERT_EQ(completions.size(), kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) {
     EXPECT_EQ(completions[r], ErrorCode::kOk);
@@ -278,12 +284,7 @@ TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
   ASSERT_EQ(stepped.queued.size(), kRanks - 1);
   for (const CopyRequest& c : stepped.queued) EXPECT_EQ(c.src, send[1].data());
   EXPECT_TRUE(completions.empty()) << "no rank completes while the root's copies are in flight";
-  while (!stepped.queued.empty()) {
-    stepped.run(0);
-    std::vector<CopyCompletion> done;
-    stepped.poll(done);
-    for (const auto& c : done) scheduler->on_copy_complete(c);
-  }
+  run_all(stepped);
   ASSERT_EQ(completions.size(), kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) {
     EXPECT_EQ(completions[r], ErrorCode::kOk);
