@@ -3,12 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "iris/shared/shm_segment.hpp"
 #include "iris/shared/spsc_ring.hpp"
 
 namespace iris::daemon {
-
-std::string Config::shm_prefix() const { return shm::segment_prefix(socket_path); }
 
 std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   Config c;
@@ -45,6 +42,20 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--max-sessions", c.limits.max_sessions, "attached clients at once")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
+  app.add_option("--max-sessions-per-uid", c.limits.max_sessions_per_uid,
+                 "attached clients of one user at once")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
+  app.add_option("--max-buffer-bytes-per-uid", c.limits.max_buffer_bytes_per_uid,
+                 "bytes of host buffers all of one user's sessions may hold")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 50))
+      ->capture_default_str();
+  app.add_option("--handshake-timeout-ms", c.limits.handshake_timeout_ms,
+                 "attach connections that have not finished their handshake by then are closed")
+      ->check(CLI::Range(10u, 600'000u))
+      ->capture_default_str();
+  app.add_option("--operator-group", c.operator_group,
+                 "members (and root) see every session and communicator; others their own");
   app.add_option("--max-buffers", c.limits.max_buffers_per_session, "buffers per session")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
@@ -61,7 +72,7 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                    : "ring depth must be a power of two from 2 to 65536";
       })
       ->capture_default_str();
-  app.add_option("--max-inflight", c.limits.max_inflight, "collectives in flight, daemon-wide")
+  app.add_option("--max-inflight", c.limits.max_inflight, "collectives in flight per communicator")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32))
       ->capture_default_str();
   app.add_flag("--allow-cross-uid-comms", c.allow_cross_uid_comms,

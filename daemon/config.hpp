@@ -15,10 +15,16 @@ namespace iris::daemon {
 
 struct Limits {
   uint32_t max_sessions = 256;
+  uint32_t max_sessions_per_uid = 64;  // one user cannot take every session
   uint32_t max_buffers_per_session = 1024;
-  uint64_t max_buffer_bytes = 16ull << 30;  // one registered buffer
-  uint32_t ring_depth = 256;                // per session; also its in-flight request limit
-  uint64_t max_inflight = 65536;            // collectives in flight, daemon-wide
+  uint64_t max_buffer_bytes = 16ull << 30;           // one registered buffer
+  uint64_t max_buffer_bytes_per_uid = 256ull << 30;  // host buffers of all of a uid's sessions
+  uint32_t ring_depth = 256;  // per session; also its limit of requests in flight
+  // Collectives in flight per communicator: a tenant's backlog fails its own collectives, never
+  // another communicator's.
+  uint64_t max_inflight = 4096;
+  // Attach connections that have not finished their handshake by then are closed.
+  uint32_t handshake_timeout_ms = 5000;
 };
 
 struct Config {
@@ -28,14 +34,15 @@ struct Config {
   EngineOptions engine;
   Limits limits;
   bool allow_cross_uid_comms = false;
+  // Members of this group (and root) see every session and communicator in iris-ctl; other
+  // users see their own. Empty: root only.
+  std::string operator_group;
   std::string log_level = "info";
   uint32_t spin_us = 1000;  // progress loop: polling this long with no work before it sleeps
 
   // The attach socket (plain, SO_PEERCRED) lives beside the gRPC one.
   std::string attach_socket_path() const { return socket_path + ".attach"; }
   std::string lock_path() const { return socket_path + ".lock"; }
-  // Prefix of every shared-memory name this daemon creates (shm::segment_prefix).
-  std::string shm_prefix() const;
 };
 
 // Parses argv. On --help or an error, returns nullopt and sets `exit_code` (0 for --help) after

@@ -50,6 +50,7 @@ void notify_systemd_ready() {
 struct Daemon::Parts {
   net::Fd lock_fd;
   Stats stats;
+  CallerTokens tokens;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ProgressLoop> loop;
   std::unique_ptr<Runtime> runtime;
@@ -78,8 +79,6 @@ void Daemon::start() {
   // Whatever a dead daemon left behind is stale now that we hold the lock.
   for (const std::string& path : {config_.socket_path, config_.attach_socket_path()})
     if (::unlink(path.c_str()) == 0) spdlog::info("removed stale socket {}", path);
-  if (const auto n = shm::ShmSegment::remove_with_prefix(config_.shm_prefix()); n > 0)
-    spdlog::info("removed {} stale shared-memory segments ({}*)", n, config_.shm_prefix());
 
   p.engine = make_engine(config_.engine);
   spdlog::info("engine: {} ({})", p.engine->description().name, p.engine->description().reason);
@@ -87,7 +86,7 @@ void Daemon::start() {
   p.runtime = std::make_unique<Runtime>(config_, *p.engine, p.stats, *p.loop);
   p.loop->start(*p.runtime);
 
-  p.service = std::make_unique<ControlService>(config_, *p.runtime, *p.loop, p.stats);
+  p.service = std::make_unique<ControlService>(config_, *p.runtime, *p.loop, p.stats, p.tokens);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
@@ -107,7 +106,7 @@ void Daemon::start() {
   if (::chmod(config_.socket_path.c_str(), config_.socket_mode) != 0)
     throw std::runtime_error(os_error("cannot chmod " + config_.socket_path));
 
-  p.listener = std::make_unique<AttachListener>(config_, *p.runtime, *p.loop);
+  p.listener = std::make_unique<AttachListener>(config_, *p.runtime, *p.loop, p.tokens);
   p.listener->start();
   spdlog::info("irisd {} ready: control unix:{}, attach {}, ring depth {}, pid {}",
                release_version(), config_.socket_path, config_.attach_socket_path(),

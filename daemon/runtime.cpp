@@ -1,5 +1,7 @@
 #include "daemon/runtime.hpp"
 
+#include <fcntl.h>
+
 #include <spdlog/spdlog.h>
 
 namespace iris::daemon {
@@ -29,7 +31,8 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
                peer.gid, client_name);
-  return {s.id(), s.token(), s.segment_name(), s.ring_depth(), s.wake_fd()};
+  return {s.id(), s.ring_depth(), net::Fd(::fcntl(s.wake_fd(), F_DUPFD_CLOEXEC, 0)),
+          s.take_segment_fd()};
 }
 
 void Runtime::end_session(uint64_t session_id, bool lost) {
@@ -45,10 +48,6 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
-}
-
-uint64_t Runtime::session_for_token(const std::string& token) const {
-  return sessions_.id_for_token(token);
 }
 
 RegisteredBuffer Runtime::register_buffer(uint64_t session_id, uint64_t bytes) {

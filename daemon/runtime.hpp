@@ -21,10 +21,9 @@ namespace iris::daemon {
 
 struct AttachResult {
   uint64_t session_id;
-  std::string token;
-  std::string segment_name;
   uint32_t ring_depth;
-  int wake_fd;  // the session keeps it; the listener sends a duplicate to the client
+  net::Fd wake;     // a duplicate of the session's wake eventfd, for the client
+  net::Fd segment;  // the session segment's sealed memfd, for the client
 };
 
 class Runtime final : public LoopWork {
@@ -38,7 +37,6 @@ class Runtime final : public LoopWork {
                       int connection);
   // Ends a session: `lost` when its connection dropped without Detach. Unknown ids are ignored.
   void end_session(uint64_t session_id, bool lost);
-  uint64_t session_for_token(const std::string& token) const;
 
   RegisteredBuffer register_buffer(uint64_t session_id, uint64_t bytes);
   RegisteredBuffer register_device_buffer(uint64_t session_id, const DeviceBufferExport& exported);

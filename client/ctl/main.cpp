@@ -1,8 +1,10 @@
 // iris-ctl: the operator's view of irisd. `iris-ctl status|stats|sessions|comms [--json]`.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <optional>
 
 #include "client/ctl/commands/command.hpp"
+#include "client/ctl/operator_attach.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"iris-ctl: status and statistics of irisd"};
@@ -24,6 +26,11 @@ int main(int argc, char** argv) {
   for (const auto& [sub, command] : subcommands) {
     if (!sub->parsed()) continue;
     try {
+      std::optional<iris::ctl::OperatorAttach> identity;
+      if (command->needs_identity()) {
+        identity.emplace(socket);
+        channel.set_token(identity->token());
+      }
       const iris::ctl::Report report = command->run(channel);
       if (json) {
         iris::ctl::print_json(report, std::cout);

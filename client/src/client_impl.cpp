@@ -8,6 +8,7 @@
 
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
+#include "iris/shared/version.hpp"
 
 namespace iris {
 
@@ -20,7 +21,8 @@ constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
 constexpr auto kAttachTimeout = std::chrono::seconds(10);
-constexpr auto kVmmRegisterTimeout = std::chrono::milliseconds(30000);
+// Session calls on the attach connection: a GPU import in irisd can take a while.
+constexpr auto kSessionCallTimeout = std::chrono::milliseconds(30000);
 
 clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
   const auto now = clock::now();
@@ -54,7 +56,7 @@ std::string describe_failure(ErrorCode code) {
   }
 }
 
-Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.socket_path) {
+Client::Impl::Impl(const ClientOptions& opts) : options(opts) {
   const std::string attach_path = options.socket_path + ".attach";
   try {
     attach_fd = net::connect_unix(attach_path);
@@ -76,27 +78,29 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), channel(opts.sock
     throw Error(static_cast<ErrorCode>(response.error_code()),
                 "attach refused: " + response.error_message());
   }
-  if (frame->fds.size() != 1)
-    throw Error(ErrorCode::kProtocolMismatch, "attach answer carried no wake descriptor");
+  if (frame->fds.size() != 2)
+    throw Error(ErrorCode::kProtocolMismatch,
+                "attach answer carried no wake descriptor and session segment");
   wake_fd = std::move(frame->fds[0]);
   session_id = response.session_id();
   engine = response.engine();
   daemon_version = response.daemon_version();
-  channel.set_token(response.token());
   try {
-    segment = shm::ShmSegment::open(response.segment_name());
+    segment = shm::ShmSegment::map(std::move(frame->fds[1]));
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kPermissionDenied, e.what());
+    throw Error(ErrorCode::kProtocolMismatch, e.what());
   }
   auto validated = shm::validate_segment(segment.data(), segment.size());
   if (!validated || validated->ring_depth != response.ring_depth())
-    throw Error(ErrorCode::kProtocolMismatch,
-                "session segment " + response.segment_name() + " has an unknown layout");
+    throw Error(ErrorCode::kProtocolMismatch, "the session segment has an unknown layout");
   view = *validated;
   stream_flags = std::make_unique<StreamFlagsMapping>(
       segment.data(), segment.size(), view.flags, view.ring_depth,
-      [this](const v1::RegisterBufferRequest& request) {
-        channel.call(&v1::Control::Stub::RegisterBuffer, request, "register stream done flags");
+      [this](const v1::RegisterIpcBuffer& flags) {
+        v1::SessionRequest request;
+        *request.mutable_register_ipc() = flags;
+        request.mutable_register_ipc()->set_stream_done_flags(true);
+        session_call(request, "register stream done flags");
       });
   producer_ =
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
@@ -111,12 +115,36 @@ void Client::Impl::detach() {
   detached = true;
   if (!daemon_gone()) {
     try {
-      channel.call(&v1::Control::Stub::Detach, v1::DetachRequest{}, "detach");
+      v1::SessionRequest request;
+      request.mutable_detach();
+      session_call(request, "detach");
     } catch (const Error&) {
       // Closing the attach socket below ends the session anyway.
     }
   }
   attach_fd = net::Fd();
+}
+
+v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request, const char* what,
+                                               const std::vector<int>& fds,
+                                               std::vector<net::Fd>* received) {
+  v1::SessionResponse response;
+  {
+    // One call at a time on the connection: each frame is answered by the next one.
+    std::lock_guard lock(attach_mutex_);
+    if (!attach_fd || !net::send_frame(attach_fd.get(), request.SerializeAsString(), fds))
+      throw Error(ErrorCode::kDaemonGone,
+                  std::string(what) + ": irisd closed the session (stopped, or ended it)");
+    auto frame = net::recv_frame(attach_fd.get(), kSessionCallTimeout, 1);
+    if (!frame || !response.ParseFromString(frame->payload))
+      throw Error(ErrorCode::kDaemonGone,
+                  std::string(what) + ": irisd did not answer (stopped, or the session ended)");
+    if (received != nullptr) *received = std::move(frame->fds);
+  }
+  if (response.error_code() != 0)
+    throw Error(static_cast<ErrorCode>(response.error_code()),
+                std::string(what) + ": " + response.error_message());
+  return response;
 }
 
 bool Client::Impl::daemon_stopped() const {
@@ -253,16 +281,8 @@ void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
   if (args_arenas_.empty() || args_arenas_.back().stride < need) {
     std::size_t stride = 256;
     while (stride < need) stride *= 2;
-    v1::RegisterBufferRequest request;
-    request.set_host_bytes(stride * slots_.size());
-    const auto response =
-        channel.call(&v1::Control::Stub::RegisterBuffer, request, "allocate argument area");
-    try {
-      args_arenas_.push_back(
-          {response.buffer_id(), stride, shm::ShmSegment::open(response.shm_name())});
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kPermissionDenied, e.what());
-    }
+    auto [id, mapping] = allocate_host(stride * slots_.size(), "allocate argument area");
+    args_arenas_.push_back({id, stride, std::move(mapping)});
   }
   ArgsArena& arena = args_arenas_.back();
   const std::size_t offset = std::size_t{slot} * arena.stride;
@@ -324,48 +344,41 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   return request;
 }
 
-Buffer Client::Impl::allocate(std::size_t bytes) {
-  v1::RegisterBufferRequest request;
-  request.set_host_bytes(bytes);
-  const auto response = channel.call(&v1::Control::Stub::RegisterBuffer, request, "allocate");
-  std::shared_ptr<shm::ShmSegment> mapping;
+std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t bytes,
+                                                                 const char* what) {
+  v1::SessionRequest request;
+  request.mutable_allocate_host()->set_bytes(bytes);
+  std::vector<net::Fd> fds;
+  const auto response = session_call(request, what, {}, &fds);
+  if (fds.size() != 1)
+    throw Error(ErrorCode::kProtocolMismatch,
+                std::string(what) + ": no memory came with the answer");
   try {
-    mapping = std::make_shared<shm::ShmSegment>(shm::ShmSegment::open(response.shm_name()));
+    return {response.registered().buffer_id(), shm::ShmSegment::map(std::move(fds[0]))};
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kPermissionDenied, e.what());
+    throw Error(ErrorCode::kProtocolMismatch, e.what());
   }
+}
+
+Buffer Client::Impl::allocate(std::size_t bytes) {
+  auto [id, segment] = allocate_host(bytes, "allocate");
+  auto mapping = std::make_shared<shm::ShmSegment>(std::move(segment));
   void* base = mapping->data();
-  return add_buffer(response.buffer_id(), base, bytes, std::move(mapping));
+  return add_buffer(id, base, bytes, std::move(mapping));
 }
 
 Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
   const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
   ExportedGpuBuffer exported = export_gpu_buffer(*runtime, device_ptr, bytes);
-  if (exported.ipc) {
-    const auto response =
-        channel.call(&v1::Control::Stub::RegisterBuffer, register_request(vendor, *exported.ipc),
-                     "register GPU buffer");
-    return add_buffer(response.buffer_id(), device_ptr, bytes, nullptr);
-  }
   v1::SessionRequest request;
-  *request.mutable_register_vmm() = exported.vmm;
   std::vector<int> fds;
-  for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
-  v1::SessionResponse response;
-  {
-    // One request at a time on the attach socket: each frame is answered by the next one.
-    std::lock_guard lock(attach_mutex_);
-    if (!net::send_frame(attach_fd.get(), request.SerializeAsString(), fds))
-      throw Error(ErrorCode::kDaemonGone, "irisd closed the session while registering a buffer");
-    auto frame = net::recv_frame(attach_fd.get(), kVmmRegisterTimeout, 0);
-    if (!frame || !response.ParseFromString(frame->payload))
-      throw Error(ErrorCode::kDaemonGone,
-                  "irisd did not answer a VMM buffer registration (stopped, or the session "
-                  "ended)");
+  if (exported.ipc) {
+    *request.mutable_register_ipc() = register_request(vendor, *exported.ipc);
+  } else {
+    *request.mutable_register_vmm() = exported.vmm;
+    for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
   }
-  if (response.error_code() != 0)
-    throw Error(static_cast<ErrorCode>(response.error_code()),
-                "register GPU buffer: " + response.error_message());
+  const auto response = session_call(request, "register GPU buffer", fds);
   return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr);
 }
 
@@ -385,10 +398,10 @@ void Client::Impl::forget_buffer(uint64_t id, void* base) {
     buffers_.erase(reinterpret_cast<uintptr_t>(base));
   }
   if (detached || daemon_gone()) return;
-  v1::DeregisterBufferRequest request;
-  request.set_buffer_id(id);
+  v1::SessionRequest request;
+  request.mutable_deregister()->set_buffer_id(id);
   try {
-    channel.call(&v1::Control::Stub::DeregisterBuffer, request, "free buffer");
+    session_call(request, "free buffer");
   } catch (const Error&) {
     // The session's end frees it anyway.
   }

@@ -12,7 +12,6 @@
 #include <span>
 #include <vector>
 
-#include "client/src/control_channel.hpp"
 #include "client/src/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
@@ -67,6 +66,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Finds the registered buffer holding `ptr`; nullopt when none does.
   std::optional<BufferLocation> locate(const void* ptr) const;
 
+  // One call of this session on the attach connection, with `fds` beside it; the descriptors
+  // that came with the answer go to `received`. Throws the answer's error, or kDaemonGone.
+  v1::SessionResponse session_call(const v1::SessionRequest& request, const char* what,
+                                   const std::vector<int>& fds = {},
+                                   std::vector<net::Fd>* received = nullptr);
+  // Host memory irisd allocates for this session: its buffer id and the mapped segment.
+  std::pair<uint64_t, shm::ShmSegment> allocate_host(std::size_t bytes, const char* what);
+
   void detach();
   // True once irisd marked the segment stopped (a shared-memory load, no syscall).
   bool daemon_stopped() const;
@@ -74,7 +81,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool daemon_gone() const;
 
   ClientOptions options;
-  client::ControlChannel channel;
   net::Fd attach_fd;
   net::Fd wake_fd;
   shm::ShmSegment segment;

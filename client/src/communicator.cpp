@@ -39,12 +39,12 @@ struct Communicator::Impl {
 
 Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
                                 uint32_t rank) {
-  v1::CommInitRequest request;
-  request.set_key(key);
-  request.set_nranks(nranks);
-  request.set_rank(rank);
-  const auto response =
-      client.impl_->channel.call(&v1::Control::Stub::CommInit, request, "communicator init");
+  v1::SessionRequest request;
+  auto* init = request.mutable_comm_init();
+  init->set_key(key);
+  init->set_nranks(nranks);
+  init->set_rank(rank);
+  const auto response = client.impl_->session_call(request, "communicator init");
   auto impl = std::make_unique<Impl>();
   impl->client = client.impl_;
   impl->id = response.comm_id();
@@ -295,9 +295,9 @@ void Communicator::destroy() {
   if (!impl_ || impl_->destroyed) return;
   impl_->destroyed = true;
   if (impl_->client->detached || impl_->client->daemon_gone()) return;
-  v1::CommDestroyRequest request;
-  request.set_comm_id(impl_->id);
-  impl_->client->channel.call(&v1::Control::Stub::CommDestroy, request, "communicator destroy");
+  v1::SessionRequest request;
+  request.mutable_comm_destroy()->set_comm_id(impl_->id);
+  impl_->client->session_call(request, "communicator destroy");
 }
 
 }  // namespace iris

@@ -11,9 +11,10 @@ std::unique_ptr<GpuRuntime> make_gpu_runtime(GpuVendor vendor) {
   return vendor == GpuVendor::kCuda ? make_cuda_runtime() : make_hip_runtime();
 }
 
-v1::RegisterBufferRequest register_request(GpuVendor vendor, const v1::CudaIpcBuffer& ipc) {
-  v1::RegisterBufferRequest request;
-  *(vendor == GpuVendor::kHip ? request.mutable_hip_ipc() : request.mutable_cuda_ipc()) = ipc;
+v1::RegisterIpcBuffer register_request(GpuVendor vendor, const v1::CudaIpcBuffer& ipc) {
+  v1::RegisterIpcBuffer request;
+  *request.mutable_buffer() = ipc;
+  request.set_hip(vendor == GpuVendor::kHip);
   return request;
 }
 

@@ -61,7 +61,7 @@ class GpuRuntime {
 std::unique_ptr<GpuRuntime> make_gpu_runtime(GpuVendor vendor);
 
 // A range of this process's GPU memory, described for irisd to import: memory with a legacy IPC
-// handle (cudaMalloc, hipMalloc) as that handle plus the range (sent with RegisterBuffer), VMM
+// handle (cudaMalloc, hipMalloc) as that handle plus the range (sent as RegisterIpcBuffer), VMM
 // memory (cuMemCreate / hipMemCreate + map, PyTorch's expandable segments) as one POSIX file
 // descriptor per physical allocation the range touches (sent over the attach socket).
 struct ExportedGpuBuffer {
@@ -71,7 +71,7 @@ struct ExportedGpuBuffer {
 };
 ExportedGpuBuffer export_gpu_buffer(GpuRuntime& runtime, void* device_ptr, std::size_t bytes);
 
-// The RegisterBuffer request for an IPC-exported range (cuda_ipc or hip_ipc by vendor).
-v1::RegisterBufferRequest register_request(GpuVendor vendor, const v1::CudaIpcBuffer& ipc);
+// The registration of an IPC-exported range, marked with the runtime that exported it.
+v1::RegisterIpcBuffer register_request(GpuVendor vendor, const v1::CudaIpcBuffer& ipc);
 
 }  // namespace iris

@@ -39,7 +39,7 @@ GpuRuntime& StreamFlagsMapping::ready_runtime(GpuVendor vendor) {
     // Allocated here: always an allocation with a legacy IPC handle.
     const ExportedGpuBuffer exported =
         export_gpu_buffer(*runtime, reinterpret_cast<void*>(done_flags), flag_bytes);
-    v1::RegisterBufferRequest request = register_request(vendor, *exported.ipc);
+    v1::RegisterIpcBuffer request = register_request(vendor, *exported.ipc);
     request.set_stream_done_flags(true);
     register_done_flags_(request);
   } catch (...) {

@@ -19,7 +19,7 @@ namespace iris {
 
 class StreamFlagsMapping {
  public:
-  using RegisterDoneFlags = std::function<void(const v1::RegisterBufferRequest&)>;
+  using RegisterDoneFlags = std::function<void(const v1::RegisterIpcBuffer&)>;
   using MakeRuntime = std::function<std::unique_ptr<GpuRuntime>(GpuVendor)>;
   // `make_runtime` loads the vendor's runtime on first use (tests pass a fake).
   StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,

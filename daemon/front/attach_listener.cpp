@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -16,7 +17,10 @@
 namespace iris::daemon {
 
 namespace {
-constexpr auto kHandshakeTimeout = std::chrono::milliseconds(500);
+// Accepting pauses this long when the process is out of descriptors; handshakes that time out
+// meanwhile give some back.
+constexpr auto kAcceptPause = std::chrono::milliseconds(200);
+constexpr auto kAcceptWarningInterval = std::chrono::seconds(10);
 
 void add_to_epoll(int epoll_fd, int fd) {
   epoll_event ev{};
@@ -26,20 +30,22 @@ void add_to_epoll(int epoll_fd, int fd) {
     throw std::runtime_error(std::string("epoll_ctl: ") + std::strerror(errno));
 }
 
-void send_error(int fd, ErrorCode code, const std::string& message) {
+v1::AttachResponse attach_error(ErrorCode code, const std::string& message) {
   v1::AttachResponse response;
   response.set_error_code(static_cast<uint32_t>(code));
   response.set_error_message(message);
   response.set_protocol_version(kProtocolVersion);
   response.set_daemon_version(std::string(release_version()));
-  net::send_frame(fd, response.SerializeAsString());
+  return response;
 }
 }  // namespace
 
-AttachListener::AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop)
+AttachListener::AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop,
+                               CallerTokens& tokens)
     : config_(config),
       runtime_(runtime),
       loop_(loop),
+      tokens_(tokens),
       listen_fd_(
           net::listen_unix(config.attach_socket_path(), config.socket_mode, config.socket_group)),
       epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
@@ -66,11 +72,23 @@ void AttachListener::stop() {
   thread_.join();
 }
 
+int AttachListener::next_timeout_ms() const {
+  std::optional<Clock::time_point> next = accept_paused_until_;
+  for (const auto& [fd, conn] : connections_)
+    if (!conn.attached && (!next || conn.deadline < *next)) next = conn.deadline;
+  if (!next) return -1;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000));
+}
+
 void AttachListener::run() {
   epoll_event events[64];
   for (;;) {
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, -1);
-    if (n < 0 && errno == EINTR) continue;
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, next_timeout_ms());
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("attach listener: epoll_wait: {}", std::strerror(errno));
+      return;
+    }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == stop_fd_.get()) return;
@@ -80,6 +98,29 @@ void AttachListener::run() {
         on_readable(fd);
       }
     }
+    close_expired_handshakes();
+    if (accept_paused_until_ && Clock::now() >= *accept_paused_until_) {
+      accept_paused_until_.reset();
+      add_to_epoll(epoll_fd_.get(), listen_fd_.get());
+    }
+  }
+}
+
+void AttachListener::pause_accepting(int error) {
+  // Level-triggered epoll would report the pending connection again at once: take the listening
+  // socket out for a while instead of spinning on accept().
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, listen_fd_.get(), nullptr);
+  accept_paused_until_ = Clock::now() + kAcceptPause;
+  ++accept_failures_since_warning_;
+  if (Clock::now() - last_accept_warning_ >= kAcceptWarningInterval) {
+    spdlog::warn(
+        "attach socket: cannot accept ({}; {} connections open, {} failures in the last {} s): "
+        "pausing accepts for {} ms; raise LimitNOFILE if honest clients hit this",
+        std::strerror(error), connections_.size(), accept_failures_since_warning_,
+        std::chrono::duration_cast<std::chrono::seconds>(kAcceptWarningInterval).count(),
+        kAcceptPause.count());
+    last_accept_warning_ = Clock::now();
+    accept_failures_since_warning_ = 0;
   }
 }
 
@@ -87,54 +128,161 @@ void AttachListener::accept_all() {
   for (;;) {
     const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        spdlog::warn("attach socket accept: {}", std::strerror(errno));
-      if (errno == EINTR) continue;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        pause_accepting(errno);
       return;
     }
-    add_to_epoll(epoll_fd_.get(), fd);
-    connections_.emplace(fd, Connection{net::Fd(fd), std::nullopt});
+    try {
+      add_to_epoll(epoll_fd_.get(), fd);
+    } catch (const std::exception& e) {
+      ::close(fd);
+      pause_accepting(errno);
+      return;
+    }
+    Connection conn;
+    conn.fd = net::Fd(fd);
+    conn.deadline = Clock::now() + std::chrono::milliseconds(config_.limits.handshake_timeout_ms);
+    connections_.emplace(fd, std::move(conn));
   }
+}
+
+void AttachListener::close_expired_handshakes() {
+  const auto now = Clock::now();
+  std::vector<int> expired;
+  for (const auto& [fd, conn] : connections_)
+    if (!conn.attached && now >= conn.deadline) expired.push_back(fd);
+  for (int fd : expired) close_connection(fd);
 }
 
 void AttachListener::on_readable(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   Connection& conn = it->second;
-  if (!conn.session_id) {
-    handshake(conn);
-    return;
+  const auto status = conn.reader.read_some(fd);
+  while (auto frame = conn.reader.next()) {
+    if (!on_frame(conn, *frame)) return;  // closed
   }
-  // After the handshake: requests that carry file descriptors, one frame each; EOF (or a frame
-  // that cannot be read) ends the session.
-  const uint64_t id = *conn.session_id;
-  auto frame = net::recv_frame(fd, kHandshakeTimeout, kMaxSessionRequestFds);
-  if (!frame) {
-    if (!net::peer_closed(fd))
-      spdlog::warn("session {}: unreadable frame on the attach socket; ending the session", id);
-    loop_.post([this, id] { runtime_.end_session(id, true); });
+  if (status == net::FrameReader::Status::kBad) {
+    spdlog::warn("attach connection {}: oversized frame or too many descriptors; closing it",
+                 conn.session_id ? "of session " + std::to_string(*conn.session_id)
+                                 : std::string("(no session)"));
     close_connection(fd);
-    return;
-  }
-  if (!net::send_frame(fd, handle_session_request(id, *frame).SerializeAsString())) {
-    loop_.post([this, id] { runtime_.end_session(id, true); });
+  } else if (status == net::FrameReader::Status::kClosed) {
     close_connection(fd);
   }
 }
 
-v1::SessionResponse AttachListener::handle_session_request(uint64_t session_id,
-                                                           const net::Frame& frame) {
-  v1::SessionResponse response;
-  v1::SessionRequest request;
-  if (!request.ParseFromString(frame.payload) || !request.has_register_vmm()) {
-    response.set_error_code(static_cast<uint32_t>(ErrorCode::kInvalidArgument));
-    response.set_error_message("malformed request on the attach socket");
-    return response;
+bool AttachListener::on_frame(Connection& conn, net::Frame& frame) {
+  const bool keep = conn.attached ? serve(conn, frame) : handshake(conn, frame);
+  if (!keep) close_connection(conn.fd.get());
+  return keep;
+}
+
+bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
+  const int fd = conn.fd.get();
+  v1::AttachRequest request;
+  if (!request.ParseFromString(frame.payload)) {
+    net::send_frame(
+        fd,
+        attach_error(ErrorCode::kInvalidArgument, "malformed attach request").SerializeAsString());
+    return false;
   }
+  net::PeerCredentials peer{};
   try {
-    const DeviceBufferExport exported = vmm_export(request.register_vmm(), frame.fds);
-    *response.mutable_registered() =
-        to_wire(loop_.call([&] { return runtime_.register_device_buffer(session_id, exported); }));
+    require_protocol(std::to_string(request.protocol_version()));
+    peer = net::peer_credentials(fd);
+    v1::AttachResponse response;
+    response.set_protocol_version(kProtocolVersion);
+    response.set_daemon_version(std::string(release_version()));
+    response.set_engine(runtime_.engine_description().name);
+    std::vector<int> fds;
+    AttachResult attached{};
+    if (!request.operator_only()) {
+      attached = loop_.call([&] { return runtime_.attach(peer, request.client_name(), fd); });
+      conn.session_id = attached.session_id;
+      response.set_session_id(attached.session_id);
+      response.set_ring_depth(attached.ring_depth);
+      fds = {attached.wake.get(), attached.segment.get()};
+    }
+    conn.token = tokens_.issue(
+        {peer.uid, is_operator(peer.pid, peer.uid, peer.gid, config_.operator_group)});
+    response.set_token(conn.token);
+    conn.attached = true;
+    if (!net::send_frame(fd, response.SerializeAsString(), fds)) {
+      spdlog::warn("attach from pid {}: client went away during the handshake", peer.pid);
+      return false;
+    }
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("attach from pid {} uid {} refused: {}", peer.pid, peer.uid, e.what());
+    net::send_frame(fd, attach_error(e.code(), e.message()).SerializeAsString());
+  } catch (const std::exception& e) {
+    net::send_frame(fd, attach_error(ErrorCode::kInternal, e.what()).SerializeAsString());
+  }
+  return false;
+}
+
+bool AttachListener::serve(Connection& conn, net::Frame& frame) {
+  v1::SessionResponse response;
+  std::vector<int> fds;
+  net::Fd memfd;
+  bool detach = false;
+  try {
+    v1::SessionRequest request;
+    if (!request.ParseFromString(frame.payload))
+      throw Error(ErrorCode::kInvalidArgument, "malformed request on the attach socket");
+    if (!conn.session_id)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "this connection holds no session (an operator-only attach)");
+    const uint64_t id = *conn.session_id;
+    switch (request.kind_case()) {
+      case v1::SessionRequest::kRegisterVmm: {
+        const DeviceBufferExport exported = vmm_export(request.register_vmm(), frame.fds);
+        *response.mutable_registered() =
+            to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
+        break;
+      }
+      case v1::SessionRequest::kAllocateHost: {
+        RegisteredBuffer b = loop_.call(
+            [&] { return runtime_.register_buffer(id, request.allocate_host().bytes()); });
+        *response.mutable_registered() = to_wire(b);
+        memfd = std::move(b.memfd);
+        fds.push_back(memfd.get());
+        break;
+      }
+      case v1::SessionRequest::kRegisterIpc: {
+        const auto& ipc = request.register_ipc();
+        const DeviceBufferExport exported =
+            ipc_export(ipc.buffer(), ipc.hip() ? DeviceApi::kHip : DeviceApi::kCuda);
+        if (ipc.stream_done_flags()) {
+          loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
+        } else {
+          *response.mutable_registered() =
+              to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
+        }
+        break;
+      }
+      case v1::SessionRequest::kDeregister:
+        loop_.call([&] { runtime_.deregister_buffer(id, request.deregister().buffer_id()); });
+        break;
+      case v1::SessionRequest::kCommInit: {
+        const auto& init = request.comm_init();
+        response.set_comm_id(loop_.call(
+            [&] { return runtime_.comm_init(id, init.key(), init.nranks(), init.rank()); }));
+        break;
+      }
+      case v1::SessionRequest::kCommDestroy:
+        loop_.call([&] { runtime_.comm_destroy(id, request.comm_destroy().comm_id()); });
+        break;
+      case v1::SessionRequest::kDetach:
+        loop_.call([&] { runtime_.end_session(id, false); });
+        detach = true;
+        break;
+      default:
+        throw Error(ErrorCode::kInvalidArgument,
+                    "unknown request on the attach socket (a libiris newer than this irisd?)");
+    }
   } catch (const Error& e) {
     response.set_error_code(static_cast<uint32_t>(e.code()));
     response.set_error_message(e.message());
@@ -142,51 +290,24 @@ v1::SessionResponse AttachListener::handle_session_request(uint64_t session_id,
     response.set_error_code(static_cast<uint32_t>(ErrorCode::kInternal));
     response.set_error_message(e.what());
   }
-  return response;
-}
-
-void AttachListener::handshake(Connection& conn) {
-  const int fd = conn.fd.get();
-  auto frame = net::recv_frame(fd, kHandshakeTimeout, 0);
-  v1::AttachRequest request;
-  if (!frame || !request.ParseFromString(frame->payload)) {
-    if (frame) send_error(fd, ErrorCode::kInvalidArgument, "malformed attach request");
-    close_connection(fd);
-    return;
+  // A client that does not read its answers fills the socket: the non-blocking send fails and
+  // the connection ends, rather than this thread waiting for it.
+  if (!net::send_frame(conn.fd.get(), response.SerializeAsString(), fds)) return false;
+  if (detach) {
+    conn.session_id.reset();  // ended already, not lost
+    return false;
   }
-  net::PeerCredentials peer{};
-  try {
-    require_protocol(std::to_string(request.protocol_version()));
-    peer = net::peer_credentials(fd);
-    const AttachResult attached =
-        loop_.call([&] { return runtime_.attach(peer, request.client_name(), fd); });
-    v1::AttachResponse response;
-    response.set_session_id(attached.session_id);
-    response.set_token(attached.token);
-    response.set_segment_name(attached.segment_name);
-    response.set_ring_depth(attached.ring_depth);
-    response.set_protocol_version(kProtocolVersion);
-    response.set_daemon_version(std::string(release_version()));
-    response.set_engine(runtime_.engine_description().name);
-    conn.session_id = attached.session_id;
-    if (!net::send_frame(fd, response.SerializeAsString(), {attached.wake_fd})) {
-      spdlog::warn("session {}: client went away during attach", attached.session_id);
-      loop_.post([this, id = attached.session_id] { runtime_.end_session(id, true); });
-      close_connection(fd);
-    }
-  } catch (const Error& e) {
-    spdlog::warn("attach from pid {} uid {} refused: {}", peer.pid, peer.uid, e.what());
-    send_error(fd, e.code(), e.message());
-    close_connection(fd);
-  } catch (const std::exception& e) {
-    send_error(fd, ErrorCode::kInternal, e.what());
-    close_connection(fd);
-  }
+  return true;
 }
 
 void AttachListener::close_connection(int fd) {
+  auto it = connections_.find(fd);
+  if (it == connections_.end()) return;
+  if (auto id = it->second.session_id)
+    loop_.post([this, id = *id] { runtime_.end_session(id, true); });
+  if (!it->second.token.empty()) tokens_.revoke(it->second.token);
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  connections_.erase(fd);
+  connections_.erase(it);
 }
 
 }  // namespace iris::daemon

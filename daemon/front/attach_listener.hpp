@@ -1,15 +1,24 @@
-// The attach socket: a plain Unix socket where a client says hello and the kernel says who it is
-// (SO_PEERCRED), since gRPC 1.51 cannot tell a server its peer's pid or uid. Each accepted
-// connection stays open for the session's life; its EOF is how the daemon learns, at once, that
-// the client died, and the session is then torn down. After the handshake it also carries the
-// requests that pass file descriptors (VMM buffer registration), which gRPC cannot.
+// The attach socket: a plain Unix socket where the kernel tells irisd who each peer is
+// (SO_PEERCRED), since gRPC 1.51 cannot. A client attaches (or iris-ctl asks for an operator
+// token), and the connection then carries every call of that session (buffers, communicators,
+// detach), each answered on it, with file descriptors beside the frames where needed (VMM
+// allocations in, sealed memfds out). A call can only name the session of its own connection.
+// The connection's EOF is how irisd learns, at once, that a client died.
+//
+// One thread serves every connection, event-driven: reads never block (frames are reassembled
+// as bytes arrive), each handshake has a deadline, and at the descriptor limit accepting pauses
+// (with a rate-limited log line) instead of spinning, so a slow, silent or flooding peer holds
+// up neither other attaches nor the death notices of sessions.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "daemon/config.hpp"
+#include "daemon/front/caller_tokens.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/v1/control.pb.h"
@@ -21,32 +30,48 @@ inline constexpr std::size_t kMaxSessionRequestFds = 256;
 
 class AttachListener {
  public:
-  AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop);
+  AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop, CallerTokens& tokens);
   ~AttachListener();
 
   void start();
   void stop();
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Connection {
     net::Fd fd;
-    std::optional<uint64_t> session_id;
+    net::FrameReader reader{kMaxSessionRequestFds};
+    Clock::time_point deadline;  // the handshake must be done by then
+    bool attached = false;
+    std::optional<uint64_t> session_id;  // none for an operator-only attach
+    std::string token;
   };
 
   void run();
   void accept_all();
   void on_readable(int fd);
-  void handshake(Connection& conn);
-  v1::SessionResponse handle_session_request(uint64_t session_id, const net::Frame& frame);
+  // Handles one frame; false when the connection must close.
+  bool on_frame(Connection& conn, net::Frame& frame);
+  bool handshake(Connection& conn, const net::Frame& frame);
+  bool serve(Connection& conn, net::Frame& frame);
+  // Ends the connection; its session, if it still has one, ends too (as lost).
   void close_connection(int fd);
+  void close_expired_handshakes();
+  // epoll_wait's timeout: until the next handshake deadline or the end of an accept pause.
+  int next_timeout_ms() const;
+  void pause_accepting(int error);
 
   const Config& config_;
   Runtime& runtime_;
   ProgressLoop& loop_;
+  CallerTokens& tokens_;
   net::Fd listen_fd_;
   net::Fd epoll_fd_;
   net::Fd stop_fd_;
   std::map<int, Connection> connections_;
+  std::optional<Clock::time_point> accept_paused_until_;
+  Clock::time_point last_accept_warning_{};
+  uint64_t accept_failures_since_warning_ = 0;
   std::thread thread_;
 };
 

@@ -54,8 +54,8 @@ std::string metadata(grpc::ServerContext* ctx, const char* key) {
 }  // namespace
 
 ControlService::ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop,
-                               Stats& stats)
-    : config_(config), runtime_(runtime), loop_(loop), stats_(stats) {}
+                               Stats& stats, const CallerTokens& tokens)
+    : config_(config), runtime_(runtime), loop_(loop), stats_(stats), tokens_(tokens) {}
 
 template <typename Body>
 grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
@@ -73,67 +73,14 @@ grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
   }
 }
 
-uint64_t ControlService::session_of(grpc::ServerContext* ctx) {
+Caller ControlService::caller_of(grpc::ServerContext* ctx) const {
   const std::string token = metadata(ctx, kTokenMetadataKey);
-  if (token.empty())
+  auto caller = token.empty() ? std::nullopt : tokens_.find(token);
+  if (!caller)
     throw Error(ErrorCode::kPermissionDenied,
-                "this call needs a session: attach through the attach socket first");
-  return loop_.call([&] { return runtime_.session_for_token(token); });
-}
-
-grpc::Status ControlService::Detach(grpc::ServerContext* ctx, const v1::DetachRequest*,
-                                    v1::DetachResponse*) {
-  return handle(ctx, [&] {
-    const uint64_t id = session_of(ctx);
-    loop_.call([&] { runtime_.end_session(id, false); });
-  });
-}
-
-grpc::Status ControlService::RegisterBuffer(grpc::ServerContext* ctx,
-                                            const v1::RegisterBufferRequest* req,
-                                            v1::RegisterBufferResponse* resp) {
-  return handle(ctx, [&] {
-    const uint64_t id = session_of(ctx);
-    if (req->has_cuda_ipc() || req->has_hip_ipc()) {
-      const bool hip = req->has_hip_ipc();
-      const DeviceBufferExport exported = ipc_export(hip ? req->hip_ipc() : req->cuda_ipc(),
-                                                     hip ? DeviceApi::kHip : DeviceApi::kCuda);
-      if (req->stream_done_flags()) {
-        loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
-      } else {
-        *resp = to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
-      }
-    } else {
-      *resp = to_wire(loop_.call([&] { return runtime_.register_buffer(id, req->host_bytes()); }));
-    }
-  });
-}
-
-grpc::Status ControlService::DeregisterBuffer(grpc::ServerContext* ctx,
-                                              const v1::DeregisterBufferRequest* req,
-                                              v1::DeregisterBufferResponse*) {
-  return handle(ctx, [&] {
-    const uint64_t id = session_of(ctx);
-    loop_.call([&] { runtime_.deregister_buffer(id, req->buffer_id()); });
-  });
-}
-
-grpc::Status ControlService::CommInit(grpc::ServerContext* ctx, const v1::CommInitRequest* req,
-                                      v1::CommInitResponse* resp) {
-  return handle(ctx, [&] {
-    const uint64_t id = session_of(ctx);
-    resp->set_comm_id(
-        loop_.call([&] { return runtime_.comm_init(id, req->key(), req->nranks(), req->rank()); }));
-  });
-}
-
-grpc::Status ControlService::CommDestroy(grpc::ServerContext* ctx,
-                                         const v1::CommDestroyRequest* req,
-                                         v1::CommDestroyResponse*) {
-  return handle(ctx, [&] {
-    const uint64_t id = session_of(ctx);
-    loop_.call([&] { runtime_.comm_destroy(id, req->comm_id()); });
-  });
+                "listing sessions and communicators needs the token of an open attach "
+                "connection (iris-ctl gets one itself)");
+  return *caller;
 }
 
 grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
@@ -184,12 +131,18 @@ grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetSta
 
 grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,
                                           v1::ListSessionsResponse* resp) {
-  return handle(ctx, [&] { loop_.call([&] { fill_sessions(runtime_.sessions(), *resp); }); });
+  return handle(ctx, [&] {
+    const Caller caller = caller_of(ctx);
+    loop_.call([&] { fill_sessions(runtime_.sessions(), caller, *resp); });
+  });
 }
 
 grpc::Status ControlService::ListComms(grpc::ServerContext* ctx, const v1::ListCommsRequest*,
                                        v1::ListCommsResponse* resp) {
-  return handle(ctx, [&] { loop_.call([&] { fill_comms(runtime_.comms(), *resp); }); });
+  return handle(ctx, [&] {
+    const Caller caller = caller_of(ctx);
+    loop_.call([&] { fill_comms(runtime_.comms(), caller, *resp); });
+  });
 }
 
 }  // namespace iris::daemon

@@ -1,9 +1,12 @@
-// The gRPC Control service. Handlers run on gRPC's threads and reach daemon state only through
-// the progress loop. A session's calls carry its token (from the attach handshake) as metadata.
+// The gRPC Control service: the operator's read-only view (status, stats, sessions,
+// communicators). Handlers run on gRPC's threads and reach daemon state only through the progress
+// loop. The lists need a token from an attach (metadata), and show the token's uid its own
+// sessions and communicators, or everything to root and the operator group.
 #pragma once
 
 #include <chrono>
 
+#include "daemon/front/caller_tokens.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/v1/control.grpc.pb.h"
@@ -13,17 +16,9 @@ namespace iris::daemon {
 
 class ControlService final : public v1::Control::Service {
  public:
-  ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop, Stats& stats);
+  ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop, Stats& stats,
+                 const CallerTokens& tokens);
 
-  grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*, v1::DetachResponse*) override;
-  grpc::Status RegisterBuffer(grpc::ServerContext*, const v1::RegisterBufferRequest*,
-                              v1::RegisterBufferResponse*) override;
-  grpc::Status DeregisterBuffer(grpc::ServerContext*, const v1::DeregisterBufferRequest*,
-                                v1::DeregisterBufferResponse*) override;
-  grpc::Status CommInit(grpc::ServerContext*, const v1::CommInitRequest*,
-                        v1::CommInitResponse*) override;
-  grpc::Status CommDestroy(grpc::ServerContext*, const v1::CommDestroyRequest*,
-                           v1::CommDestroyResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::GetStatusResponse*) override;
   grpc::Status GetStats(grpc::ServerContext*, const v1::GetStatsRequest*,
@@ -37,12 +32,14 @@ class ControlService final : public v1::Control::Service {
   // Runs `body` after the protocol check, turning iris::Error into a gRPC status.
   template <typename Body>
   grpc::Status handle(grpc::ServerContext* ctx, Body&& body);
-  uint64_t session_of(grpc::ServerContext* ctx);
+  // Who calls: from the token's attach; throws kPermissionDenied without a valid one.
+  Caller caller_of(grpc::ServerContext* ctx) const;
 
   const Config& config_;
   Runtime& runtime_;
   ProgressLoop& loop_;
   Stats& stats_;
+  const CallerTokens& tokens_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -30,8 +30,10 @@ void fill_stats(const Stats& stats, v1::GetStatsResponse& out) {
   }
 }
 
-void fill_sessions(const SessionRegistry& sessions, v1::ListSessionsResponse& out) {
+void fill_sessions(const SessionRegistry& sessions, const Caller& caller,
+                   v1::ListSessionsResponse& out) {
   for (const Session* s : sessions.list()) {
+    if (!caller.sees_all && s->peer().uid != caller.uid) continue;
     auto* info = out.add_sessions();
     info->set_session_id(s->id());
     info->set_pid(static_cast<uint32_t>(s->peer().pid));
@@ -46,8 +48,10 @@ void fill_sessions(const SessionRegistry& sessions, v1::ListSessionsResponse& ou
   }
 }
 
-void fill_comms(const CommunicatorRegistry& comms, v1::ListCommsResponse& out) {
+void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
+                v1::ListCommsResponse& out) {
   for (const auto& [id, comm] : comms.all()) {
+    if (!caller.sees_all && comm->uid != caller.uid) continue;
     auto* info = out.add_comms();
     info->set_comm_id(id);
     info->set_key(comm->key);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/front/caller_tokens.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "daemon/stats.hpp"
 #include "iris/v1/control.pb.h"
@@ -11,8 +12,10 @@ namespace iris::daemon {
 
 // Any thread: the counters are atomics. Each counter goes to the field of its name.
 void fill_stats(const Stats& stats, v1::GetStatsResponse& out);
-// Progress thread only.
-void fill_sessions(const SessionRegistry& sessions, v1::ListSessionsResponse& out);
-void fill_comms(const CommunicatorRegistry& comms, v1::ListCommsResponse& out);
+// Progress thread only. What `caller` may see: its uid's own, or everything for an operator.
+void fill_sessions(const SessionRegistry& sessions, const Caller& caller,
+                   v1::ListSessionsResponse& out);
+void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
+                v1::ListCommsResponse& out);
 
 }  // namespace iris::daemon

@@ -35,7 +35,6 @@ DeviceBufferExport vmm_export(const v1::RegisterVmmBuffer& vmm, const std::vecto
 v1::RegisterBufferResponse to_wire(const RegisteredBuffer& buffer) {
   v1::RegisterBufferResponse out;
   out.set_buffer_id(buffer.id);
-  out.set_shm_name(buffer.shm_name);
   out.set_bytes(buffer.bytes);
   return out;
 }

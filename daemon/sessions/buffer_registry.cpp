@@ -1,5 +1,7 @@
 #include "daemon/sessions/buffer_registry.hpp"
 
+#include <algorithm>
+
 #include "iris/error.hpp"
 #include "iris/shared/shm_segment.hpp"
 
@@ -22,28 +24,36 @@ void BufferRegistry::check_limits(const Session& s, uint64_t bytes) const {
 }
 
 RegisteredBuffer BufferRegistry::add(Session& s, std::shared_ptr<MappedBuffer> buffer,
-                                     std::string shm_name) {
+                                     net::Fd memfd) {
   s.buffer_bytes += buffer->bytes;
+  if (buffer->device == kHostMemory) s.host_buffer_bytes += buffer->bytes;
   stats_.buffers_registered.fetch_add(1, std::memory_order_relaxed);
   stats_.buffer_bytes_registered.fetch_add(buffer->bytes, std::memory_order_relaxed);
-  RegisteredBuffer out{buffer->id, std::move(shm_name), buffer->bytes};
+  RegisteredBuffer out{buffer->id, buffer->bytes, std::move(memfd)};
   s.buffers.emplace(buffer->id, std::move(buffer));
   return out;
 }
 
 void BufferRegistry::forget(Session& s, const MappedBuffer& buffer) {
-  // Copies in flight keep the mapping or import (shared_ptr); a host buffer's name goes now.
-  if (buffer.device == kHostMemory)
-    shm::ShmSegment::remove(sessions_.buffer_name(s.id(), buffer.id));
+  // Copies in flight keep the mapping or import (shared_ptr) until they end.
   s.buffer_bytes -= buffer.bytes;
+  if (buffer.device == kHostMemory) s.host_buffer_bytes -= buffer.bytes;
   stats_.buffers_registered.fetch_sub(1, std::memory_order_relaxed);
   stats_.buffer_bytes_registered.fetch_sub(buffer.bytes, std::memory_order_relaxed);
 }
 
 RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
   check_limits(s, bytes);
+  const uint64_t held = sessions_.host_buffer_bytes_of_uid(s.peer().uid);
+  if (bytes > config_.limits.max_buffer_bytes_per_uid -
+                  std::min(held, config_.limits.max_buffer_bytes_per_uid))
+    throw Error(ErrorCode::kLimitExceeded,
+                "uid " + std::to_string(s.peer().uid) + " holds " + std::to_string(held) +
+                    " bytes of host buffers; " + std::to_string(bytes) +
+                    " more would pass max_buffer_bytes_per_uid (" +
+                    std::to_string(config_.limits.max_buffer_bytes_per_uid) +
+                    "): free buffers, or ask the operator to raise --max-buffer-bytes-per-uid");
   const uint64_t id = next_id_++;
-  const std::string name = sessions_.buffer_name(s.id(), id);
   // Declared in this order so that the engine unpins before the segment is unmapped.
   struct HostMapping {
     shm::ShmSegment segment;
@@ -51,21 +61,18 @@ RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
   };
   auto mapping = std::make_shared<HostMapping>();
   try {
-    mapping->segment = shm::ShmSegment::create(name, bytes, s.peer().uid);
+    mapping->segment = shm::ShmSegment::create(
+        "irisd-session-" + std::to_string(s.id()) + "-buffer-" + std::to_string(id), bytes);
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kLimitExceeded, e.what());
   }
   auto* base = static_cast<std::byte*>(mapping->segment.data());
-  try {
-    mapping->pin = engine_.prepare_host_memory(base, bytes);
-  } catch (...) {
-    shm::ShmSegment::remove(name);
-    throw;
-  }
+  mapping->pin = engine_.prepare_host_memory(base, bytes);
+  net::Fd memfd = mapping->segment.take_fd();
   return add(
       s,
       std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), base, bytes, mapping, kHostMemory}),
-      name);
+      std::move(memfd));
 }
 
 RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported) {
@@ -75,7 +82,7 @@ RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferE
   return add(s,
              std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), imported.base, imported.bytes,
                                                          imported.keepalive, imported.device}),
-             "");
+             net::Fd());
 }
 
 void BufferRegistry::register_done_flags(Session& s, const DeviceBufferExport& exported) {

@@ -15,8 +15,8 @@ namespace iris::daemon {
 
 struct RegisteredBuffer {
   uint64_t id;
-  std::string shm_name;  // host buffers: the segment the client maps; empty for GPU memory
   uint64_t bytes;
+  net::Fd memfd;  // host buffers: the sealed memfd the client maps; empty for GPU memory
 };
 
 class BufferRegistry {
@@ -35,7 +35,7 @@ class BufferRegistry {
 
  private:
   void check_limits(const Session& s, uint64_t bytes) const;
-  RegisteredBuffer add(Session& s, std::shared_ptr<MappedBuffer> buffer, std::string shm_name);
+  RegisteredBuffer add(Session& s, std::shared_ptr<MappedBuffer> buffer, net::Fd memfd);
   void forget(Session& s, const MappedBuffer& buffer);
 
   const Config& config_;

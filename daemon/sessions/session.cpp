@@ -6,13 +6,12 @@
 
 namespace iris::daemon {
 
-Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
+Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name,
                  shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd,
                  net::Fd connection)
     : id_(id),
       peer_(peer),
       client_name_(std::move(client_name)),
-      token_(std::move(token)),
       attached_at_(std::chrono::steady_clock::now()),
       segment_(std::move(segment)),
       view_(shm::SegmentView::at(segment_.data(), layout)),
@@ -21,7 +20,6 @@ Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name
       connection_(std::move(connection)) {}
 
 Session::~Session() {
-  shm::ShmSegment::remove(segment_.name());
   // The client learns at once that its session is over (detached, or ended by the daemon).
   if (connection_) ::shutdown(connection_.get(), SHUT_RDWR);
 }

@@ -21,16 +21,15 @@ namespace iris::daemon {
 
 class Session {
  public:
-  Session(uint64_t id, net::PeerCredentials peer, std::string client_name, std::string token,
-          shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd,
-          net::Fd connection);
+  Session(uint64_t id, net::PeerCredentials peer, std::string client_name, shm::ShmSegment segment,
+          const shm::SegmentLayout& layout, net::Fd wake_fd, net::Fd connection);
   ~Session();
 
   uint64_t id() const { return id_; }
   const net::PeerCredentials& peer() const { return peer_; }
   const std::string& client_name() const { return client_name_; }
-  const std::string& token() const { return token_; }
-  const std::string& segment_name() const { return segment_.name(); }
+  // The segment's memfd, once, to send to the client.
+  net::Fd take_segment_fd() { return segment_.take_fd(); }
   std::chrono::steady_clock::time_point attached_at() const { return attached_at_; }
   int wake_fd() const { return wake_fd_.get(); }
   uint32_t ring_depth() const { return view_.ring_depth; }
@@ -50,7 +49,8 @@ class Session {
   void mark_daemon_stopped();
 
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
-  uint64_t buffer_bytes = 0;
+  uint64_t buffer_bytes = 0;                // every registered buffer
+  uint64_t host_buffer_bytes = 0;           // those irisd allocated in host memory
   std::map<uint64_t, uint32_t> comm_ranks;  // comm id -> this session's rank
   // GPU memory where this session's streams wait for done flags (ring depth x uint32), once the
   // client registered it; irisd writes it next to the host-memory done flag.
@@ -61,7 +61,6 @@ class Session {
   uint64_t id_;
   net::PeerCredentials peer_;
   std::string client_name_;
-  std::string token_;
   std::chrono::steady_clock::time_point attached_at_;
   shm::ShmSegment segment_;
   shm::SegmentView view_;

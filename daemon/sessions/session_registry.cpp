@@ -6,35 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "iris/error.hpp"
 
 namespace iris::daemon {
 
-namespace {
-std::string new_token() {
-  static std::random_device entropy;  // getrandom(2) on Linux
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string token;
-  for (int i = 0; i < 8; ++i) {
-    uint32_t v = entropy();
-    for (int j = 0; j < 8; ++j, v >>= 4) token.push_back(kHex[v & 0xf]);
-  }
-  return token;
-}
-}  // namespace
-
 SessionRegistry::SessionRegistry(const Config& config)
     : config_(config), layout_(*shm::SegmentLayout::for_depth(config.limits.ring_depth)) {}
-
-std::string SessionRegistry::segment_name(uint64_t session_id) const {
-  return config_.shm_prefix() + "s" + std::to_string(session_id);
-}
-
-std::string SessionRegistry::buffer_name(uint64_t session_id, uint64_t buffer_id) const {
-  return segment_name(session_id) + ".b" + std::to_string(buffer_id);
-}
 
 Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::string& client_name,
                                  int connection) {
@@ -42,10 +20,16 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
     throw Error(ErrorCode::kLimitExceeded,
                 "irisd already has " + std::to_string(sessions_.size()) +
                     " sessions (max_sessions); detach idle clients or raise --max-sessions");
+  uint32_t& of_uid = sessions_of_uid_[peer.uid];
+  if (of_uid >= config_.limits.max_sessions_per_uid)
+    throw Error(ErrorCode::kLimitExceeded,
+                "uid " + std::to_string(peer.uid) + " already has " + std::to_string(of_uid) +
+                    " sessions (max_sessions_per_uid); detach idle clients of this user or ask "
+                    "the operator to raise --max-sessions-per-uid");
   const uint64_t id = next_id_++;
   shm::ShmSegment segment;
   try {
-    segment = shm::ShmSegment::create(segment_name(id), layout_.total_bytes, peer.uid);
+    segment = shm::ShmSegment::create("irisd-session-" + std::to_string(id), layout_.total_bytes);
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kInternal, e.what());
   }
@@ -53,11 +37,10 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
   net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake) throw Error(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
   net::Fd connection_dup(::fcntl(connection, F_DUPFD_CLOEXEC, 0));
-  std::string token = new_token();
-  auto s = std::make_unique<Session>(id, peer, client_name, token, std::move(segment), layout_,
+  auto s = std::make_unique<Session>(id, peer, client_name, std::move(segment), layout_,
                                      std::move(wake), std::move(connection_dup));
   Session& created = *s;
-  by_token_.emplace(std::move(token), id);
+  ++of_uid;
   list_.push_back(s.get());
   sessions_.emplace(id, std::move(s));
   return created;
@@ -66,7 +49,8 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
 void SessionRegistry::remove(uint64_t id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
-  by_token_.erase(it->second->token());
+  if (--sessions_of_uid_[it->second->peer().uid] == 0)
+    sessions_of_uid_.erase(it->second->peer().uid);
   std::erase(list_, it->second.get());
   sessions_.erase(it);
 }
@@ -82,12 +66,11 @@ Session& SessionRegistry::get(uint64_t id) const {
   return *s;
 }
 
-uint64_t SessionRegistry::id_for_token(const std::string& token) const {
-  auto it = by_token_.find(token);
-  if (it == by_token_.end())
-    throw Error(ErrorCode::kNotFound,
-                "unknown session token: attach first (the session may have ended)");
-  return it->second;
+uint64_t SessionRegistry::host_buffer_bytes_of_uid(uid_t uid) const {
+  uint64_t bytes = 0;
+  for (const Session* s : list_)
+    if (s->peer().uid == uid) bytes += s->host_buffer_bytes;
+  return bytes;
 }
 
 }  // namespace iris::daemon

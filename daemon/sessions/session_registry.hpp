@@ -1,5 +1,5 @@
-// The attached sessions: creation (segment, wake eventfd, token), lookup by id and by token,
-// and removal. Runs on the progress thread only.
+// The attached sessions: creation (segment, wake eventfd), lookup, removal, and the per-uid
+// quota. Runs on the progress thread only.
 #pragma once
 
 #include <memory>
@@ -18,7 +18,8 @@ class SessionRegistry {
   explicit SessionRegistry(const Config& config);
 
   // A new session for the peer on attach connection `connection` (the session keeps a
-  // duplicate, shut down when it ends). Throws iris::Error (kLimitExceeded, kInternal).
+  // duplicate, shut down when it ends). Throws iris::Error: kLimitExceeded naming the limit
+  // (max_sessions, or max_sessions_per_uid for this uid), kInternal.
   Session& create(const net::PeerCredentials& peer, const std::string& client_name, int connection);
   // Forgets the session and destroys it (its segment goes with it).
   void remove(uint64_t id);
@@ -26,24 +27,21 @@ class SessionRegistry {
   Session* find(uint64_t id) const;
   // Throws kNotFound naming the session.
   Session& get(uint64_t id) const;
-  // Throws kNotFound when no session has this token.
-  uint64_t id_for_token(const std::string& token) const;
+  // Host-buffer bytes the sessions of `uid` hold now (for max_buffer_bytes_per_uid).
+  uint64_t host_buffer_bytes_of_uid(uid_t uid) const;
 
   // In attach order, for polling and reports.
   const std::vector<Session*>& list() const { return list_; }
   std::size_t size() const { return sessions_.size(); }
   bool empty() const { return sessions_.empty(); }
   const shm::SegmentLayout& layout() const { return layout_; }
-  // /dev/shm names of a session's segment and of its host buffers.
-  std::string segment_name(uint64_t session_id) const;
-  std::string buffer_name(uint64_t session_id, uint64_t buffer_id) const;
 
  private:
   const Config& config_;
   shm::SegmentLayout layout_;
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::vector<Session*> list_;
-  std::unordered_map<std::string, uint64_t> by_token_;
+  std::unordered_map<uid_t, uint32_t> sessions_of_uid_;
   uint64_t next_id_ = 1;
 };
 

@@ -1,95 +1,76 @@
 #include "iris/shared/shm_segment.hpp"
 
-#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <functional>
 #include <stdexcept>
-
-namespace bip = boost::interprocess;
+#include <utility>
 
 namespace iris::shm {
 
-std::string segment_prefix(const std::string& socket_path) {
-  const auto hash = std::hash<std::string>{}(socket_path);
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "irisd-%08x.", static_cast<unsigned>(hash & 0xffffffffu));
-  return buf;
+namespace {
+constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+std::runtime_error os_error(const std::string& what) {
+  return std::runtime_error(what + ": " + std::strerror(errno));
 }
 
-struct ShmSegment::Impl {
-  std::string name;
-  bip::mapped_region region;
-};
+void* map_whole(int fd, std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED)
+    throw os_error("mmap of a shared-memory segment of " + std::to_string(bytes) + " bytes");
+  return p;
+}
+}  // namespace
 
-ShmSegment::ShmSegment() = default;
-ShmSegment::ShmSegment(ShmSegment&&) noexcept = default;
-ShmSegment& ShmSegment::operator=(ShmSegment&&) noexcept = default;
-ShmSegment::~ShmSegment() = default;
+ShmSegment::ShmSegment(net::Fd fd, void* data, std::size_t size)
+    : fd_(std::move(fd)), data_(data), size_(size) {}
 
-ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes, uid_t owner_uid) {
-  try {
-    bip::permissions perms(0600);
-    bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, perms);
-    const int fd = object.get_mapping_handle().handle;
-    if (geteuid() == 0 && owner_uid != 0 && fchown(fd, owner_uid, static_cast<gid_t>(-1)) != 0) {
-      const std::string reason = std::strerror(errno);
-      bip::shared_memory_object::remove(name.c_str());
-      throw std::runtime_error("chown of shared memory " + name + " failed: " + reason);
-    }
-    object.truncate(static_cast<bip::offset_t>(bytes));
-    ShmSegment s;
-    s.impl_ = std::make_unique<Impl>();
-    s.impl_->name = name;
-    s.impl_->region = bip::mapped_region(object, bip::read_write);
-    return s;
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    throw std::runtime_error("cannot create shared memory " + name + " of " +
-                             std::to_string(bytes) + " bytes: " + e.what() +
-                             " (is /dev/shm full or too small?)");
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept
+    : fd_(std::move(o.fd_)),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)) {}
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
+  if (this != &o) {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    fd_ = std::move(o.fd_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
   }
+  return *this;
 }
 
-ShmSegment ShmSegment::open(const std::string& name) {
-  try {
-    bip::shared_memory_object object(bip::open_only, name.c_str(), bip::read_write);
-    ShmSegment s;
-    s.impl_ = std::make_unique<Impl>();
-    s.impl_->name = name;
-    s.impl_->region = bip::mapped_region(object, bip::read_write);
-    return s;
-  } catch (const bip::interprocess_exception& e) {
-    throw std::runtime_error("cannot open shared memory " + name + ": " + e.what());
-  }
+ShmSegment::~ShmSegment() {
+  if (data_ != nullptr) ::munmap(data_, size_);
 }
 
-bool ShmSegment::remove(const std::string& name) {
-  return bip::shared_memory_object::remove(name.c_str());
+ShmSegment ShmSegment::create(const std::string& label, std::size_t bytes) {
+  if (bytes == 0) throw std::runtime_error("a shared-memory segment needs at least 1 byte");
+  net::Fd fd(::memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd) throw os_error("memfd_create(" + label + ")");
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
+    throw os_error("cannot size shared memory " + label + " to " + std::to_string(bytes) +
+                   " bytes (memory limit of irisd's cgroup?)");
+  if (::fcntl(fd.get(), F_ADD_SEALS, kSeals) != 0) throw os_error("sealing shared memory " + label);
+  void* data = map_whole(fd.get(), bytes);
+  return ShmSegment(std::move(fd), data, bytes);
 }
 
-std::size_t ShmSegment::remove_with_prefix(const std::string& prefix) {
-  std::size_t removed = 0;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  while (dirent* e = readdir(dir)) {
-    const std::string entry = e->d_name;
-    if (entry.rfind(prefix, 0) == 0 && remove(entry)) ++removed;
-  }
-  closedir(dir);
-  return removed;
-}
-
-void* ShmSegment::data() const { return impl_ ? impl_->region.get_address() : nullptr; }
-std::size_t ShmSegment::size() const { return impl_ ? impl_->region.get_size() : 0; }
-const std::string& ShmSegment::name() const {
-  static const std::string empty;
-  return impl_ ? impl_->name : empty;
+ShmSegment ShmSegment::map(net::Fd fd) {
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
+    throw std::runtime_error("the shared memory irisd sent is not a sealed memfd");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw os_error("fstat of shared memory");
+  const auto bytes = static_cast<std::size_t>(st.st_size);
+  void* data = map_whole(fd.get(), bytes);
+  fd = net::Fd();  // the mapping is all the client needs
+  return ShmSegment(net::Fd(), data, bytes);
 }
 
 }  // namespace iris::shm

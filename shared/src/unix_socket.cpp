@@ -185,6 +185,55 @@ std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::
   return frame;
 }
 
+FrameReader::Status FrameReader::read_some(int fd) {
+  char chunk[16384];
+  for (;;) {
+    iovec iov{chunk, sizeof(chunk)};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds_ == 0 ? 1 : max_fds_)));
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::kOpen;
+    if (r <= 0) return Status::kClosed;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < n; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds_.emplace_back(received);
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0 || fds_.size() > max_fds_) return Status::kBad;
+    buffer_.append(chunk, static_cast<std::size_t>(r));
+    if (buffer_.size() >= 4) {
+      uint32_t len = 0;
+      for (int i = 0; i < 4; ++i)
+        len |= uint32_t{static_cast<unsigned char>(buffer_[i])} << (8 * i);
+      if (len > kMaxFrameBytes) return Status::kBad;
+    }
+    // More than one whole frame buffered: a peer that does not wait for its answers.
+    if (buffer_.size() > 2 * (kMaxFrameBytes + 4)) return Status::kBad;
+  }
+}
+
+std::optional<Frame> FrameReader::next() {
+  if (buffer_.size() < 4) return std::nullopt;
+  uint32_t len = 0;
+  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<unsigned char>(buffer_[i])} << (8 * i);
+  if (buffer_.size() < 4 + std::size_t{len}) return std::nullopt;
+  Frame frame;
+  frame.payload = buffer_.substr(4, len);
+  buffer_.erase(0, 4 + std::size_t{len});
+  frame.fds = std::move(fds_);
+  fds_.clear();
+  return frame;
+}
+
 bool peer_closed(int fd) {
   pollfd p{fd, POLLIN | POLLRDHUP, 0};
   if (::poll(&p, 1, 0) <= 0) return false;

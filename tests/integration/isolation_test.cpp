@@ -1,5 +1,6 @@
 // Identity from the kernel, and users kept apart. Tests that switch uid need root (CI runs as
 // root); elsewhere they skip and say why.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,18 +40,26 @@ struct OtherUserRank {
   std::FILE* pipe;
 };
 
-TEST(Isolation, SegmentsArePrivateToTheSessionOwner) {
+// Names in /dev/shm that mention irisd.
+std::vector<std::string> irisd_names_in_dev_shm() {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d))
+      if (std::string(e->d_name).find("irisd") != std::string::npos) names.push_back(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+TEST(Isolation, SharedMemoryHasNoNameAnyoneCouldOpenOrSquat) {
   DaemonProcess daemon;
+  const auto before = irisd_names_in_dev_shm();
   auto client = Client::connect(options_for(daemon));
   auto buffer = client.allocate(4096);
-  const auto names = daemon.shm_names();
-  ASSERT_EQ(names.size(), 2u);
-  for (const auto& name : names) {
-    struct stat st {};
-    ASSERT_EQ(::stat(("/dev/shm/" + name).c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
-    EXPECT_EQ(st.st_uid, ::getuid()) << name;
-  }
+  EXPECT_EQ(irisd_names_in_dev_shm(), before) << "irisd created a named segment";
+  // The daemon maps the session's segment and the buffer as memfds, handed over as descriptors.
+  EXPECT_EQ(daemon.shared_memory(),
+            (std::set<std::string>{"irisd-session-1", "irisd-session-1-buffer-1"}));
 }
 
 TEST(Isolation, SocketModeAndGroupAreConfigurable) {
@@ -138,20 +147,14 @@ TEST(Isolation, CommunicatorsDoNotSpanUsers) {
   auto comm = Communicator::init(client, "root-only", 2, 0);
   OtherUserRank other(daemon, "root-only", 2, 1);
   EXPECT_EQ(other.finish(), 10 + static_cast<int>(ErrorCode::kPermissionDenied));
-  // The other user's segment belongs to it, 0600: a third party could not map it.
+  // The other user's shared memory has no name a third party could open: irisd maps it as
+  // memfds, and only the owner's process received the descriptors.
   OtherUserRank owner(daemon, "own-comm", 1, 0);  // stays attached until its stdin closes
-  std::vector<struct stat> foreign;
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (foreign.empty() && std::chrono::steady_clock::now() < deadline) {
-    for (const auto& name : daemon.shm_names()) {
-      struct stat st {};
-      if (::stat(("/dev/shm/" + name).c_str(), &st) == 0 && st.st_uid == kOtherUid)
-        foreign.push_back(st);
-    }
-    if (foreign.empty()) std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_FALSE(foreign.empty()) << "the other user's session segment never appeared";
-  for (const struct stat& st : foreign) EXPECT_EQ(st.st_mode & 0777, 0600u);
+  while (daemon.shared_memory().empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(daemon.shared_memory().empty()) << "the other user's session never appeared";
+  EXPECT_TRUE(irisd_names_in_dev_shm().empty());
   EXPECT_EQ(owner.finish(), 0);
 }
 

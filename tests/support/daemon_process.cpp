@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -93,21 +94,18 @@ DaemonProcess::DaemonProcess(std::vector<std::string> extra_args) : args_(std::m
 
 DaemonProcess::~DaemonProcess() {
   if (pid_ > 0) stop();
-  for (const auto& name : shm_names()) ::unlink(("/dev/shm/" + name).c_str());
   std::system(("rm -rf " + dir_).c_str());
 }
 
-std::string DaemonProcess::shm_prefix() const { return shm::segment_prefix(socket_); }
-
-std::vector<std::string> DaemonProcess::shm_names() const {
-  std::vector<std::string> names;
-  const std::string prefix = shm_prefix();
-  if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) {
-      std::string name = e->d_name;
-      if (name.rfind(prefix, 0) == 0) names.push_back(name);
-    }
-    ::closedir(d);
+std::set<std::string> DaemonProcess::shared_memory() const {
+  std::set<std::string> names;
+  std::ifstream maps("/proc/" + std::to_string(pid_) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const auto at = line.find("/memfd:irisd-");
+    if (at == std::string::npos) continue;
+    auto name = line.substr(at + 7);
+    name = name.substr(0, name.find(' '));
+    names.insert(name);
   }
   return names;
 }

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,9 @@ class DaemonProcess {
   const std::string& socket() const { return socket_; }
   const std::string& directory() const { return dir_; }
   pid_t pid() const { return pid_; }
-  // The prefix of the daemon's names in /dev/shm.
-  std::string shm_prefix() const;
-  // Shared-memory names the daemon has created, now.
-  std::vector<std::string> shm_names() const;
+  // The shared memory the daemon maps now (its sealed memfds, by label: "irisd-session-3",
+  // "irisd-session-3-buffer-7"), read from /proc/<pid>/maps.
+  std::set<std::string> shared_memory() const;
 
   void start();
   // SIGTERM and wait; returns the exit status.

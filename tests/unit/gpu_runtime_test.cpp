@@ -97,8 +97,8 @@ TEST(GpuBufferExport, IpcAllocationGivesOneHandleAndTheRange) {
   EXPECT_EQ(e.ipc->bytes(), 0x200u);
   EXPECT_EQ(e.ipc->bus_id(), "0000:0c:00.0");
   EXPECT_TRUE(e.fds.empty());
-  EXPECT_TRUE(register_request(GpuVendor::kHip, *e.ipc).has_hip_ipc());
-  EXPECT_TRUE(register_request(GpuVendor::kCuda, *e.ipc).has_cuda_ipc());
+  EXPECT_TRUE(register_request(GpuVendor::kHip, *e.ipc).hip());
+  EXPECT_FALSE(register_request(GpuVendor::kCuda, *e.ipc).hip());
   EXPECT_EQ(code_of(hip, 0x13f00, 0x200), ErrorCode::kOutOfRange) << "past the allocation";
   EXPECT_EQ(code_of(hip, 0x10000, 0), ErrorCode::kOutOfRange) << "empty";
 }
@@ -133,7 +133,7 @@ TEST(GpuBufferExport, HipVmmRangesSayTheyAreHip) {
 
 struct FlagsFixture {
   std::vector<std::string> calls;
-  std::vector<v1::RegisterBufferRequest> registered;
+  std::vector<v1::RegisterIpcBuffer> registered;
   bool fail_allocation = false;
   alignas(4096) std::byte segment[4096] = {};
   shm::StreamFlags* flags = reinterpret_cast<shm::StreamFlags*>(segment + 1024);
@@ -141,7 +141,7 @@ struct FlagsFixture {
   StreamFlagsMapping mapping() {
     return StreamFlagsMapping(
         segment, sizeof(segment), flags, 8,
-        [this](const v1::RegisterBufferRequest& r) {
+        [this](const v1::RegisterIpcBuffer& r) {
           calls.push_back("register");
           registered.push_back(r);
         },
@@ -172,9 +172,9 @@ TEST(StreamFlags, FirstCallRegistersTheDoneFlagsBeforeEnqueuingAnything) {
                                                  "wait " + std::to_string(done) + ">=7",
                                                  "store " + std::to_string(done) + "=7"}));
     ASSERT_EQ(f.registered.size(), 1u);
-    EXPECT_TRUE(f.registered[0].has_hip_ipc()) << "a HIP stream registers HIP memory";
+    EXPECT_TRUE(f.registered[0].hip()) << "a HIP stream registers HIP memory";
     EXPECT_TRUE(f.registered[0].stream_done_flags());
-    EXPECT_EQ(f.registered[0].hip_ipc().bytes(), 8 * sizeof(uint32_t));
+    EXPECT_EQ(f.registered[0].buffer().bytes(), 8 * sizeof(uint32_t));
     f.calls.clear();
     m.enqueue_ready({&stream, GpuVendor::kHip}, 4, 1);
     EXPECT_EQ(f.calls.size(), 1u) << "set up once";
@@ -207,7 +207,7 @@ TEST(StreamFlags, AFailedSetUpLeavesNothingAndTheNextCallTriesAgain) {
   f.calls.clear();
   m.enqueue_ready({&stream, GpuVendor::kCuda}, 0, 1);
   ASSERT_EQ(f.registered.size(), 1u);
-  EXPECT_TRUE(f.registered[0].has_cuda_ipc());
+  EXPECT_FALSE(f.registered[0].hip());
 }
 
 }  // namespace

@@ -51,7 +51,7 @@ TEST(RuntimeDoneFlags, AFlagThatCannotBeWrittenFailsTheRequest) {
   Runtime runtime(config, engine, stats, loop);
   int connection[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, connection), 0);
-  const AttachResult attached =
+  AttachResult attached =
       runtime.attach({::getpid(), ::getuid(), ::getgid()}, "test", connection[0]);
   DeviceBufferExport flags{DeviceApi::kCuda, "handle", "0000:00:00.0", 0, 4096, {}, {}};
   runtime.register_device_done_flags(attached.session_id, flags);
@@ -59,7 +59,7 @@ TEST(RuntimeDoneFlags, AFlagThatCannotBeWrittenFailsTheRequest) {
   const auto recv = runtime.register_buffer(attached.session_id, 64);
   const uint64_t comm = runtime.comm_init(attached.session_id, "k", 1, 0);
 
-  auto segment = shm::ShmSegment::open(attached.segment_name);
+  auto segment = shm::ShmSegment::map(std::move(attached.segment));
   auto view = *shm::validate_segment(segment.data(), segment.size());
   shm::RingProducer<shm::SubmitEntry> ring(view.ring_control, view.ring_entries, view.ring_depth);
   auto entry = shm::collective_entry({shm::Opcode::kAllGather, comm, send.id, 0, recv.id, 0, 64});

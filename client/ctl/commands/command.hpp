@@ -16,6 +16,9 @@ class Command {
   virtual ~Command() = default;
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
+  // Whether irisd must know who asks (the session and communicator lists): main attaches as an
+  // operator first and the channel carries the token.
+  virtual bool needs_identity() const { return false; }
   virtual Report run(const client::ControlChannel& channel) const = 0;
 };
 

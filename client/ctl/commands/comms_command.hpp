@@ -11,6 +11,7 @@ class CommsCommand final : public Command {
   std::string description() const override {
     return "communicators and the ranks each in-flight collective waits on";
   }
+  bool needs_identity() const override { return true; }
   Report run(const client::ControlChannel& channel) const override;
 };
 

@@ -11,6 +11,7 @@ class SessionsCommand final : public Command {
   std::string description() const override {
     return "attached clients: pid, uid, buffers, communicators";
   }
+  bool needs_identity() const override { return true; }
   Report run(const client::ControlChannel& channel) const override;
 };
 

@@ -3,7 +3,8 @@
 
 namespace iris {
 
-inline constexpr const char* kTokenMetadataKey = "iris-session-token";
+// The token an attach returned: it lets the gRPC lists show that uid's sessions.
+inline constexpr const char* kTokenMetadataKey = "iris-token";
 inline constexpr const char* kProtocolMetadataKey = "iris-protocol-version";
 
 }  // namespace iris

@@ -1,43 +1,43 @@
-// A named POSIX shared-memory segment, created or opened with Boost.Interprocess and mapped
-// whole. Used for session segments and host buffers; never for allocators or mutexes.
+// Shared memory between irisd and one client: a memfd irisd creates, seals against shrinking
+// and growing before anyone else sees it, and hands to the client as a file descriptor over the
+// attach connection. Sealed, no client can make irisd's mapping fault (SIGBUS) by truncating it;
+// unnamed, no other user can open, pre-create or squat it. Mapped whole; used for session
+// segments and host buffers, never for allocators or mutexes.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstddef>
-#include <memory>
 #include <string>
+#include <utility>
+
+#include "iris/shared/unix_socket.hpp"
 
 namespace iris::shm {
 
-// Prefix of every shared-memory name the irisd serving `socket_path` creates: daemons on different
-// sockets never touch each other's segments, and a restarted one finds its predecessor's.
-std::string segment_prefix(const std::string& socket_path);
-
 class ShmSegment {
  public:
-  // Creates `name` (fails if it exists) with mode 0600, owned by `owner_uid` when the caller may
-  // chown (root), zero-filled, and maps it. Throws std::runtime_error with the OS reason.
-  static ShmSegment create(const std::string& name, std::size_t bytes, uid_t owner_uid);
-  // Opens an existing segment read-write and maps all of it.
-  static ShmSegment open(const std::string& name);
-  // Removes a name; mappings stay valid until unmapped. Returns false when it did not exist.
-  static bool remove(const std::string& name);
-  // Removes every segment whose name starts with `prefix` (stale ones of a dead daemon).
-  static std::size_t remove_with_prefix(const std::string& prefix);
+  // irisd: a zero-filled, sealed memfd of `bytes`, mapped read-write. `label` names it in
+  // /proc/<pid>/maps ("memfd:<label>"). Throws std::runtime_error with the OS reason.
+  static ShmSegment create(const std::string& label, std::size_t bytes);
+  // Client: maps a segment irisd sent. Throws std::runtime_error when it is no sealed memfd.
+  static ShmSegment map(net::Fd fd);
 
-  ShmSegment();
+  ShmSegment() = default;
   ShmSegment(ShmSegment&&) noexcept;
   ShmSegment& operator=(ShmSegment&&) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  void* data() const;
-  std::size_t size() const;
-  const std::string& name() const;
+  void* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  // irisd: hands over the memfd, to send to the client (the mapping stays without it).
+  net::Fd take_fd() { return std::move(fd_); }
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  ShmSegment(net::Fd fd, void* data, std::size_t size);
+  net::Fd fd_;
+  void* data_ = nullptr;
+  std::size_t size_ = 0;
 };
 
 }  // namespace iris::shm

@@ -55,6 +55,24 @@ struct Frame {
 };
 std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::size_t max_fds = 4);
 
+// Reassembles frames from a non-blocking socket as its bytes arrive, so that one slow or silent
+// peer never holds up a thread serving many (irisd's attach listener).
+class FrameReader {
+ public:
+  explicit FrameReader(std::size_t max_fds) : max_fds_(max_fds) {}
+  enum class Status { kOpen, kClosed, kBad };
+  // Reads whatever the socket holds now, never blocking. kClosed on EOF or a socket error; kBad
+  // for a frame over kMaxFrameBytes or more descriptors than allowed.
+  Status read_some(int fd);
+  // The next whole frame received, with the descriptors that arrived since the last one.
+  std::optional<Frame> next();
+
+ private:
+  std::size_t max_fds_;
+  std::string buffer_;
+  std::vector<Fd> fds_;
+};
+
 // True when the peer has closed its end (checked without blocking).
 bool peer_closed(int fd);
 
