@@ -54,6 +54,10 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "attach connections that have not finished their handshake by then are closed")
       ->check(CLI::Range(10u, 600'000u))
       ->capture_default_str();
+  app.add_option("--max-open-files", c.limits.max_open_files,
+                 "set the descriptor limit (RLIMIT_NOFILE) at start; 0 keeps the inherited one")
+      ->check(CLI::Range(0u, 1u << 24))
+      ->capture_default_str();
   app.add_option("--operator-group", c.operator_group,
                  "members (and root) see every session and communicator; others their own");
   app.add_option("--max-buffers", c.limits.max_buffers_per_session, "buffers per session")

@@ -25,6 +25,9 @@ struct Limits {
   uint64_t max_inflight = 4096;
   // Attach connections that have not finished their handshake by then are closed.
   uint32_t handshake_timeout_ms = 5000;
+  // The process's descriptor limit (RLIMIT_NOFILE), set at start when not 0 (systemd's
+  // LimitNOFILE does the same for the service).
+  uint32_t max_open_files = 0;
 };
 
 struct Config {

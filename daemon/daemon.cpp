@@ -4,6 +4,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -65,6 +66,12 @@ Daemon::~Daemon() { shutdown(); }
 
 void Daemon::start() {
   Parts& p = *parts_;
+  if (config_.limits.max_open_files != 0) {
+    const rlimit limit{config_.limits.max_open_files, config_.limits.max_open_files};
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
+      throw std::runtime_error(os_error("cannot set the descriptor limit to " +
+                                        std::to_string(config_.limits.max_open_files)));
+  }
   const std::filesystem::path dir = std::filesystem::path(config_.socket_path).parent_path();
   if (!dir.empty() && !std::filesystem::exists(dir)) std::filesystem::create_directories(dir);
 

@@ -94,6 +94,15 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code) {
     }
   }
   s->complete(target.slot, target.generation, code);
+  --s->pending;
+}
+
+template <typename... Args>
+void Runtime::session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args) {
+  std::string note;
+  if (!s.log_limit.allow(note)) return;
+  spdlog::warn("session {} (pid {}): {}{}", s.id(), s.peer().pid,
+               fmt::format(format, std::forward<Args>(args)...), note);
 }
 
 void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
@@ -101,12 +110,22 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
   stats_.ring_entries_total.fetch_add(1, std::memory_order_relaxed);
   if (e.slot >= s.ring_depth()) {
     // Nowhere to report it: the client library never does this.
-    spdlog::warn("session {}: ring entry names completion slot {} (ring depth {}); dropped", s.id(),
-                 e.slot, s.ring_depth());
+    session_warn(s, "ring entry names completion slot {} (ring depth {}); dropped", e.slot,
+                 s.ring_depth());
     stats_.count_error(ErrorCode::kInvalidArgument);
     return;
   }
   const CompletionTarget target{s.id(), e.slot, e.generation};
+  // Every request below gets exactly one completion, which gives its count back.
+  ++s.pending;
+  if (s.pending > s.ring_depth()) {
+    // More requests in flight than completion slots: libiris never does this, a client that
+    // reuses slots to pile up work does.
+    session_warn(s, "more than {} requests in flight (its ring depth); failing this one",
+                 s.ring_depth());
+    stats_.count_error(ErrorCode::kLimitExceeded);
+    return complete(target, ErrorCode::kLimitExceeded);
+  }
   if (e.opcode == static_cast<uint32_t>(shm::Opcode::kNop)) return complete(target, ErrorCode::kOk);
   handle_collective(s, e);
 }
@@ -114,7 +133,7 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
 void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   const CompletionTarget target{s.id(), e.slot, e.generation};
   auto reject = [&](ErrorCode code, const std::string& why) {
-    spdlog::warn("session {}: request rejected: {}", s.id(), why);
+    session_warn(s, "request rejected: {}", why);
     stats_.count_error(code);
     complete(target, code);
   };
@@ -141,8 +160,8 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   };
   auto validated = validate_request(e, comm.nranks, rank, lookup);
   if (auto* bad = std::get_if<ValidationError>(&validated)) {
-    spdlog::warn("session {}: comm '{}' seq {} rank {}: {}; failing the collective on every rank",
-                 s.id(), comm.key, e.seq, rank, bad->message);
+    session_warn(s, "comm '{}' seq {} rank {}: {}; failing the collective on every rank", comm.key,
+                 e.seq, rank, bad->message);
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code);
     return;
   }
@@ -150,8 +169,7 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   if (request.stream_ordered && !s.device_done_flags) {
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).
-    spdlog::warn("session {}: stream-ordered request without registered done flags; failing it",
-                 s.id());
+    session_warn(s, "stream-ordered request without registered done flags; failing it");
     scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument);
     return;
   }

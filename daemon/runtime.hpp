@@ -17,6 +17,8 @@
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace iris::daemon {
 
 struct AttachResult {
@@ -63,6 +65,9 @@ class Runtime final : public LoopWork {
   // Stream-ordered arrivals whose GPU stream has now reached the call go to the scheduler.
   bool start_ready_stream_arrivals();
   void complete(const CompletionTarget& target, ErrorCode code);
+  // A warning caused by a session's own requests, rate-limited per session.
+  template <typename... Args>
+  void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);
 
   const Config& config_;
   Engine& engine_;

@@ -1,10 +1,11 @@
 // One collective matched by (communicator, seq) across ranks: who has arrived with what, which
-// copies are in flight, who has been told.
+// copies are in flight, who has been told. Only ranks that arrived have an entry, so a
+// collective waiting on a large communicator costs memory for what arrived, not for nranks.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
-#include <vector>
 
 #include "daemon/collectives/request_validation.hpp"
 #include "iris/error_code.hpp"
@@ -18,28 +19,28 @@ struct CompletionTarget {
   uint32_t generation;
 };
 
-struct Arrival {
+struct ArrivedRank {
   CompletionTarget target;
   std::optional<ValidatedRequest> request;  // empty when the rank's request failed validation
+  uint32_t copies_touching = 0;             // copies in flight from or into its buffers
+  bool delivered = false;                   // completion written
 };
 
 struct Collective {
   uint64_t seq = 0;
+  uint32_t nranks = 0;
   ErrorCode error = ErrorCode::kOk;
-  std::vector<std::optional<Arrival>> arrivals;  // by rank
-  std::vector<uint32_t> copies_touching;  // by rank: copies in flight from or into its buffers
-  std::vector<bool> delivered;            // by rank: completion written
+  std::map<uint32_t, ArrivedRank> ranks;  // by rank, arrived ones only
   // The first rank that arrived with a valid request: every later one must agree with it.
   std::optional<uint32_t> reference_rank;
-  uint32_t arrived = 0;
   uint32_t delivered_count = 0;
   uint64_t total_in_flight = 0;
 
-  Collective(uint64_t s, uint32_t nranks)
-      : seq(s), arrivals(nranks), copies_touching(nranks, 0), delivered(nranks, false) {}
+  Collective(uint64_t s, uint32_t n) : seq(s), nranks(n) {}
 
+  uint32_t arrived() const { return static_cast<uint32_t>(ranks.size()); }
   const RankArgs* reference() const {
-    return reference_rank ? &arrivals[*reference_rank]->request->args : nullptr;
+    return reference_rank ? &ranks.at(*reference_rank).request->args : nullptr;
   }
 };
 

@@ -4,6 +4,14 @@
 
 namespace iris::daemon {
 
+template <typename... Args>
+void CollectiveScheduler::comm_warn(Communicator& comm, fmt::format_string<Args...> format,
+                                    Args&&... args) {
+  std::string note;
+  if (!comm.log_limit.allow(note)) return;
+  spdlog::warn("comm '{}' {}{}", comm.key, fmt::format(format, std::forward<Args>(args)...), note);
+}
+
 CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete,
                                          uint64_t max_in_flight)
     : engine_(engine),
@@ -17,8 +25,9 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
   auto it = comm.in_flight.find(seq);
   if (it != comm.in_flight.end()) return it->second.get();
   // Over the limit the record is still made (it must absorb the other ranks' arrivals and fail
-  // them too), but the collective fails at once.
-  over_limit = collectives_in_flight_ >= max_in_flight_;
+  // them too), but the collective fails at once. The limit is per communicator: one tenant's
+  // backlog never fails another's collectives.
+  over_limit = comm.in_flight.size() >= max_in_flight_;
   auto [pos, _] = comm.in_flight.emplace(seq, std::make_unique<Collective>(seq, comm.nranks));
   ++collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
@@ -35,19 +44,19 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  c.arrivals[rank] = Arrival{target, std::move(request)};
-  ++c.arrived;
+  ArrivedRank& arrived =
+      c.ranks.insert_or_assign(rank, ArrivedRank{target, std::move(request)}).first->second;
 
   if (over_limit) {
-    spdlog::warn(
-        "comm {} seq {}: more than {} collectives in flight; failing it (raise "
-        "max_inflight in the irisd config)",
-        comm.key, seq, max_in_flight_);
+    comm_warn(comm,
+              "seq {}: more than {} collectives in flight on this communicator; failing it "
+              "(wait for some, or raise max_inflight in the irisd config)",
+              seq, max_in_flight_);
     fail(c, ErrorCode::kLimitExceeded);
-  } else if (!c.arrivals[rank]->request) {
+  } else if (!arrived.request) {
     fail(c, error);
   } else if (c.error == ErrorCode::kOk) {
-    const RankArgs& args = c.arrivals[rank]->request->args;
+    const RankArgs& args = arrived.request->args;
     std::optional<PlanError> bad;
     if (const RankArgs* reference = c.reference())
       bad = check_agreement(*reference, *c.reference_rank, args, rank);
@@ -55,14 +64,14 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
       c.reference_rank = rank;
     if (!bad) bad = start_copies(comm, c, rank);
     if (bad) {
-      spdlog::warn("comm {} seq {} ({}): {}; failing the collective on every rank", comm.key, seq,
-                   collective_name(args.kind), bad->message);
+      comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", seq,
+                collective_name(args.kind), bad->message);
       fail(c, bad->code);
     }
   }
   // Ranks whose pairs move nothing (0 bytes, in place, off the root) finish without an engine
   // completion, so any arrived rank may be done now, not only this one.
-  for (uint32_t r = 0; r < comm.nranks; ++r) try_deliver(c, r);
+  deliver_all(c);
   retire_if_done(comm, c);
 }
 
@@ -70,8 +79,9 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
                                                            uint32_t rank) {
   batch_.clear();
   std::optional<PlanError> bad;
-  for (uint32_t j = 0; j < comm.nranks && !bad; ++j) {
-    if (!c.arrivals[j] || !c.arrivals[j]->request) continue;
+  for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
+    const uint32_t j = it->first;
+    if (!it->second.request) continue;
     bad = add_pair(comm, c, rank, j);
     if (!bad && j != rank) bad = add_pair(comm, c, j, rank);
   }
@@ -82,16 +92,18 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
 
 std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
                                                        uint32_t src, uint32_t dst) {
-  const ValidatedRequest& from = *c.arrivals[src]->request;
-  const ValidatedRequest& to = *c.arrivals[dst]->request;
+  ArrivedRank& from_rank = c.ranks.at(src);
+  ArrivedRank& to_rank = c.ranks.at(dst);
+  const ValidatedRequest& from = *from_rank.request;
+  const ValidatedRequest& to = *to_rank.request;
   auto pair = plan_pair(from.args, src, to.args, dst);
   if (auto* bad = std::get_if<PlanError>(&pair)) return *bad;
   const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
   if (!planned) return std::nullopt;
   const uint64_t cookie = next_cookie_++;
   copies_.emplace(cookie, CopyTag{&comm, &c, src, dst});
-  ++c.copies_touching[src];
-  if (dst != src) ++c.copies_touching[dst];
+  ++from_rank.copies_touching;
+  if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
   batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
                     planned->bytes, cookie, from.send->device, to.recv->device});
@@ -107,8 +119,8 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   const CopyTag tag = it->second;
   copies_.erase(it);
   Collective& c = *tag.collective;
-  --c.copies_touching[tag.src_rank];
-  if (tag.dst_rank != tag.src_rank) --c.copies_touching[tag.dst_rank];
+  --c.ranks.at(tag.src_rank).copies_touching;
+  if (tag.dst_rank != tag.src_rank) --c.ranks.at(tag.dst_rank).copies_touching;
   --c.total_in_flight;
   stats_.copies_total.fetch_add(1, std::memory_order_relaxed);
   if (completion.code == ErrorCode::kOk) {
@@ -128,23 +140,31 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
 
 void CollectiveScheduler::fail(Collective& c, ErrorCode code) {
   if (c.error == ErrorCode::kOk) c.error = code;
-  for (uint32_t r = 0; r < c.arrivals.size(); ++r) try_deliver(c, r);
+  deliver_all(c);
+}
+
+void CollectiveScheduler::deliver_all(Collective& c) {
+  for (auto& [rank, arrived] : c.ranks) try_deliver(c, arrived);
 }
 
 void CollectiveScheduler::try_deliver(Collective& c, uint32_t rank) {
+  try_deliver(c, c.ranks.at(rank));
+}
+
+void CollectiveScheduler::try_deliver(Collective& c, ArrivedRank& arrived) {
   // Once every rank has arrived every copy of the plan has been issued, so no copy in flight
   // touching this rank means all of them have landed.
-  if (c.delivered[rank] || !c.arrivals[rank] || c.copies_touching[rank] != 0) return;
-  if (c.error == ErrorCode::kOk && c.arrived != c.arrivals.size()) return;
-  c.delivered[rank] = true;
+  if (arrived.delivered || arrived.copies_touching != 0) return;
+  if (c.error == ErrorCode::kOk && c.arrived() != c.nranks) return;
+  arrived.delivered = true;
   ++c.delivered_count;
   if (c.error != ErrorCode::kOk) stats_.count_error(c.error);
-  complete_(c.arrivals[rank]->target, c.error);
+  complete_(arrived.target, c.error);
 }
 
 void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
-  const bool everyone_arrived = c.arrived == comm.nranks || comm.broken;
-  if (!everyone_arrived || c.delivered_count != c.arrived || c.total_in_flight != 0) return;
+  const bool everyone_arrived = c.arrived() == comm.nranks || comm.broken;
+  if (!everyone_arrived || c.delivered_count != c.arrived() || c.total_in_flight != 0) return;
   if (c.error == ErrorCode::kOk) {
     ++comm.completed;
     stats_.collectives_completed_total.fetch_add(1, std::memory_order_relaxed);
@@ -165,7 +185,7 @@ void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code) {
   // in flight keep a dead rank's buffers mapped). Only those still waiting for a rank fail.
   std::vector<Collective*> waiting;
   for (auto& [seq, c] : comm.in_flight)
-    if (c->arrived < comm.nranks) waiting.push_back(c.get());
+    if (c->arrived() < comm.nranks) waiting.push_back(c.get());
   for (Collective* c : waiting) {
     fail(*c, code);
     retire_if_done(comm, *c);

@@ -17,12 +17,15 @@
 #include "daemon/engines/engine.hpp"
 #include "daemon/stats.hpp"
 
+#include <spdlog/spdlog.h>
+
 namespace iris::daemon {
 
 class CollectiveScheduler {
  public:
   using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode)>;
 
+  // `max_in_flight`: collectives in flight per communicator; more fail with kLimitExceeded.
   CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete, uint64_t max_in_flight);
 
   // Rank `rank` submits collective `seq`: `request` when it validated, else `error`. The caller
@@ -51,7 +54,12 @@ class CollectiveScheduler {
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
   std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src, uint32_t dst);
   void fail(Collective& c, ErrorCode code);
+  void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
+  void try_deliver(Collective& c, ArrivedRank& arrived);
+  // A warning a communicator's ranks caused, rate-limited per communicator.
+  template <typename... Args>
+  void comm_warn(Communicator& comm, fmt::format_string<Args...> format, Args&&... args);
   void retire_if_done(Communicator& comm, Collective& c);
 
   Engine& engine_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "daemon/collectives/collective.hpp"
+#include "daemon/log_limiter.hpp"
 #include "iris/error_code.hpp"
 
 namespace iris::daemon {
@@ -27,6 +28,7 @@ struct Communicator {
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
   uint64_t completed = 0;
+  LogLimiter log_limit;
 
   uint32_t joined() const {
     uint32_t n = 0;

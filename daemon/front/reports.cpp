@@ -69,7 +69,7 @@ void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
         f->set_collective(std::string(collective_name(reference->kind)));
       }
       for (uint32_t r = 0; r < comm->nranks; ++r) {
-        if (c->arrivals[r]) {
+        if (c->ranks.count(r) != 0) {
           f->add_arrived_ranks(r);
         } else {
           f->add_waiting_on_ranks(r);

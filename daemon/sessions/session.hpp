@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "daemon/engines/engine.hpp"
+#include "daemon/log_limiter.hpp"
 #include "daemon/sessions/mapped_buffer.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
@@ -56,6 +57,10 @@ class Session {
   // client registered it; irisd writes it next to the host-memory done flag.
   std::optional<ImportedMemory> device_done_flags;
   uint64_t submitted = 0;
+  // Requests popped and not yet completed: at most the ring depth (a client reusing slots to
+  // pile up work gets limit_exceeded).
+  uint32_t pending = 0;
+  LogLimiter log_limit;
 
  private:
   uint64_t id_;

@@ -174,5 +174,72 @@ TEST(Isolation, SocketModeKeepsOtherUsersOut) {
   EXPECT_EQ(other.finish(), 10 + static_cast<int>(ErrorCode::kUnavailable));
 }
 
+TEST(Isolation, QuotasPerUserNameTheLimit) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run a client as uid " << kOtherUid;
+  DaemonProcess daemon({"--socket-mode", "0666", "--max-sessions-per-uid", "2",
+                        "--max-buffer-bytes-per-uid", "1048576"});
+  auto a = Client::connect(options_for(daemon));
+  auto b = Client::connect(options_for(daemon));
+  try {
+    Client::connect(options_for(daemon));
+    ADD_FAILURE() << "a third session of one uid was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kLimitExceeded);
+    EXPECT_NE(std::string(e.what()).find("max_sessions_per_uid"), std::string::npos) << e.what();
+  }
+  OtherUserRank other(daemon, "other-user", 1, 0);  // another uid still attaches
+  auto kept = a.allocate(600'000);
+  try {
+    b.allocate(600'000);
+    ADD_FAILURE() << "host buffers past the uid's byte quota were allocated";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kLimitExceeded);
+    EXPECT_NE(std::string(e.what()).find("max_buffer_bytes_per_uid"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(other.finish(), 0);
+}
+
+// iris-ctl's list as uid kOtherUid.
+std::string list_as_other_user(const DaemonProcess& daemon, const char* what) {
+  return run_program({"/usr/bin/setpriv", "--reuid", std::to_string(kOtherUid), "--regid",
+                      std::to_string(kOtherUid), "--clear-groups", iris_ctl_path(), "--socket",
+                      daemon.socket(), what, "--json"})
+      .output;
+}
+
+TEST(Isolation, ListsShowAUserItsOwnSessionsAndCommunicators) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run iris-ctl as uid " << kOtherUid;
+  for (const bool operator_group : {false, true}) {
+    std::vector<std::string> args = {"--socket-mode", "0666"};
+    if (operator_group) args.insert(args.end(), {"--operator-group", "nogroup"});
+    DaemonProcess daemon(args);
+    auto root = Client::connect(options_for(daemon, "root-client"));
+    auto comm = Communicator::init(root, "root-comm", 2, 0);
+    OtherUserRank other(daemon, "nobody-comm", 2, 0);  // stays until finish()
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (run_program({iris_ctl_path(), "--socket", daemon.socket(), "sessions", "--json"})
+                   .output.find("\"uid\": 65534") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+    const std::string sessions = list_as_other_user(daemon, "sessions");
+    const std::string comms = list_as_other_user(daemon, "comms");
+    EXPECT_NE(sessions.find("\"uid\": 65534"), std::string::npos) << sessions;
+    EXPECT_NE(comms.find("nobody-comm"), std::string::npos) << comms;
+    if (operator_group) {  // nobody's group is the operator group: it sees everything
+      EXPECT_NE(sessions.find("root-client"), std::string::npos) << sessions;
+      EXPECT_NE(comms.find("root-comm"), std::string::npos) << comms;
+    } else {
+      EXPECT_EQ(sessions.find("root-client"), std::string::npos) << sessions;
+      EXPECT_EQ(comms.find("root-comm"), std::string::npos) << comms;
+    }
+    const std::string as_root =
+        run_program({iris_ctl_path(), "--socket", daemon.socket(), "comms", "--json"}).output;
+    EXPECT_NE(as_root.find("nobody-comm"), std::string::npos) << "root sees every communicator";
+    EXPECT_NE(as_root.find("root-comm"), std::string::npos);
+    other.finish();
+  }
+}
+
 }  // namespace
 }  // namespace iris::testing

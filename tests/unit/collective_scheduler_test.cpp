@@ -312,5 +312,18 @@ TEST_F(Scheduler, CollectivesBeyondTheLimitFailInsteadOfGrowingWithoutBound) {
   EXPECT_EQ(scheduler->collectives_in_flight(), 9u);
 }
 
+TEST_F(Scheduler, TheLimitIsPerCommunicator) {
+  for (uint64_t seq = 1; seq <= 8; ++seq) arrive(0, seq, 8);  // comm at its limit of 8
+  Communicator other;
+  other.id = 2;
+  other.key = "other";
+  other.nranks = 1;
+  other.members.resize(1);
+  other.next_seq.assign(1, 1);
+  scheduler->arrive(other, 0, 1, {99, 0, 1}, plan(0, 8), ErrorCode::kOk);
+  drain_until(1);
+  EXPECT_EQ(completions[99], ErrorCode::kOk) << "another communicator's backlog failed this one";
+}
+
 }  // namespace
 }  // namespace iris::daemon

@@ -1,0 +1,263 @@
+// irisd against clients that attack it: each test acts as a hostile tenant would (its own
+// frames, descriptors and ring entries, not libiris's) and checks that the daemon lives, keeps
+// serving honest clients, and bounds what the attacker costs. Bounded in time and count.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "iris/iris.hpp"
+#include "iris/shared/segment_layout.hpp"
+#include "iris/shared/shm_segment.hpp"
+#include "tests/support/client_helpers.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/raw_session.hpp"
+
+namespace iris::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool alive(const DaemonProcess& daemon) { return ::kill(daemon.pid(), 0) == 0; }
+
+// CPU time the process has used (user + system), in seconds.
+double cpu_seconds(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  std::istringstream fields(line.substr(line.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field; ++i)
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Resident memory of the process, in bytes.
+uint64_t rss_bytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+std::size_t count_lines_with(const std::string& log, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+// An honest two-rank all-gather on its own communicator, start to finish.
+void honest_pair_gathers(const DaemonProcess& daemon, const std::string& key) {
+  auto a = Client::connect(options_for(daemon, "honest-a"));
+  auto b = Client::connect(options_for(daemon, "honest-b"));
+  auto ca = Communicator::init(a, key, 2, 0);
+  auto cb = Communicator::init(b, key, 2, 1);
+  auto sa = a.allocate(4096), ra = a.allocate(8192);
+  auto sb = b.allocate(4096), rb = b.allocate(8192);
+  std::memset(sa.data(), 0x11, 4096);
+  std::memset(sb.data(), 0x22, 4096);
+  auto x = ca.all_gather(sa.data(), ra.data(), 4096);
+  auto y = cb.all_gather(sb.data(), rb.data(), 4096);
+  EXPECT_EQ(code_of([&] { x.wait(); }), ErrorCode::kOk);
+  EXPECT_EQ(code_of([&] { y.wait(); }), ErrorCode::kOk);
+  EXPECT_EQ(ra.as<unsigned char>()[4096], 0x22);
+}
+
+TEST(Hostile, SharedMemoryCannotBeTruncatedAndTheDaemonLives) {
+  DaemonProcess daemon;
+  RawSession attacker = RawSession::attach(daemon.socket());
+  ASSERT_EQ(attacker.welcome.error_code(), 0u) << attacker.welcome.error_message();
+  ASSERT_EQ(attacker.fds.size(), 2u);
+  v1::SessionRequest allocate;
+  allocate.mutable_allocate_host()->set_bytes(1 << 20);
+  std::vector<net::Fd> buffer_fds;
+  ASSERT_EQ(attacker.call(allocate, &buffer_fds).error_code(), 0u);
+  ASSERT_EQ(buffer_fds.size(), 1u);
+  // Every segment the client can reach: shrinking or growing is refused by the seals.
+  for (const int fd : {attacker.fds[1].get(), buffer_fds[0].get()}) {
+    EXPECT_NE(::ftruncate(fd, 0), 0);
+    EXPECT_EQ(errno, EPERM);
+    EXPECT_NE(::ftruncate(fd, 1 << 30), 0);
+    EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1) << "seals are final (F_SEAL_SEAL)";
+    // Punching a hole zeroes pages; irisd reads zeros there, it never faults.
+    ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096);
+  }
+  // The daemon polls the zeroed ring and copies on; honest clients are served.
+  honest_pair_gathers(daemon, "after-truncation");
+  EXPECT_TRUE(alive(daemon));
+}
+
+TEST(Hostile, ASlowHandshakeHoldsUpNeitherAttachesNorDeathNotices) {
+  DaemonProcess daemon({"--handshake-timeout-ms", "1500"});
+  // A peer that sends its attach frame one byte every 200 ms (a whole frame would take seconds).
+  std::atomic<bool> slow_done{false};
+  net::Fd slow = net::connect_unix(daemon.socket() + ".attach");
+  std::thread dribble([&] {
+    const char header[4] = {0x10, 0, 0, 0};
+    for (int i = 0; i < 4 && !slow_done; ++i) {
+      if (::send(slow.get(), header + i, 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  // Meanwhile an honest client attaches, and a killed rank's peer learns of it.
+  auto survivor = Client::connect(options_for(daemon, "survivor"));
+  auto comm = Communicator::init(survivor, "slow", 2, 0);
+  auto send = survivor.allocate(64), recv = survivor.allocate(128);
+  const pid_t victim =
+      spawn({rank_program_path(), "--socket", daemon.socket(), "--mode", "hang", "--key", "slow",
+             "--nranks", "2", "--rank", "1", "--inflight", "1", "--max-bytes", "64"});
+  auto first = comm.all_gather(send.data(), recv.data(), 64);
+  EXPECT_EQ(code_of([&] { first.wait(); }), ErrorCode::kOk);
+  auto pending = comm.all_gather(send.data(), recv.data(), 64);
+  ::kill(victim, SIGKILL);
+  wait_for(victim);
+  EXPECT_EQ(code_of([&] {
+              if (!pending.wait(2s)) throw Error(ErrorCode::kTimeout, "no peer_lost in 2 s");
+            }),
+            ErrorCode::kPeerLost);
+  EXPECT_FALSE(slow_done) << "the honest work finished while the slow handshake still dribbled";
+  slow_done = true;
+  dribble.join();
+  // The slow peer is cut off once its handshake deadline passes.
+  const timeval five_seconds{5, 0};
+  ::setsockopt(slow.get(), SOL_SOCKET, SO_RCVTIMEO, &five_seconds, sizeof(five_seconds));
+  char c;
+  EXPECT_EQ(::recv(slow.get(), &c, 1, 0), 0) << "irisd never closed the unfinished handshake";
+}
+
+TEST(Hostile, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
+  DaemonProcess daemon({"--max-open-files", "96", "--handshake-timeout-ms", "3000"});
+  std::vector<net::Fd> idle;
+  for (int i = 0; i < 150; ++i) idle.push_back(net::connect_unix(daemon.socket() + ".attach"));
+  const double cpu_before = cpu_seconds(daemon.pid());
+  std::this_thread::sleep_for(1500ms);
+  const double cpu_used = cpu_seconds(daemon.pid()) - cpu_before;
+  EXPECT_LT(cpu_used, 0.5) << "irisd spun at the descriptor limit (" << cpu_used
+                           << " s of CPU in 1.5 s)";
+  EXPECT_LE(count_lines_with(daemon.log(), "cannot accept"), 3u) << daemon.log();
+  idle.clear();
+  // Once the idle handshakes are gone (closed by the client or timed out), attaches work again.
+  ErrorCode code = ErrorCode::kUnavailable;
+  for (int i = 0; i < 50 && code != ErrorCode::kOk; ++i) {
+    code = code_of([&] { Client::connect(options_for(daemon)).nop().wait(); });
+    if (code != ErrorCode::kOk) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(code, ErrorCode::kOk);
+}
+
+// Ring entries pushed by hand into a session segment (libiris keeps one slot per request; a
+// hostile client reuses them).
+struct RawRing {
+  shm::ShmSegment segment;
+  shm::SegmentView view;
+  shm::RingProducer<shm::SubmitEntry> ring;
+  explicit RawRing(net::Fd segment_fd)
+      : segment(shm::ShmSegment::map(std::move(segment_fd))),
+        view(*shm::validate_segment(segment.data(), segment.size())),
+        ring(view.ring_control, view.ring_entries, view.ring_depth) {}
+  void push(const shm::SubmitEntry& e) {
+    while (!ring.try_push(e)) std::this_thread::yield();
+  }
+};
+
+TEST(Hostile, APileOfPendingCollectivesStaysSmallAndHarmsNoOtherCommunicator) {
+  DaemonProcess daemon({"--ring-depth", "1024", "--max-inflight", "512"});
+  RawSession attacker = RawSession::attach(daemon.socket());
+  ASSERT_EQ(attacker.fds.size(), 2u);
+  v1::SessionRequest init;
+  init.mutable_comm_init()->set_key("huge");
+  init.mutable_comm_init()->set_nranks(4096);
+  init.mutable_comm_init()->set_rank(0);
+  const uint64_t comm = attacker.call(init).comm_id();
+  v1::SessionRequest allocate;
+  allocate.mutable_allocate_host()->set_bytes(4096);
+  const uint64_t buffer = attacker.call(allocate).registered().buffer_id();
+  RawRing raw(std::move(attacker.fds[1]));
+  const uint64_t rss_before = rss_bytes(daemon.pid());
+  // 3,000 valid all-gathers that can never complete (4095 ranks never come), slots reused.
+  for (uint32_t i = 0; i < 3000; ++i) {
+    auto e = shm::collective_entry({shm::Opcode::kAllGather, comm, buffer, 0, buffer, 0, 0});
+    e.seq = i + 1;
+    e.slot = i % 1024;
+    e.generation = i + 1;
+    raw.push(e);
+  }
+  std::this_thread::sleep_for(300ms);
+  const uint64_t grown = rss_bytes(daemon.pid()) - std::min(rss_before, rss_bytes(daemon.pid()));
+  EXPECT_LT(grown, 16u << 20) << "irisd grew by " << grown << " bytes for one tenant's backlog";
+  // Past its communicator's limit and its ring depth, the tenant's own requests fail.
+  const uint64_t word = raw.view.slots[2999 % 1024].word.load();
+  EXPECT_TRUE(shm::completion_matches(word, 3000));
+  EXPECT_EQ(shm::completion_code(word), ErrorCode::kLimitExceeded);
+  // Nobody else pays for it.
+  honest_pair_gathers(daemon, "bystanders");
+  EXPECT_TRUE(alive(daemon));
+}
+
+TEST(Hostile, AFloodOfBadEntriesWritesAFewLogLines) {
+  DaemonProcess daemon;
+  RawSession attacker = RawSession::attach(daemon.socket());
+  ASSERT_EQ(attacker.fds.size(), 2u);
+  RawRing raw(std::move(attacker.fds[1]));
+  for (uint32_t i = 0; i < 100'000; ++i) {
+    shm::SubmitEntry e{};
+    e.opcode = 77;  // no such request
+    e.slot = i % raw.view.ring_depth;
+    e.generation = i + 1;
+    raw.push(e);
+  }
+  // Wait until the daemon has popped them all.
+  for (int i = 0; i < 200 && raw.view.ring_control->head.load() < 100'000; ++i)
+    std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(raw.view.ring_control->head.load(), 100'000u);
+  // A bad entry a moment later is logged again, saying how many lines the flood left out.
+  std::this_thread::sleep_for(300ms);
+  shm::SubmitEntry late{};
+  late.opcode = 77;
+  late.generation = 100'001;
+  raw.push(late);
+  for (int i = 0; i < 100 && raw.view.ring_control->head.load() < 100'001; ++i)
+    std::this_thread::sleep_for(10ms);
+  std::this_thread::sleep_for(50ms);
+  const std::string log = daemon.log();
+  EXPECT_LT(count_lines_with(log, "request rejected"), 200u);
+  EXPECT_NE(log.find("similar lines suppressed"), std::string::npos);
+  honest_pair_gathers(daemon, "after-flood");
+}
+
+TEST(Hostile, NoCallReachesASessionButThroughItsOwnConnection) {
+  DaemonProcess daemon;
+  auto owner = Client::connect(options_for(daemon, "owner"));
+  auto owned = owner.allocate(4096);
+  // A fresh connection that skips the attach and sends a session call: it is taken as a bad
+  // attach and closed; there is no way to name another connection's session.
+  net::Fd intruder = net::connect_unix(daemon.socket() + ".attach");
+  v1::SessionRequest request;
+  request.mutable_deregister()->set_buffer_id(1);
+  ASSERT_TRUE(net::send_frame(intruder.get(), request.SerializeAsString()));
+  auto frame = net::recv_frame(intruder.get(), 5s);
+  ASSERT_TRUE(frame);
+  v1::AttachResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(frame->payload));
+  EXPECT_NE(answer.error_code(), 0u);
+  EXPECT_FALSE(net::recv_frame(intruder.get(), 1s)) << "the connection stayed open";
+  // An operator-only attach (iris-ctl's) has no session to act on either.
+  RawSession watcher = RawSession::attach(daemon.socket(), /*operator_only=*/true);
+  ASSERT_EQ(watcher.welcome.error_code(), 0u);
+  EXPECT_TRUE(watcher.fds.empty());
+  EXPECT_EQ(watcher.call(request).error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  // The owner's session goes on, its buffer still registered.
+  EXPECT_EQ(daemon.shared_memory().count("irisd-session-1-buffer-1"), 1u);
+  EXPECT_EQ(code_of([&] { owner.nop().wait(); }), ErrorCode::kOk);
+}
+
+}  // namespace
+}  // namespace iris::testing

@@ -1,0 +1,48 @@
+// irisd's attach protocol spoken by hand, for tests that act as a hostile client would: what
+// libiris never sends, descriptors it never keeps (the segment's memfd), frames it never splits.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "iris/shared/unix_socket.hpp"
+#include "iris/shared/version.hpp"
+#include "iris/v1/control.pb.h"
+
+namespace iris::testing {
+
+struct RawSession {
+  net::Fd connection;
+  v1::AttachResponse welcome;
+  std::vector<net::Fd> fds;  // [wake, segment] of a session attach
+
+  static RawSession attach(const std::string& socket_path, bool operator_only = false) {
+    RawSession s;
+    s.connection = net::connect_unix(socket_path + ".attach");
+    v1::AttachRequest request;
+    request.set_protocol_version(kProtocolVersion);
+    request.set_client_name("raw-session");
+    request.set_operator_only(operator_only);
+    net::send_frame(s.connection.get(), request.SerializeAsString());
+    if (auto frame = net::recv_frame(s.connection.get(), std::chrono::seconds(10), 4)) {
+      s.welcome.ParseFromString(frame->payload);
+      s.fds = std::move(frame->fds);
+    }
+    return s;
+  }
+
+  // One session call; the descriptors of the answer go to `received`.
+  v1::SessionResponse call(const v1::SessionRequest& request,
+                           std::vector<net::Fd>* received = nullptr) {
+    v1::SessionResponse response;
+    if (!net::send_frame(connection.get(), request.SerializeAsString())) return response;
+    if (auto frame = net::recv_frame(connection.get(), std::chrono::seconds(10), 4)) {
+      response.ParseFromString(frame->payload);
+      if (received != nullptr) *received = std::move(frame->fds);
+    }
+    return response;
+  }
+};
+
+}  // namespace iris::testing
