@@ -60,6 +60,10 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->capture_default_str();
   app.add_option("--operator-group", c.operator_group,
                  "members (and root) see every session and communicator; others their own");
+  app.add_option("--max-comms", c.limits.max_comms_per_session,
+                 "communicators one session may hold a rank in")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--max-buffers", c.limits.max_buffers_per_session, "buffers per session")
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();

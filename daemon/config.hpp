@@ -17,6 +17,7 @@ struct Limits {
   uint32_t max_sessions = 256;
   uint32_t max_sessions_per_uid = 64;  // one user cannot take every session
   uint32_t max_buffers_per_session = 1024;
+  uint32_t max_comms_per_session = 1024;             // communicators one session may hold a rank in
   uint64_t max_buffer_bytes = 16ull << 30;           // one registered buffer
   uint64_t max_buffer_bytes_per_uid = 256ull << 30;  // host buffers of all of a uid's sessions
   uint32_t ring_depth = 256;  // per session; also its limit of requests in flight

@@ -1,6 +1,7 @@
 // irisd: see README.md and docs/ARCHITECTURE.md.
 #include <signal.h>
 
+#include <google/protobuf/stubs/logging.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.hpp"
@@ -11,6 +12,15 @@ int main(int argc, char** argv) {
   if (!config) return exit_code;
   spdlog::set_level(spdlog::level::from_str(config->log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [irisd] %v");
+  // protobuf logs every malformed string a client sends (invalid UTF-8 in a key, say) on stderr:
+  // a tenant could flood the journal. Those messages are the client's error, already answered.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
+        if (level >= google::protobuf::LOGLEVEL_FATAL)
+          spdlog::critical("protobuf: {}", message);
+        else
+          spdlog::debug("protobuf {}:{}: {}", file, line, message);
+      });
 
   // Every thread inherits this mask, so the signals reach only sigwait in main.
   sigset_t set;

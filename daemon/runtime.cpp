@@ -7,8 +7,7 @@
 namespace iris::daemon {
 
 Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoop& loop)
-    : config_(config),
-      engine_(engine),
+    : engine_(engine),
       stats_(stats),
       loop_(loop),
       scheduler_(

@@ -69,7 +69,6 @@ class Runtime final : public LoopWork {
   template <typename... Args>
   void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);
 
-  const Config& config_;
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;

@@ -9,6 +9,7 @@ packages=(
   openmpi-bin libopenmpi-dev
   libhsa-runtime-dev libamdhip64-dev
   python3
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -22,6 +22,10 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     throw Error(
         ErrorCode::kInvalidArgument,
         "rank " + std::to_string(rank) + " is out of range for nranks " + std::to_string(nranks));
+  if (s.comm_ranks.size() >= config_.limits.max_comms_per_session)
+    throw Error(ErrorCode::kLimitExceeded,
+                "this session already holds ranks in " + std::to_string(s.comm_ranks.size()) +
+                    " communicators (max_comms); destroy some or raise --max-comms");
   Communicator* comm = nullptr;
   if (auto it = by_key_.find(key); it != by_key_.end()) {
     comm = comms_.at(it->second).get();

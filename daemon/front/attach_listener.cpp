@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/front/session_calls.hpp"
 #include "daemon/front/wire.hpp"
 #include "iris/shared/version.hpp"
 
@@ -224,76 +225,20 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
 }
 
 bool AttachListener::serve(Connection& conn, net::Frame& frame) {
-  v1::SessionResponse response;
-  std::vector<int> fds;
-  net::Fd memfd;
-  bool detach = false;
-  try {
-    v1::SessionRequest request;
-    if (!request.ParseFromString(frame.payload))
-      throw Error(ErrorCode::kInvalidArgument, "malformed request on the attach socket");
-    if (!conn.session_id)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "this connection holds no session (an operator-only attach)");
-    const uint64_t id = *conn.session_id;
-    switch (request.kind_case()) {
-      case v1::SessionRequest::kRegisterVmm: {
-        const DeviceBufferExport exported = vmm_export(request.register_vmm(), frame.fds);
-        *response.mutable_registered() =
-            to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
-        break;
-      }
-      case v1::SessionRequest::kAllocateHost: {
-        RegisteredBuffer b = loop_.call(
-            [&] { return runtime_.register_buffer(id, request.allocate_host().bytes()); });
-        *response.mutable_registered() = to_wire(b);
-        memfd = std::move(b.memfd);
-        fds.push_back(memfd.get());
-        break;
-      }
-      case v1::SessionRequest::kRegisterIpc: {
-        const auto& ipc = request.register_ipc();
-        const DeviceBufferExport exported =
-            ipc_export(ipc.buffer(), ipc.hip() ? DeviceApi::kHip : DeviceApi::kCuda);
-        if (ipc.stream_done_flags()) {
-          loop_.call([&] { runtime_.register_device_done_flags(id, exported); });
-        } else {
-          *response.mutable_registered() =
-              to_wire(loop_.call([&] { return runtime_.register_device_buffer(id, exported); }));
-        }
-        break;
-      }
-      case v1::SessionRequest::kDeregister:
-        loop_.call([&] { runtime_.deregister_buffer(id, request.deregister().buffer_id()); });
-        break;
-      case v1::SessionRequest::kCommInit: {
-        const auto& init = request.comm_init();
-        response.set_comm_id(loop_.call(
-            [&] { return runtime_.comm_init(id, init.key(), init.nranks(), init.rank()); }));
-        break;
-      }
-      case v1::SessionRequest::kCommDestroy:
-        loop_.call([&] { runtime_.comm_destroy(id, request.comm_destroy().comm_id()); });
-        break;
-      case v1::SessionRequest::kDetach:
-        loop_.call([&] { runtime_.end_session(id, false); });
-        detach = true;
-        break;
-      default:
-        throw Error(ErrorCode::kInvalidArgument,
-                    "unknown request on the attach socket (a libiris newer than this irisd?)");
-    }
-  } catch (const Error& e) {
-    response.set_error_code(static_cast<uint32_t>(e.code()));
-    response.set_error_message(e.message());
-  } catch (const std::exception& e) {
-    response.set_error_code(static_cast<uint32_t>(ErrorCode::kInternal));
-    response.set_error_message(e.what());
+  SessionCallResult result;
+  if (!conn.session_id) {
+    result.response.set_error_code(static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+    result.response.set_error_message("this connection holds no session (an operator-only attach)");
+  } else {
+    result = loop_.call(
+        [&] { return handle_session_call(runtime_, *conn.session_id, frame.payload, frame.fds); });
   }
+  std::vector<int> fds;
+  if (result.memfd) fds.push_back(result.memfd.get());
   // A client that does not read its answers fills the socket: the non-blocking send fails and
   // the connection ends, rather than this thread waiting for it.
-  if (!net::send_frame(conn.fd.get(), response.SerializeAsString(), fds)) return false;
-  if (detach) {
+  if (!net::send_frame(conn.fd.get(), result.response.SerializeAsString(), fds)) return false;
+  if (result.detached) {
     conn.session_id.reset();  // ended already, not lost
     return false;
   }

@@ -2,6 +2,7 @@
 // ncclAllGather semantics put it, and failures come back as codes with messages.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -226,11 +227,18 @@ TEST(CApi, FailuresComeBackAsCodesWithMessages) {
 
 TEST(PythonBinding, GathersAndRaisesIrisError) {
   DaemonProcess daemon;
-  const ProgramResult result =
-      run_program({"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
-                   std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "python3",
-                   std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_client_check.py",
-                   "--socket", daemon.socket()});
+  std::vector<std::string> argv = {
+      "/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+      std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python"};
+  // Sanitizer builds (scripts/sanitize.sh): python3 is not instrumented, so the sanitizer
+  // runtime must be loaded before libiris; its leak check would report the interpreter's own.
+  if (const char* preload = std::getenv("IRIS_TEST_PRELOAD"))
+    argv.insert(argv.end(), {std::string("LD_PRELOAD=") + preload, "ASAN_OPTIONS=detect_leaks=0"});
+  argv.insert(
+      argv.end(),
+      {"python3", std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_client_check.py",
+       "--socket", daemon.socket()});
+  const ProgramResult result = run_program(argv);
   EXPECT_EQ(result.exit_code, 0) << result.output << "\ndaemon log:\n" << daemon.log();
   EXPECT_NE(result.output.find("python binding: ok"), std::string::npos) << result.output;
 }

@@ -1,0 +1,67 @@
+#include "daemon/front/session_calls.hpp"
+
+#include "daemon/front/wire.hpp"
+
+namespace iris::daemon {
+
+SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::string& payload,
+                                      const std::vector<net::Fd>& fds) {
+  SessionCallResult result;
+  v1::SessionResponse& response = result.response;
+  try {
+    v1::SessionRequest request;
+    if (!request.ParseFromString(payload))
+      throw Error(ErrorCode::kInvalidArgument, "malformed request on the attach socket");
+    switch (request.kind_case()) {
+      case v1::SessionRequest::kRegisterVmm: {
+        const DeviceBufferExport exported = vmm_export(request.register_vmm(), fds);
+        *response.mutable_registered() = to_wire(runtime.register_device_buffer(id, exported));
+        break;
+      }
+      case v1::SessionRequest::kAllocateHost: {
+        RegisteredBuffer b = runtime.register_buffer(id, request.allocate_host().bytes());
+        *response.mutable_registered() = to_wire(b);
+        result.memfd = std::move(b.memfd);
+        break;
+      }
+      case v1::SessionRequest::kRegisterIpc: {
+        const auto& ipc = request.register_ipc();
+        const DeviceBufferExport exported =
+            ipc_export(ipc.buffer(), ipc.hip() ? DeviceApi::kHip : DeviceApi::kCuda);
+        if (ipc.stream_done_flags()) {
+          runtime.register_device_done_flags(id, exported);
+        } else {
+          *response.mutable_registered() = to_wire(runtime.register_device_buffer(id, exported));
+        }
+        break;
+      }
+      case v1::SessionRequest::kDeregister:
+        runtime.deregister_buffer(id, request.deregister().buffer_id());
+        break;
+      case v1::SessionRequest::kCommInit: {
+        const auto& init = request.comm_init();
+        response.set_comm_id(runtime.comm_init(id, init.key(), init.nranks(), init.rank()));
+        break;
+      }
+      case v1::SessionRequest::kCommDestroy:
+        runtime.comm_destroy(id, request.comm_destroy().comm_id());
+        break;
+      case v1::SessionRequest::kDetach:
+        runtime.end_session(id, false);
+        result.detached = true;
+        break;
+      default:
+        throw Error(ErrorCode::kInvalidArgument,
+                    "unknown request on the attach socket (a libiris newer than this irisd?)");
+    }
+  } catch (const Error& e) {
+    response.set_error_code(static_cast<uint32_t>(e.code()));
+    response.set_error_message(e.message());
+  } catch (const std::exception& e) {
+    response.set_error_code(static_cast<uint32_t>(ErrorCode::kInternal));
+    response.set_error_message(e.what());
+  }
+  return result;
+}
+
+}  // namespace iris::daemon
