@@ -11,7 +11,10 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       stats_(stats),
       loop_(loop),
       scheduler_(
-          engine, stats, [this](const CompletionTarget& t, ErrorCode c) { complete(t, c); },
+          engine, stats,
+          [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+            complete(t, c, why);
+          },
           config.limits.max_inflight),
       sessions_(config),
       buffers_(config, engine, stats, sessions_),
@@ -43,7 +46,8 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
               s->peer().pid, lost ? "lost its connection" : "detached", s->buffers.size(),
               s->comm_ranks.size());
   while (!s->comm_ranks.empty())
-    comms_.leave(*s, s->comm_ranks.begin()->first, ErrorCode::kPeerLost);
+    comms_.leave(*s, s->comm_ranks.begin()->first,
+                 lost ? "died or closed its connection" : "detached");
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
@@ -72,10 +76,10 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
 }
 
 void Runtime::comm_destroy(uint64_t session_id, uint64_t comm_id) {
-  comms_.leave(sessions_.get(session_id), comm_id, ErrorCode::kPeerLost);
+  comms_.leave(sessions_.get(session_id), comm_id, "left (destroyed its communicator)");
 }
 
-void Runtime::complete(const CompletionTarget& target, ErrorCode code) {
+void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::string why) {
   Session* s = sessions_.find(target.session_id);
   if (s == nullptr) return;  // the rank's session is gone
   if (s->device_done_flags) {
@@ -89,10 +93,13 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code) {
       spdlog::error("session {} (pid {}): stream done flag of slot {} not written: {}", s->id(),
                     s->peer().pid, target.slot, e.message());
       stats_.count_error(ErrorCode::kEngineError);
-      if (code == ErrorCode::kOk) code = ErrorCode::kEngineError;
+      if (code == ErrorCode::kOk) {
+        code = ErrorCode::kEngineError;
+        why = "irisd could not write the stream's done flag: " + e.message();
+      }
     }
   }
-  s->complete(target.slot, target.generation, code);
+  s->complete(target.slot, target.generation, code, why);
   --s->pending;
 }
 
@@ -123,7 +130,8 @@ void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
     session_warn(s, "more than {} requests in flight (its ring depth); failing this one",
                  s.ring_depth());
     stats_.count_error(ErrorCode::kLimitExceeded);
-    return complete(target, ErrorCode::kLimitExceeded);
+    return complete(target, ErrorCode::kLimitExceeded,
+                    "more requests in flight than this session has completion slots");
   }
   if (e.opcode == static_cast<uint32_t>(shm::Opcode::kNop)) return complete(target, ErrorCode::kOk);
   handle_collective(s, e);
@@ -134,7 +142,7 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   auto reject = [&](ErrorCode code, const std::string& why) {
     session_warn(s, "request rejected: {}", why);
     stats_.count_error(code);
-    complete(target, code);
+    complete(target, code, why);
   };
   if (e.opcode < shm::kFirstCollectiveOpcode || e.opcode > shm::kLastCollectiveOpcode)
     return reject(ErrorCode::kInvalidArgument,
@@ -161,7 +169,7 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   if (auto* bad = std::get_if<ValidationError>(&validated)) {
     session_warn(s, "comm '{}' seq {} rank {}: {}; failing the collective on every rank", comm.key,
                  e.seq, rank, bad->message);
-    scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code);
+    scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, bad->code, bad->message);
     return;
   }
   auto request = std::get<ValidatedRequest>(std::move(validated));
@@ -169,7 +177,9 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).
     session_warn(s, "stream-ordered request without registered done flags; failing it");
-    scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument);
+    scheduler_.arrive(comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument,
+                      "stream-ordered, but this session registered no done flags (the engine "
+                      "cannot write GPU memory?)");
     return;
   }
   if (request.stream_ordered && !s.stream_ready(e.slot, e.generation)) {
@@ -181,7 +191,7 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
   }
   if (request.stream_ordered)
     stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
-  scheduler_.arrive(comm, rank, e.seq, target, std::move(request), ErrorCode::kOk);
+  scheduler_.arrive(comm, rank, e.seq, target, std::move(request));
 }
 
 bool Runtime::start_ready_stream_arrivals() {
@@ -196,7 +206,7 @@ bool Runtime::start_ready_stream_arrivals() {
       continue;
     }
     if (gone) {
-      complete(a.target, ErrorCode::kPeerLost);
+      complete(a.target, ErrorCode::kPeerLost, "the communicator or session ended meanwhile");
     } else {
       stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
       stats_.stream_ready_wait_us_total.fetch_add(
@@ -204,7 +214,7 @@ bool Runtime::start_ready_stream_arrivals() {
                                                                 a.seen)
               .count(),
           std::memory_order_relaxed);
-      scheduler_.arrive(*comm, a.rank, a.seq, a.target, std::move(a.request), ErrorCode::kOk);
+      scheduler_.arrive(*comm, a.rank, a.seq, a.target, std::move(a.request));
     }
     awaiting_stream_[i] = std::move(awaiting_stream_.back());
     awaiting_stream_.pop_back();

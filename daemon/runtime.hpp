@@ -64,7 +64,8 @@ class Runtime final : public LoopWork {
   void handle_collective(Session& s, const shm::SubmitEntry& e);
   // Stream-ordered arrivals whose GPU stream has now reached the call go to the scheduler.
   bool start_ready_stream_arrivals();
-  void complete(const CompletionTarget& target, ErrorCode code);
+  // Writes a completion (and, for a failure, why) into the session's slot and GPU done flag.
+  void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
   // A warning caused by a session's own requests, rate-limited per session.
   template <typename... Args>
   void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);

@@ -191,6 +191,15 @@ std::optional<ErrorCode> Client::Impl::poll(uint32_t slot, uint32_t generation) 
   return shm::completion_code(word);
 }
 
+std::string Client::Impl::failure_text(uint32_t slot) const {
+  const char* text = view.failures[slot].text;
+  return std::string(text, ::strnlen(text, shm::kFailureTextBytes));
+}
+
+void Client::Impl::count_rejection() {
+  view.header->client_rejections.fetch_add(1, std::memory_order_relaxed);
+}
+
 std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
                                             clock::time_point deadline) {
   const auto start = clock::now();

@@ -54,6 +54,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
   std::optional<ErrorCode> poll(uint32_t slot, uint32_t generation) const;
+  // The daemon's reason for the failure completed in `slot` (empty when it gave none).
+  std::string failure_text(uint32_t slot) const;
+  // Counts a request libiris refused before it reached irisd (shown by `iris-ctl sessions`).
+  void count_rejection();
   void release_slot(uint32_t slot, bool completed);
 
   Buffer allocate(std::size_t bytes);
@@ -150,6 +154,7 @@ struct Request::Impl {
   uint32_t generation;
   bool done = false;
   ErrorCode code = ErrorCode::kOk;
+  std::string why;  // the daemon's reason for a failure
 
   void finish(ErrorCode result);
 };

@@ -65,6 +65,20 @@ uint64_t Communicator::id() const { return impl_->id; }
 
 namespace {
 
+// Runs a collective's checks and submission: a request refused here, before irisd saw it, is
+// counted in the session segment so that the operator sees it (iris-ctl sessions).
+template <typename Submit>
+Request counting_rejections(Communicator::Impl* impl, Submit&& submit) {
+  try {
+    return submit();
+  } catch (const Error& e) {
+    const bool refused = e.code() == ErrorCode::kInvalidArgument ||
+                         e.code() == ErrorCode::kNotFound || e.code() == ErrorCode::kOutOfRange;
+    if (refused && impl != nullptr) impl->client->count_rejection();
+    throw;
+  }
+}
+
 uint64_t blocks_bytes(const char* name, uint64_t bytes, uint32_t nranks) {
   const auto all = checked_mul(bytes, nranks);
   if (!all)
@@ -98,125 +112,137 @@ uint64_t v_extent(const std::vector<uint64_t>& counts, const std::vector<uint64_
 }  // namespace
 
 Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) {
-  CollectiveCall call{.opcode = shm::Opcode::kAllGather,
-                      .name = "all_gather",
-                      .send = send,
-                      .send_bytes = bytes,
-                      .recv = recv,
-                      .bytes = bytes};
-  if (impl_) {
-    call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-    call.self_dst = static_cast<char*>(recv) + uint64_t{impl_->rank} * bytes;
-    call.self_src = send;
-    call.self_bytes = bytes;
-  }
-  return submit(call, stream);
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{.opcode = shm::Opcode::kAllGather,
+                        .name = "all_gather",
+                        .send = send,
+                        .send_bytes = bytes,
+                        .recv = recv,
+                        .bytes = bytes};
+    if (impl_) {
+      call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+      call.self_dst = static_cast<char*>(recv) + uint64_t{impl_->rank} * bytes;
+      call.self_src = send;
+      call.self_bytes = bytes;
+    }
+    return submit(call, stream);
+  });
 }
 
 Request Communicator::all_to_all(const void* send, void* recv, std::size_t bytes_per_peer,
                                  Stream stream) {
-  CollectiveCall call{.opcode = shm::Opcode::kAllToAll,
-                      .name = "all_to_all",
-                      .send = send,
-                      .recv = recv,
-                      .bytes = bytes_per_peer};
-  if (impl_) {
-    call.send_bytes = call.recv_bytes = blocks_bytes(call.name, bytes_per_peer, impl_->nranks);
-    const uint64_t own = uint64_t{impl_->rank} * bytes_per_peer;
-    call.self_dst = static_cast<char*>(recv) + own;
-    call.self_src = static_cast<const char*>(send) + own;
-    call.self_bytes = bytes_per_peer;
-  }
-  return submit(call, stream);
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{.opcode = shm::Opcode::kAllToAll,
+                        .name = "all_to_all",
+                        .send = send,
+                        .recv = recv,
+                        .bytes = bytes_per_peer};
+    if (impl_) {
+      call.send_bytes = call.recv_bytes = blocks_bytes(call.name, bytes_per_peer, impl_->nranks);
+      const uint64_t own = uint64_t{impl_->rank} * bytes_per_peer;
+      call.self_dst = static_cast<char*>(recv) + own;
+      call.self_src = static_cast<const char*>(send) + own;
+      call.self_bytes = bytes_per_peer;
+    }
+    return submit(call, stream);
+  });
 }
 
 Request Communicator::all_to_all_v(const void* send, const std::vector<uint64_t>& send_counts,
                                    const std::vector<uint64_t>& send_displs, void* recv,
                                    const std::vector<uint64_t>& recv_counts,
                                    const std::vector<uint64_t>& recv_displs, Stream stream) {
-  CollectiveCall call{
-      .opcode = shm::Opcode::kAllToAllV, .name = "all_to_all_v", .send = send, .recv = recv};
-  std::vector<uint64_t> args;
-  if (impl_) {
-    const uint32_t n = impl_->nranks;
-    for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
-      if (v->size() != n)
-        throw Error(ErrorCode::kInvalidArgument,
-                    "all_to_all_v: counts and displacements need " + std::to_string(n) +
-                        " entries each (one per rank), got " + std::to_string(v->size()));
-    call.send_bytes = v_extent(send_counts, send_displs);
-    call.recv_bytes = v_extent(recv_counts, recv_displs);
-    args.reserve(4 * uint64_t{n});
-    for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
-      args.insert(args.end(), v->begin(), v->end());
-    call.v_args = args;
-    const uint32_t r = impl_->rank;
-    if (send_counts[r] == recv_counts[r]) {  // otherwise irisd reports the mismatch
-      call.self_dst = static_cast<char*>(recv) + recv_displs[r];
-      call.self_src = static_cast<const char*>(send) + send_displs[r];
-      call.self_bytes = send_counts[r];
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{
+        .opcode = shm::Opcode::kAllToAllV, .name = "all_to_all_v", .send = send, .recv = recv};
+    std::vector<uint64_t> args;
+    if (impl_) {
+      const uint32_t n = impl_->nranks;
+      for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+        if (v->size() != n)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "all_to_all_v: counts and displacements need " + std::to_string(n) +
+                          " entries each (one per rank), got " + std::to_string(v->size()));
+      call.send_bytes = v_extent(send_counts, send_displs);
+      call.recv_bytes = v_extent(recv_counts, recv_displs);
+      args.reserve(4 * uint64_t{n});
+      for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
+        args.insert(args.end(), v->begin(), v->end());
+      call.v_args = args;
+      const uint32_t r = impl_->rank;
+      if (send_counts[r] == recv_counts[r]) {  // otherwise irisd reports the mismatch
+        call.self_dst = static_cast<char*>(recv) + recv_displs[r];
+        call.self_src = static_cast<const char*>(send) + send_displs[r];
+        call.self_bytes = send_counts[r];
+      }
     }
-  }
-  return submit(call, stream);
+    return submit(call, stream);
+  });
 }
 
 Request Communicator::broadcast(void* buf, std::size_t bytes, uint32_t root, Stream stream) {
-  CollectiveCall call{.opcode = shm::Opcode::kBroadcast,
-                      .name = "broadcast",
-                      .send = buf,
-                      .send_bytes = bytes,
-                      .recv = buf,
-                      .recv_bytes = bytes,
-                      .bytes = bytes,
-                      .root = root};
-  if (impl_) check_root(call.name, root, impl_->nranks);
-  return submit(call, stream);
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{.opcode = shm::Opcode::kBroadcast,
+                        .name = "broadcast",
+                        .send = buf,
+                        .send_bytes = bytes,
+                        .recv = buf,
+                        .recv_bytes = bytes,
+                        .bytes = bytes,
+                        .root = root};
+    if (impl_) check_root(call.name, root, impl_->nranks);
+    return submit(call, stream);
+  });
 }
 
 Request Communicator::gather(const void* send, void* recv, std::size_t bytes, uint32_t root,
                              Stream stream) {
-  CollectiveCall call{.opcode = shm::Opcode::kGather,
-                      .name = "gather",
-                      .send = send,
-                      .send_bytes = bytes,
-                      .recv = recv,
-                      .bytes = bytes,
-                      .root = root,
-                      .recv_significant = false};
-  if (impl_) {
-    check_root(call.name, root, impl_->nranks);
-    if (impl_->rank == root) {
-      call.recv_significant = true;
-      call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-      call.self_dst = static_cast<char*>(recv) + uint64_t{root} * bytes;
-      call.self_src = send;
-      call.self_bytes = bytes;
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{.opcode = shm::Opcode::kGather,
+                        .name = "gather",
+                        .send = send,
+                        .send_bytes = bytes,
+                        .recv = recv,
+                        .bytes = bytes,
+                        .root = root,
+                        .recv_significant = false};
+    if (impl_) {
+      check_root(call.name, root, impl_->nranks);
+      if (impl_->rank == root) {
+        call.recv_significant = true;
+        call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+        call.self_dst = static_cast<char*>(recv) + uint64_t{root} * bytes;
+        call.self_src = send;
+        call.self_bytes = bytes;
+      }
     }
-  }
-  return submit(call, stream);
+    return submit(call, stream);
+  });
 }
 
 Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, uint32_t root,
                               Stream stream) {
-  CollectiveCall call{.opcode = shm::Opcode::kScatter,
-                      .name = "scatter",
-                      .send = send,
-                      .recv = recv,
-                      .recv_bytes = bytes,
-                      .bytes = bytes,
-                      .root = root,
-                      .send_significant = false};
-  if (impl_) {
-    check_root(call.name, root, impl_->nranks);
-    if (impl_->rank == root) {
-      call.send_significant = true;
-      call.send_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-      call.self_dst = recv;
-      call.self_src = static_cast<const char*>(send) + uint64_t{root} * bytes;
-      call.self_bytes = bytes;
+  return counting_rejections(impl_.get(), [&] {
+    CollectiveCall call{.opcode = shm::Opcode::kScatter,
+                        .name = "scatter",
+                        .send = send,
+                        .recv = recv,
+                        .recv_bytes = bytes,
+                        .bytes = bytes,
+                        .root = root,
+                        .send_significant = false};
+    if (impl_) {
+      check_root(call.name, root, impl_->nranks);
+      if (impl_->rank == root) {
+        call.send_significant = true;
+        call.send_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
+        call.self_dst = recv;
+        call.self_src = static_cast<const char*>(send) + uint64_t{root} * bytes;
+        call.self_bytes = bytes;
+      }
     }
-  }
-  return submit(call, stream);
+    return submit(call, stream);
+  });
 }
 
 namespace {

@@ -11,6 +11,8 @@ Request::Impl::~Impl() {
 void Request::Impl::finish(ErrorCode result) {
   done = true;
   code = result;
+  // Read before the slot goes back: the next request in it would overwrite the text.
+  if (code != ErrorCode::kOk) why = client->failure_text(slot);
   client->release_slot(slot, true);
 }
 
@@ -21,8 +23,11 @@ Request& Request::operator=(Request&&) noexcept = default;
 Request::~Request() = default;
 
 namespace {
-void throw_if_failed(ErrorCode code) {
-  if (code != ErrorCode::kOk) throw Error(code, describe_failure(code));
+// The daemon's reason first (which rank, which field, which sizes), then what to do.
+void throw_if_failed(ErrorCode code, const std::string& why) {
+  if (code == ErrorCode::kOk) return;
+  throw Error(code,
+              why.empty() ? describe_failure(code) : why + " (" + describe_failure(code) + ")");
 }
 }  // namespace
 
@@ -33,7 +38,7 @@ bool Request::test() {
     if (!code) return false;
     impl_->finish(*code);
   }
-  throw_if_failed(impl_->code);
+  throw_if_failed(impl_->code, impl_->why);
   return true;
 }
 
@@ -49,7 +54,7 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
     if (!code) return false;
     impl_->finish(*code);
   }
-  throw_if_failed(impl_->code);
+  throw_if_failed(impl_->code, impl_->why);
   return true;
 }
 

@@ -3,9 +3,11 @@
 // collective waiting on a large communicator costs memory for what arrived, not for nranks.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 
 #include "daemon/collectives/request_validation.hpp"
 #include "iris/error_code.hpp"
@@ -30,11 +32,13 @@ struct Collective {
   uint64_t seq = 0;
   uint32_t nranks = 0;
   ErrorCode error = ErrorCode::kOk;
+  std::string why;                        // the first failure, in words every rank's client shows
   std::map<uint32_t, ArrivedRank> ranks;  // by rank, arrived ones only
   // The first rank that arrived with a valid request: every later one must agree with it.
   std::optional<uint32_t> reference_rank;
   uint32_t delivered_count = 0;
   uint64_t total_in_flight = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   Collective(uint64_t s, uint32_t n) : seq(s), nranks(n) {}
 

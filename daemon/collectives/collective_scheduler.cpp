@@ -36,10 +36,11 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
 
 void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
                                  const CompletionTarget& target,
-                                 std::optional<ValidatedRequest> request, ErrorCode error) {
+                                 std::optional<ValidatedRequest> request, ErrorCode error,
+                                 const std::string& why) {
   if (comm.broken) {
     stats_.count_error(comm.broken_code);
-    complete_(target, comm.broken_code);
+    complete_(target, comm.broken_code, comm.broken_why);
     return;
   }
   bool over_limit = false;
@@ -52,9 +53,11 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
               "seq {}: more than {} collectives in flight on this communicator; failing it "
               "(wait for some, or raise max_inflight in the irisd config)",
               seq, max_in_flight_);
-    fail(c, ErrorCode::kLimitExceeded);
+    fail(c, ErrorCode::kLimitExceeded,
+         "communicator '" + comm.key + "' already has " + std::to_string(max_in_flight_) +
+             " collectives in flight (max_inflight): wait for some before submitting more");
   } else if (!arrived.request) {
-    fail(c, error);
+    fail(c, error, "rank " + std::to_string(rank) + "'s request: " + why);
   } else if (c.error == ErrorCode::kOk) {
     const RankArgs& args = arrived.request->args;
     std::optional<PlanError> bad;
@@ -66,7 +69,7 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
     if (bad) {
       comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", seq,
                 collective_name(args.kind), bad->message);
-      fail(c, bad->code);
+      fail(c, bad->code, bad->message);
     }
   }
   // Ranks whose pairs move nothing (0 bytes, in place, off the root) finish without an engine
@@ -133,13 +136,20 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   } else {
     spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key, c.seq,
                   tag.src_rank, tag.dst_rank, to_string(completion.code));
-    fail(c, completion.code);
+    fail(c, completion.code,
+         "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
+             std::to_string(tag.dst_rank) +
+             " failed on the copy engine (the daemon log has the "
+             "engine's reason)");
   }
   retire_if_done(*tag.comm, c);
 }
 
-void CollectiveScheduler::fail(Collective& c, ErrorCode code) {
-  if (c.error == ErrorCode::kOk) c.error = code;
+void CollectiveScheduler::fail(Collective& c, ErrorCode code, const std::string& why) {
+  if (c.error == ErrorCode::kOk) {
+    c.error = code;
+    c.why = why;
+  }
   deliver_all(c);
 }
 
@@ -159,7 +169,7 @@ void CollectiveScheduler::try_deliver(Collective& c, ArrivedRank& arrived) {
   arrived.delivered = true;
   ++c.delivered_count;
   if (c.error != ErrorCode::kOk) stats_.count_error(c.error);
-  complete_(arrived.target, c.error);
+  complete_(arrived.target, c.error, c.why);
 }
 
 void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
@@ -176,10 +186,11 @@ void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
 }
 
-void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code) {
+void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code, const std::string& why) {
   if (!comm.broken) {
     comm.broken = true;
     comm.broken_code = code;
+    comm.broken_why = why;
   }
   // A collective every rank has submitted has all its sources: it completes normally (copies
   // in flight keep a dead rank's buffers mapped). Only those still waiting for a rank fail.
@@ -187,7 +198,7 @@ void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code) {
   for (auto& [seq, c] : comm.in_flight)
     if (c->arrived() < comm.nranks) waiting.push_back(c.get());
   for (Collective* c : waiting) {
-    fail(*c, code);
+    fail(*c, comm.broken_code, comm.broken_why);
     retire_if_done(comm, *c);
   }
 }

@@ -23,20 +23,23 @@ namespace iris::daemon {
 
 class CollectiveScheduler {
  public:
-  using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode)>;
+  // Writes a rank's completion: the code, and why it failed in words the client shows.
+  using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode, const std::string&)>;
 
   // `max_in_flight`: collectives in flight per communicator; more fail with kLimitExceeded.
   CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete, uint64_t max_in_flight);
 
-  // Rank `rank` submits collective `seq`: `request` when it validated, else `error`. The caller
-  // has checked that the session is the communicator's rank `rank`.
+  // Rank `rank` submits collective `seq`: `request` when it validated, else `error` and `why`.
+  // The caller has checked that the session is the communicator's rank `rank`.
   void arrive(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
-              std::optional<ValidatedRequest> request, ErrorCode error);
+              std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
+              const std::string& why = {});
 
   void on_copy_complete(const CopyCompletion& completion);
 
-  // A rank died or left: every collective in flight fails with `code`, and so does every later one.
-  void break_comm(Communicator& comm, ErrorCode code);
+  // A rank died or left: every collective in flight fails with `code` (`why` says who), and so
+  // does every later one.
+  void break_comm(Communicator& comm, ErrorCode code, const std::string& why);
 
   uint64_t collectives_in_flight() const { return collectives_in_flight_; }
 
@@ -53,7 +56,7 @@ class CollectiveScheduler {
   // found instead, after issuing what came before it.
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
   std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src, uint32_t dst);
-  void fail(Collective& c, ErrorCode code);
+  void fail(Collective& c, ErrorCode code, const std::string& why);
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
   void try_deliver(Collective& c, ArrivedRank& arrived);

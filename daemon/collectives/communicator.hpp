@@ -27,6 +27,7 @@ struct Communicator {
   std::map<uint64_t, std::unique_ptr<Collective>> in_flight;
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
+  std::string broken_why;
   uint64_t completed = 0;
   LogLimiter log_limit;
 

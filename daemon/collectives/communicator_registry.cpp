@@ -64,15 +64,21 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
   return comm->id;
 }
 
-void CommunicatorRegistry::leave(Session& s, uint64_t comm_id, ErrorCode reason_for_others) {
+void CommunicatorRegistry::leave(Session& s, uint64_t comm_id, const std::string& how) {
   auto rank_it = s.comm_ranks.find(comm_id);
   if (rank_it == s.comm_ranks.end())
     throw Error(ErrorCode::kNotFound,
                 "this session holds no rank in communicator " + std::to_string(comm_id));
   Communicator& comm = *comms_.at(comm_id);
-  comm.members[rank_it->second].reset();
+  const uint32_t rank = rank_it->second;
+  comm.members[rank].reset();
   s.comm_ranks.erase(rank_it);
-  if (comm.joined() > 0) scheduler_.break_comm(comm, reason_for_others);
+  if (comm.joined() > 0)
+    scheduler_.break_comm(comm, ErrorCode::kPeerLost,
+                          "rank " + std::to_string(rank) + " of communicator '" + comm.key +
+                              "' (session " + std::to_string(s.id()) + ", pid " +
+                              std::to_string(s.peer().pid) + ") " + how +
+                              "; create a new communicator to go on");
   if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm_id)
     by_key_.erase(k);  // the key is free for a new communicator
   remove_if_unused(comm_id);
@@ -91,7 +97,7 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
       return;
     }
   }
-  scheduler_.break_comm(comm, ErrorCode::kPeerLost);
+  scheduler_.break_comm(comm, ErrorCode::kPeerLost, "every rank left the communicator");
   if (comm.in_flight.empty()) comms_.erase(it);
 }
 

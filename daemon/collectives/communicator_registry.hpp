@@ -22,9 +22,10 @@ class CommunicatorRegistry {
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
   // that key accepts ranks. Returns its id; throws iris::Error naming the conflict.
   uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank);
-  // `s` leaves: whoever stays can never complete another collective, so every collective in
-  // flight and every later one fails with `reason_for_others`.
-  void leave(Session& s, uint64_t comm_id, ErrorCode reason_for_others);
+  // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
+  // collective, so every collective in flight and every later one fails with kPeerLost and a
+  // message naming the rank, its session and pid.
+  void leave(Session& s, uint64_t comm_id, const std::string& how);
   // Removes communicators whose last member left while copies were in flight, now that they
   // may have finished.
   void remove_emptied();

@@ -133,7 +133,7 @@ grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::Li
                                           v1::ListSessionsResponse* resp) {
   return handle(ctx, [&] {
     const Caller caller = caller_of(ctx);
-    loop_.call([&] { fill_sessions(runtime_.sessions(), caller, *resp); });
+    loop_.call([&] { fill_sessions(runtime_.sessions(), runtime_.comms(), caller, *resp); });
   });
 }
 
@@ -141,7 +141,7 @@ grpc::Status ControlService::ListComms(grpc::ServerContext* ctx, const v1::ListC
                                        v1::ListCommsResponse* resp) {
   return handle(ctx, [&] {
     const Caller caller = caller_of(ctx);
-    loop_.call([&] { fill_comms(runtime_.comms(), caller, *resp); });
+    loop_.call([&] { fill_comms(runtime_.comms(), runtime_.sessions(), caller, *resp); });
   });
 }
 

@@ -30,8 +30,8 @@ void fill_stats(const Stats& stats, v1::GetStatsResponse& out) {
   }
 }
 
-void fill_sessions(const SessionRegistry& sessions, const Caller& caller,
-                   v1::ListSessionsResponse& out) {
+void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,
+                   const Caller& caller, v1::ListSessionsResponse& out) {
   for (const Session* s : sessions.list()) {
     if (!caller.sees_all && s->peer().uid != caller.uid) continue;
     auto* info = out.add_sessions();
@@ -45,11 +45,20 @@ void fill_sessions(const SessionRegistry& sessions, const Caller& caller,
     info->set_communicators(static_cast<uint32_t>(s->comm_ranks.size()));
     info->set_submitted(s->submitted);
     info->set_attached_seconds(seconds_since(s->attached_at()));
+    info->set_client_rejections(s->client_rejections());
+    for (const auto& [comm_id, rank] : s->comm_ranks) {
+      const Communicator* comm = comms.find(comm_id);
+      if (comm == nullptr) continue;
+      auto* r = info->add_ranks();
+      r->set_key(comm->key);
+      r->set_rank(rank);
+      r->set_nranks(comm->nranks);
+    }
   }
 }
 
-void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
-                v1::ListCommsResponse& out) {
+void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessions,
+                const Caller& caller, v1::ListCommsResponse& out) {
   for (const auto& [id, comm] : comms.all()) {
     if (!caller.sees_all && comm->uid != caller.uid) continue;
     auto* info = out.add_comms();
@@ -68,11 +77,19 @@ void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
         f->set_bytes(reference->bytes);
         f->set_collective(std::string(collective_name(reference->kind)));
       }
+      f->set_waiting_seconds(seconds_since(c->started));
       for (uint32_t r = 0; r < comm->nranks; ++r) {
         if (c->ranks.count(r) != 0) {
           f->add_arrived_ranks(r);
-        } else {
-          f->add_waiting_on_ranks(r);
+          continue;
+        }
+        f->add_waiting_on_ranks(r);
+        auto* missing = f->add_missing();
+        missing->set_rank(r);
+        if (const auto& member = comm->members[r]) {
+          missing->set_session_id(*member);
+          if (const Session* s = sessions.find(*member))
+            missing->set_pid(static_cast<uint32_t>(s->peer().pid));
         }
       }
     }

@@ -13,9 +13,9 @@ namespace iris::daemon {
 // Any thread: the counters are atomics. Each counter goes to the field of its name.
 void fill_stats(const Stats& stats, v1::GetStatsResponse& out);
 // Progress thread only. What `caller` may see: its uid's own, or everything for an operator.
-void fill_sessions(const SessionRegistry& sessions, const Caller& caller,
-                   v1::ListSessionsResponse& out);
-void fill_comms(const CommunicatorRegistry& comms, const Caller& caller,
-                v1::ListCommsResponse& out);
+void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,
+                   const Caller& caller, v1::ListSessionsResponse& out);
+void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessions,
+                const Caller& caller, v1::ListCommsResponse& out);
 
 }  // namespace iris::daemon

@@ -2,6 +2,9 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "iris/shared/futex.hpp"
 
 namespace iris::daemon {
@@ -24,7 +27,14 @@ Session::~Session() {
   if (connection_) ::shutdown(connection_.get(), SHUT_RDWR);
 }
 
-void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code) {
+void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why) {
+  if (code != ErrorCode::kOk) {
+    // Before the completion word (release): the client reads it once it sees the failure.
+    char* text = view_.failures[slot].text;
+    const std::size_t n = std::min(why.size(), shm::kFailureTextBytes - 1);
+    std::memcpy(text, why.data(), n);
+    text[n] = '\0';
+  }
   view_.slots[slot].word.store(shm::pack_completion(generation, code), std::memory_order_release);
   needs_wake_ = true;
 }

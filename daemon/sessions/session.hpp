@@ -40,7 +40,8 @@ class Session {
 
   // Writes a completion into the client's slot; the wake happens in flush_wake(). (Runtime
   // writes the GPU done flag of stream-ordered requests.)
-  void complete(uint32_t slot, uint32_t generation, ErrorCode code);
+  // `why`, for a failure, goes into the slot's failure text first.
+  void complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why);
   // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
   bool stream_ready(uint32_t slot, uint32_t generation) const;
   // Bumps the completion epoch and wakes sleeping client threads, once per progress iteration.
@@ -48,6 +49,10 @@ class Session {
   void set_daemon_needs_wakeup(bool value);
   // Tells the client's waits the daemon is gone (clean shutdown).
   void mark_daemon_stopped();
+  // What the client counted as refused before submission (its own word: only shown).
+  uint64_t client_rejections() const {
+    return view_.header->client_rejections.load(std::memory_order_relaxed);
+  }
 
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
   uint64_t buffer_bytes = 0;                // every registered buffer

@@ -18,8 +18,9 @@ std::optional<SegmentLayout> SegmentLayout::for_depth(uint32_t depth) {
   l.ring_entries_offset = align_up(l.ring_control_offset + sizeof(RingControl));
   l.slots_offset = align_up(l.ring_entries_offset + std::size_t{depth} * sizeof(SubmitEntry));
   l.flags_offset = align_up(l.slots_offset + std::size_t{depth} * sizeof(CompletionSlot));
+  l.failures_offset = align_up(l.flags_offset + std::size_t{depth} * sizeof(StreamFlags));
   constexpr std::size_t kPage = 4096;
-  const std::size_t end = l.flags_offset + std::size_t{depth} * sizeof(StreamFlags);
+  const std::size_t end = l.failures_offset + std::size_t{depth} * sizeof(FailureText);
   l.total_bytes = (end + kPage - 1) / kPage * kPage;
   return l;
 }
@@ -32,6 +33,7 @@ SegmentView SegmentView::at(void* base, const SegmentLayout& layout) {
   v.ring_entries = reinterpret_cast<SubmitEntry*>(bytes + layout.ring_entries_offset);
   v.slots = reinterpret_cast<CompletionSlot*>(bytes + layout.slots_offset);
   v.flags = reinterpret_cast<StreamFlags*>(bytes + layout.flags_offset);
+  v.failures = reinterpret_cast<FailureText*>(bytes + layout.failures_offset);
   v.ring_depth = layout.ring_depth;
   return v;
 }

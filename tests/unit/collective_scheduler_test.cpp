@@ -30,7 +30,11 @@ class Scheduler : public ::testing::Test {
     engine = std::make_unique<HostEngine>(options, "test");
     scheduler = std::make_unique<CollectiveScheduler>(
         *engine, stats,
-        [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+        [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+          completions[t.session_id] = c;
+          reasons[t.session_id] = why;
+        },
+        8);
     comm.id = 1;
     comm.key = "k";
     comm.nranks = kRanks;
@@ -104,6 +108,7 @@ class Scheduler : public ::testing::Test {
   Communicator comm;
   std::vector<std::vector<std::byte>> send, recv;
   std::map<uint64_t, ErrorCode> completions;  // by rank (session id = rank here)
+  std::map<uint64_t, std::string> reasons;    // why, for failures
 };
 
 TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
@@ -158,7 +163,11 @@ TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
   SteppedEngine stepped;
   scheduler = std::make_unique<CollectiveScheduler>(
       stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+        completions[t.session_id] = c;
+        reasons[t.session_id] = why;
+      },
+      8);
   arrive(0, 1, 64);
   arrive(1, 1, 64);
   arrive(2, 1, 64);
@@ -218,7 +227,11 @@ TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
   SteppedEngine stepped;
   scheduler = std::make_unique<CollectiveScheduler>(
       stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+        completions[t.session_id] = c;
+        reasons[t.session_id] = why;
+      },
+      8);
   for (uint32_t r = 0; r < kRanks; ++r) {
     ValidatedRequest p = plan(r, 8);
     p.args.self_copy_done = true;
@@ -243,6 +256,7 @@ TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
   drain_until(2);
   EXPECT_EQ(completions[0], ErrorCode::kSizeMismatch);
   EXPECT_EQ(completions[1], ErrorCode::kSizeMismatch);
+  EXPECT_EQ(reasons[0], "rank 1 passed 65 bytes, rank 0 64") << "every rank is told the sizes";
   arrive(2, 1, 64);
   drain_until(3);
   EXPECT_EQ(completions[2], ErrorCode::kSizeMismatch);
@@ -273,7 +287,11 @@ TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
   SteppedEngine stepped;
   scheduler = std::make_unique<CollectiveScheduler>(
       stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c) { completions[t.session_id] = c; }, 8);
+      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+        completions[t.session_id] = c;
+        reasons[t.session_id] = why;
+      },
+      8);
   for (uint32_t r = 0; r < kRanks; ++r) {
     ValidatedRequest p = plan(r, 100);
     p.args.kind = CollectiveKind::kBroadcast;
@@ -295,7 +313,7 @@ TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
 TEST_F(Scheduler, BrokenCommunicatorFailsPendingAndLaterCollectives) {
   arrive(0, 1, 50000);
   arrive(1, 1, 50000);
-  scheduler->break_comm(comm, ErrorCode::kPeerLost);
+  scheduler->break_comm(comm, ErrorCode::kPeerLost, "rank 2 died");
   drain_until(2);
   EXPECT_EQ(completions[0], ErrorCode::kPeerLost);
   EXPECT_EQ(completions[1], ErrorCode::kPeerLost);

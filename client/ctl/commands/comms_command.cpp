@@ -13,14 +13,24 @@ Report CommsCommand::run(const client::ControlChannel& channel) const {
   Report report;
   auto& comms = report.table("communicators", {"comm", "key", "nranks", "joined", "uid", "state",
                                                "completed", "in_flight"});
-  auto& in_flight = report.table(
-      "in_flight", {"comm", "key", "seq", "collective", "bytes", "arrived", "waiting_on"});
+  auto& in_flight =
+      report.table("in_flight", {"comm", "key", "seq", "collective", "bytes", "waiting_s",
+                                 "arrived", "waiting_on", "missing (rank: session/pid)"});
   for (const auto& c : r.comms()) {
     comms.rows.push_back({c.comm_id(), c.key(), c.nranks(), ranks(c.joined_ranks()), c.uid(),
                           c.broken() ? "broken" : "ok", c.completed(), c.in_flight_size()});
     for (const auto& f : c.in_flight()) {
+      std::string missing;
+      for (const auto& m : f.missing()) {
+        if (!missing.empty()) missing += " ";
+        missing +=
+            std::to_string(m.rank()) + ": " +
+            (m.session_id() == 0 ? std::string("not joined")
+                                 : std::to_string(m.session_id()) + "/" + std::to_string(m.pid()));
+      }
       in_flight.rows.push_back({c.comm_id(), c.key(), f.seq(), f.collective(), f.bytes(),
-                                ranks(f.arrived_ranks()), ranks(f.waiting_on_ranks())});
+                                f.waiting_seconds(), ranks(f.arrived_ranks()),
+                                ranks(f.waiting_on_ranks()), missing});
     }
   }
   return report;

@@ -6,12 +6,20 @@ Report SessionsCommand::run(const client::ControlChannel& channel) const {
   const auto r =
       channel.call(&v1::Control::Stub::ListSessions, v1::ListSessionsRequest{}, "sessions");
   Report report;
-  auto& table = report.table("sessions", {"session", "pid", "uid", "gid", "name", "buffers",
-                                          "buffer_bytes", "comms", "submitted", "attached_s"});
-  for (const auto& s : r.sessions())
-    table.rows.push_back(
-        {s.session_id(), s.pid(), s.uid(), s.gid(), s.client_name().empty() ? "-" : s.client_name(),
-         s.buffers(), s.buffer_bytes(), s.communicators(), s.submitted(), s.attached_seconds()});
+  auto& table = report.table(
+      "sessions", {"session", "pid", "uid", "gid", "name", "buffers", "buffer_bytes", "comms",
+                   "ranks (key:rank/nranks)", "submitted", "rejected", "attached_s"});
+  for (const auto& s : r.sessions()) {
+    std::string held;
+    for (const auto& k : s.ranks()) {
+      if (!held.empty()) held += " ";
+      held += k.key() + ":" + std::to_string(k.rank()) + "/" + std::to_string(k.nranks());
+    }
+    table.rows.push_back({s.session_id(), s.pid(), s.uid(), s.gid(),
+                          s.client_name().empty() ? "-" : s.client_name(), s.buffers(),
+                          s.buffer_bytes(), s.communicators(), held.empty() ? "-" : held,
+                          s.submitted(), s.client_rejections(), s.attached_seconds()});
+  }
   return report;
 }
 

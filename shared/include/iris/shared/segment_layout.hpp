@@ -28,6 +28,9 @@ struct SegmentHeader {
   // Bumped by the daemon after it fills completion slots; clients futex-wait on it.
   alignas(kCacheLine) std::atomic<uint32_t> completion_epoch;
   std::atomic<uint32_t> client_waiters;  // the daemon skips the wake syscall while this is 0
+  // Written by the client: requests libiris refused before they reached the ring (a pointer
+  // outside every buffer, say), so that `iris-ctl sessions` shows them. Only a count to show.
+  alignas(kCacheLine) std::atomic<uint64_t> client_rejections;
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
@@ -39,12 +42,21 @@ struct StreamFlags {
   alignas(8) std::atomic<uint32_t> ready;
 };
 
+// Why a request failed, in the daemon's words ("rank 1 passed 200 bytes, rank 0 100"): written
+// into the slot's record before the completion word (release), read by the client after it
+// (acquire), NUL-terminated and cut to fit.
+inline constexpr std::size_t kFailureTextBytes = 256;
+struct FailureText {
+  char text[kFailureTextBytes];
+};
+
 struct SegmentLayout {
   uint32_t ring_depth;
   std::size_t ring_control_offset;
   std::size_t ring_entries_offset;
   std::size_t slots_offset;
   std::size_t flags_offset;
+  std::size_t failures_offset;
   std::size_t total_bytes;  // a multiple of the page size (the client pins it for its GPU)
 
   // nullopt when depth is not a power of two in [2, 65536].
@@ -58,6 +70,7 @@ struct SegmentView {
   SubmitEntry* ring_entries = nullptr;
   CompletionSlot* slots = nullptr;
   StreamFlags* flags = nullptr;
+  FailureText* failures = nullptr;
   uint32_t ring_depth = 0;
 
   static SegmentView at(void* base, const SegmentLayout& layout);
