@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "iris/shared/spsc_ring.hpp"
+#include "iris/shared/version.hpp"
 
 namespace iris::daemon {
 
@@ -12,9 +13,23 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   std::string mode = "0660";
   CLI::App app{"irisd: per-node daemon that runs collectives on copy engines"};
   app.set_config("--config", "", "TOML or INI file with the same keys as the long flags");
+  app.set_version_flag("--version", std::string("irisd ") + std::string(release_version()) + " (" +
+                                        std::string(build_info()) + ")");
   app.add_option("--socket", c.socket_path, "gRPC control socket; the attach socket is PATH.attach")
       ->capture_default_str();
-  app.add_option("--socket-mode", mode, "octal mode of both sockets")->capture_default_str();
+  app.add_option("--socket-mode", mode, "octal mode of both sockets")
+      ->check([](const std::string& v) -> std::string {
+        std::size_t used = 0;
+        unsigned long parsed = 0;
+        try {
+          parsed = std::stoul(v, &used, 8);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        return used == v.size() && parsed <= 0777 ? ""
+                                                  : "'" + v + "' is not an octal mode, like 0660";
+      })
+      ->capture_default_str();
   app.add_option("--socket-group", c.socket_group, "group owning both sockets");
   app.add_option("--engine", c.engine.kind,
                  "copy engine: auto (hsa if an AMD GPU is usable, else cuda if an NVIDIA GPU is, "
@@ -74,10 +89,16 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "submission ring entries per session (power of two, 2..65536); also the "
                  "session's limit of requests in flight")
       ->check([](const std::string& v) -> std::string {
-        const auto d = std::stoull(v);
-        return shm::is_power_of_two(d) && d >= 2 && d <= 65536
+        std::size_t used = 0;
+        unsigned long long d = 0;
+        try {
+          d = std::stoull(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        return used == v.size() && shm::is_power_of_two(d) && d >= 2 && d <= 65536
                    ? ""
-                   : "ring depth must be a power of two from 2 to 65536";
+                   : "'" + v + "' is not a power of two from 2 to 65536";
       })
       ->capture_default_str();
   app.add_option("--max-inflight", c.limits.max_inflight, "collectives in flight per communicator")
@@ -91,21 +112,16 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--spin-us", c.spin_us, "progress loop spins this long idle before sleeping")
       ->check(CLI::Range(0u, 1'000'000u))
       ->capture_default_str();
+  // A key the config file has and irisd does not know is an error: a typo would otherwise leave
+  // a limit at its default without a word.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   try {
     app.parse(argc, argv);
-    std::size_t used = 0;
-    const unsigned long parsed = std::stoul(mode, &used, 8);
-    if (used != mode.size() || parsed > 0777)
-      throw CLI::ValidationError("--socket-mode", "must be octal, like 0660");
-    c.socket_mode = static_cast<mode_t>(parsed);
   } catch (const CLI::ParseError& e) {
     exit_code = app.exit(e);
     return std::nullopt;
-  } catch (const std::exception& e) {
-    std::cerr << "irisd: bad --socket-mode '" << mode << "': must be octal, like 0660\n";
-    exit_code = 2;
-    return std::nullopt;
   }
+  c.socket_mode = static_cast<mode_t>(std::stoul(mode, nullptr, 8));  // checked above
   return c;
 }
 

@@ -156,6 +156,8 @@ void Daemon::shutdown() {
   p.engine.reset();
   if (p.lock_fd) {
     ::unlink(config_.socket_path.c_str());
+    // Unlinked while still held, so that a daemon starting now locks a new file, never this one.
+    ::unlink(config_.lock_path().c_str());
     p.lock_fd = net::Fd();
   }
 }

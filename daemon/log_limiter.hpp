@@ -3,6 +3,7 @@
 // and says how many it left out.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -11,15 +12,16 @@ namespace iris::daemon {
 
 class LogLimiter {
  public:
-  static constexpr double kLinesPerSecond = 10;
-  static constexpr double kBurst = 20;
+  // Warnings: 10 lines a second, bursts of 20.
+  explicit LogLimiter(double lines_per_second = 10, double burst = 20)
+      : rate_(lines_per_second), burst_(burst), tokens_(burst) {}
 
   // True when a line may be written now; then `note` says how many were left out before it
   // (empty when none), to append to the line.
   bool allow(std::string& note) {
     const auto now = std::chrono::steady_clock::now();
-    tokens_ = std::min(
-        kBurst, tokens_ + kLinesPerSecond * std::chrono::duration<double>(now - last_).count());
+    tokens_ =
+        std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
     last_ = now;
     if (tokens_ < 1) {
       ++suppressed_;
@@ -33,7 +35,9 @@ class LogLimiter {
   }
 
  private:
-  double tokens_ = kBurst;
+  double rate_;
+  double burst_;
+  double tokens_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   uint64_t suppressed_ = 0;
 };

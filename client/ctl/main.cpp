@@ -1,18 +1,26 @@
 // iris-ctl: the operator's view of irisd. `iris-ctl status|stats|sessions|comms [--json]`.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
 #include "client/ctl/commands/command.hpp"
 #include "client/ctl/operator_attach.hpp"
+#include "iris/shared/default_socket.hpp"
+#include "iris/shared/version.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"iris-ctl: status and statistics of irisd"};
-  std::string socket = "/run/irisd/irisd.sock";
+  std::string socket = iris::default_socket();
   bool json = false;
-  app.add_option("--socket", socket, "irisd control socket")->capture_default_str();
+  app.add_option("--socket", socket,
+                 "irisd control socket (default: $IRIS_SOCKET, else /run/irisd/irisd.sock)")
+      ->capture_default_str();
+  app.set_version_flag("--version",
+                       std::string("iris-ctl ") + std::string(iris::release_version()));
   app.add_flag("--json", json, "print JSON instead of tables");
-  app.require_subcommand(1);
+  // Extras are kept so that an unknown command is named below, not reported as a missing one.
+  app.allow_extras();
   auto commands = iris::ctl::all_commands();
   std::vector<std::pair<CLI::App*, const iris::ctl::Command*>> subcommands;
   for (const auto& c : commands) {
@@ -21,6 +29,19 @@ int main(int argc, char** argv) {
     subcommands.emplace_back(sub, c.get());
   }
   CLI11_PARSE(app, argc, argv);
+  std::string known;
+  for (const auto& c : commands) known += (known.empty() ? "" : ", ") + c->name();
+  const bool none = std::none_of(subcommands.begin(), subcommands.end(),
+                                 [](const auto& s) { return s.first->parsed(); });
+  if (none || !app.remaining().empty()) {
+    if (app.remaining().empty()) {
+      std::cerr << "iris-ctl: give a command: " << known << '\n';
+    } else {
+      std::cerr << "iris-ctl: unknown command or argument '" << app.remaining().front()
+                << "' (commands: " << known << ")\n";
+    }
+    return 64;  // EX_USAGE
+  }
 
   iris::client::ControlChannel channel(socket, std::chrono::seconds(10));
   for (const auto& [sub, command] : subcommands) {

@@ -2,9 +2,13 @@
 
 #include "client/src/client_impl.hpp"
 
+#include <unistd.h>
+
 namespace iris {
 
-Buffer::Impl::~Impl() { client->forget_buffer(id, data); }
+Buffer::Impl::~Impl() {
+  if (::getpid() == client->owner_pid) client->forget_buffer(id, data);
+}
 
 Buffer::Buffer() = default;
 Buffer::Buffer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}

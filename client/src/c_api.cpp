@@ -34,7 +34,7 @@ int guarded(Body&& body) {
     body();
     return IRIS_OK;
   } catch (const iris::Error& e) {
-    last_error = e.what();
+    last_error = e.message();  // iris_error_name() gives the code's name
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     last_error = e.what();
@@ -201,6 +201,29 @@ int iris_request_wait(iris_request* request, int64_t timeout_ns) {
     }
   });
   return code != IRIS_OK ? code : result;
+}
+
+int iris_request_wait_all(iris_request** requests, size_t count) {
+  if (requests == nullptr && count != 0) return null_argument("requests");
+  for (size_t i = 0; i < count; ++i)
+    if (requests[i] == nullptr) return null_argument("a request");
+  // Every request is waited for before the first failure is returned.
+  int first = IRIS_OK;
+  std::string first_message;
+  for (size_t i = 0; i < count; ++i) {
+    const int code = iris_request_wait(requests[i], -1);
+    if (code != IRIS_OK && first == IRIS_OK) {
+      first = code;
+      first_message = last_error;
+    }
+  }
+  if (first != IRIS_OK) last_error = first_message;
+  return first;
+}
+
+int iris_barrier(iris_comm* comm) {
+  if (comm == nullptr) return null_argument("comm");
+  return guarded([&] { comm->comm.barrier(); });
 }
 
 int iris_request_test(iris_request* request, int* done) {

@@ -1,8 +1,22 @@
 #include "iris/client.hpp"
 
 #include "client/src/client_impl.hpp"
+#include "iris/shared/default_socket.hpp"
 
 namespace iris {
+
+std::string default_socket_path() { return default_socket(); }
+
+namespace {
+Client::Impl& usable(const std::shared_ptr<Client::Impl>& impl) {
+  if (!impl)
+    throw Error(ErrorCode::kInvalidArgument,
+                "this iris::Client is empty (default-constructed or moved from): use "
+                "iris::Client::connect()");
+  impl->check_owner();
+  return *impl;
+}
+}  // namespace
 
 Client Client::connect(const ClientOptions& options) {
   Client c;
@@ -23,26 +37,28 @@ Client& Client::operator=(Client&& other) noexcept {
   return *this;
 }
 
-Buffer Client::allocate(std::size_t bytes) { return impl_->allocate(bytes); }
+Buffer Client::allocate(std::size_t bytes) { return usable(impl_).allocate(bytes); }
 
 Buffer Client::register_cuda_buffer(void* device_ptr, std::size_t bytes) {
-  return impl_->register_gpu_buffer(GpuVendor::kCuda, device_ptr, bytes);
+  return usable(impl_).register_gpu_buffer(GpuVendor::kCuda, device_ptr, bytes);
 }
 
 Buffer Client::register_hip_buffer(void* device_ptr, std::size_t bytes) {
-  return impl_->register_gpu_buffer(GpuVendor::kHip, device_ptr, bytes);
+  return usable(impl_).register_gpu_buffer(GpuVendor::kHip, device_ptr, bytes);
 }
 
 Request Client::nop() {
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kNop);
-  return impl_->submit(entry, nullptr);
+  return usable(impl_).submit(entry, nullptr);
 }
 
-void Client::detach() { impl_->detach(); }
-uint64_t Client::session_id() const { return impl_->session_id; }
-uint32_t Client::ring_depth() const { return impl_->view.ring_depth; }
-const std::string& Client::engine() const { return impl_->engine; }
-const std::string& Client::daemon_version() const { return impl_->daemon_version; }
+void Client::detach() {
+  if (impl_) impl_->detach();
+}
+uint64_t Client::session_id() const { return usable(impl_).session_id; }
+uint32_t Client::ring_depth() const { return usable(impl_).view.ring_depth; }
+const std::string& Client::engine() const { return usable(impl_).engine; }
+const std::string& Client::daemon_version() const { return usable(impl_).daemon_version; }
 
 }  // namespace iris

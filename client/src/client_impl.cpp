@@ -56,7 +56,7 @@ std::string describe_failure(ErrorCode code) {
   }
 }
 
-Client::Impl::Impl(const ClientOptions& opts) : options(opts) {
+Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpid()) {
   const std::string attach_path = options.socket_path + ".attach";
   try {
     attach_fd = net::connect_unix(attach_path);
@@ -108,10 +108,21 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts) {
   for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
 }
 
-Client::Impl::~Impl() { detach(); }
+Client::Impl::~Impl() {
+  // A forked child's copy must not detach the parent's session: the parent still uses it.
+  if (::getpid() == owner_pid) detach();
+}
+
+void Client::Impl::check_owner() const {
+  if (::getpid() != owner_pid)
+    throw Error(ErrorCode::kInvalidArgument,
+                "this iris::Client was attached by pid " + std::to_string(owner_pid) +
+                    "; this process (pid " + std::to_string(::getpid()) +
+                    ") is a fork of it and must attach its own (iris::Client::connect)");
+}
 
 void Client::Impl::detach() {
-  if (detached) return;
+  if (detached || ::getpid() != owner_pid) return;
   detached = true;
   if (!daemon_gone()) {
     try {
@@ -128,6 +139,7 @@ void Client::Impl::detach() {
 v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request, const char* what,
                                                const std::vector<int>& fds,
                                                std::vector<net::Fd>* received) {
+  check_owner();
   v1::SessionResponse response;
   {
     // One call at a time on the connection: each frame is answered by the next one.
@@ -202,6 +214,7 @@ void Client::Impl::count_rejection() {
 
 std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
                                             clock::time_point deadline) {
+  check_owner();
   const auto start = clock::now();
   const auto spin_until = std::min(deadline, start + kSpinBeforeSleep);
   const auto yield_after = start + kPureSpin;
@@ -303,6 +316,7 @@ void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
                              std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
                              std::span<const uint64_t> v_args) {
+  check_owner();
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"

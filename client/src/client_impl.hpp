@@ -79,6 +79,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::pair<uint64_t, shm::ShmSegment> allocate_host(std::size_t bytes, const char* what);
 
   void detach();
+  // Throws kInvalidArgument in a process other than the one that attached (a forked child):
+  // the ring has one producer, and the session's connection is the parent's.
+  void check_owner() const;
   // True once irisd marked the segment stopped (a shared-memory load, no syscall).
   bool daemon_stopped() const;
   // Also true when the attach connection closed (irisd died, or ended the session).
@@ -90,6 +93,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   shm::ShmSegment segment;
   shm::SegmentView view;
   uint64_t session_id = 0;
+  pid_t owner_pid = 0;  // the process that attached
   std::string engine;
   std::string daemon_version;
   bool detached = false;

@@ -39,6 +39,9 @@ struct Communicator::Impl {
 
 Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
                                 uint32_t rank) {
+  if (!client.impl_)
+    throw Error(ErrorCode::kInvalidArgument,
+                "Communicator::init on an empty iris::Client: use iris::Client::connect()");
   v1::SessionRequest request;
   auto* init = request.mutable_comm_init();
   init->set_key(key);
@@ -59,9 +62,19 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
-uint32_t Communicator::rank() const { return impl_->rank; }
-uint32_t Communicator::nranks() const { return impl_->nranks; }
-uint64_t Communicator::id() const { return impl_->id; }
+namespace {
+const Communicator::Impl& usable(const std::unique_ptr<Communicator::Impl>& impl) {
+  if (!impl)
+    throw Error(ErrorCode::kInvalidArgument,
+                "this iris::Communicator is empty (default-constructed or moved from): use "
+                "iris::Communicator::init()");
+  return *impl;
+}
+}  // namespace
+
+uint32_t Communicator::rank() const { return usable(impl_).rank; }
+uint32_t Communicator::nranks() const { return usable(impl_).nranks; }
+uint64_t Communicator::id() const { return usable(impl_).id; }
 
 namespace {
 
@@ -243,6 +256,16 @@ Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, u
     }
     return submit(call, stream);
   });
+}
+
+void Communicator::barrier() {
+  counting_rejections(impl_.get(), [&] {
+    return submit(CollectiveCall{.opcode = shm::Opcode::kBarrier,
+                                 .name = "barrier",
+                                 .send_significant = false,
+                                 .recv_significant = false},
+                  {});
+  }).wait();
 }
 
 namespace {

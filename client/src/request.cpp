@@ -2,10 +2,14 @@
 
 #include "client/src/client_impl.hpp"
 
+#include <unistd.h>
+
+#include <optional>
+
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (!done) client->release_slot(slot, false);
+  if (!done && ::getpid() == client->owner_pid) client->release_slot(slot, false);
 }
 
 void Request::Impl::finish(ErrorCode result) {
@@ -33,6 +37,7 @@ void throw_if_failed(ErrorCode code, const std::string& why) {
 
 bool Request::test() {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "test() on an empty Request");
+  impl_->client->check_owner();
   if (!impl_->done) {
     auto code = impl_->client->poll(impl_->slot, impl_->generation);
     if (!code) return false;
@@ -59,5 +64,18 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
 }
 
 void Request::wait() { wait(std::chrono::nanoseconds::max()); }
+
+void wait_all(std::vector<Request>& requests) {
+  // Every request is waited for, so that no buffer is still in use when this throws.
+  std::optional<Error> first;
+  for (Request& r : requests) {
+    try {
+      r.wait();
+    } catch (const Error& e) {
+      if (!first) first = e;
+    }
+  }
+  if (first) throw *first;
+}
 
 }  // namespace iris

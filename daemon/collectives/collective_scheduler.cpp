@@ -12,6 +12,15 @@ void CollectiveScheduler::comm_warn(Communicator& comm, fmt::format_string<Args.
   spdlog::warn("comm '{}' {}{}", comm.key, fmt::format(format, std::forward<Args>(args)...), note);
 }
 
+template <typename... Args>
+void CollectiveScheduler::trace(Communicator& comm, fmt::format_string<Args...> format,
+                                Args&&... args) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  std::string note;
+  if (!comm.trace_limit.allow(note)) return;
+  spdlog::debug("comm '{}' {}{}", comm.key, fmt::format(format, std::forward<Args>(args)...), note);
+}
+
 CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete,
                                          uint64_t max_in_flight)
     : engine_(engine),
@@ -60,6 +69,8 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
     fail(c, error, "rank " + std::to_string(rank) + "'s request: " + why);
   } else if (c.error == ErrorCode::kOk) {
     const RankArgs& args = arrived.request->args;
+    trace(comm, "seq {} ({}): rank {} arrived ({}/{}), {} bytes", seq, collective_name(args.kind),
+          rank, c.arrived(), comm.nranks, args.bytes);
     std::optional<PlanError> bad;
     if (const RankArgs* reference = c.reference())
       bad = check_agreement(*reference, *c.reference_rank, args, rank);
@@ -89,7 +100,10 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     if (!bad && j != rank) bad = add_pair(comm, c, j, rank);
   }
   // Copies already tagged must run (and complete) even when a later pair disagreed.
-  if (!batch_.empty()) engine_.submit(batch_);
+  if (!batch_.empty()) {
+    trace(comm, "seq {}: rank {} starts {} copies", c.seq, rank, batch_.size());
+    engine_.submit(batch_);
+  }
   return bad;
 }
 
@@ -175,6 +189,10 @@ void CollectiveScheduler::try_deliver(Collective& c, ArrivedRank& arrived) {
 void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   const bool everyone_arrived = c.arrived() == comm.nranks || comm.broken;
   if (!everyone_arrived || c.delivered_count != c.arrived() || c.total_in_flight != 0) return;
+  trace(comm, "seq {}: {} after {} us", c.seq, c.error == ErrorCode::kOk ? "completed" : "failed",
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                              c.started)
+            .count());
   if (c.error == ErrorCode::kOk) {
     ++comm.completed;
     stats_.collectives_completed_total.fetch_add(1, std::memory_order_relaxed);

@@ -60,6 +60,9 @@ class CollectiveScheduler {
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
   void try_deliver(Collective& c, ArrivedRank& arrived);
+  // A debug line of a collective's life (arrival, start, end), rate-limited per communicator.
+  template <typename... Args>
+  void trace(Communicator& comm, fmt::format_string<Args...> format, Args&&... args);
   // A warning a communicator's ranks caused, rate-limited per communicator.
   template <typename... Args>
   void comm_warn(Communicator& comm, fmt::format_string<Args...> format, Args&&... args);

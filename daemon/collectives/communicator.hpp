@@ -30,6 +30,9 @@ struct Communicator {
   std::string broken_why;
   uint64_t completed = 0;
   LogLimiter log_limit;
+  // --log-level debug traces every collective's arrivals, start and end: many more lines a
+  // second, still bounded.
+  LogLimiter trace_limit{1000, 2000};
 
   uint32_t joined() const {
     uint32_t n = 0;

@@ -18,6 +18,8 @@ std::string_view collective_name(CollectiveKind kind) {
       return "gather";
     case CollectiveKind::kScatter:
       return "scatter";
+    case CollectiveKind::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }
@@ -49,7 +51,8 @@ std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, con
     return PlanError{ErrorCode::kInvalidArgument, who(rank_b) + " passed root " +
                                                       std::to_string(b.root) + ", " + who(rank_a) +
                                                       " root " + std::to_string(a.root)};
-  if (a.kind != CollectiveKind::kAllToAllV && a.bytes != b.bytes)
+  if (a.kind != CollectiveKind::kAllToAllV && a.kind != CollectiveKind::kBarrier &&
+      a.bytes != b.bytes)
     return PlanError{ErrorCode::kSizeMismatch, who(rank_b) + " passed " + std::to_string(b.bytes) +
                                                    " bytes, " + who(rank_a) + " " +
                                                    std::to_string(a.bytes)};
@@ -86,6 +89,8 @@ std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s,
     case CollectiveKind::kScatter:
       if (src != s.root) return std::optional<PlannedCopy>{};
       return copy(src, s.send_offset + uint64_t{dst} * b, dst, d.recv_offset, b);
+    case CollectiveKind::kBarrier:
+      return std::optional<PlannedCopy>{};
     case CollectiveKind::kNop:
       break;
   }

@@ -138,6 +138,12 @@ Result validate_request(const shm::SubmitEntry& e, uint32_t nranks, uint32_t ran
     return error(ErrorCode::kInvalidArgument, "root " + std::to_string(e.root) +
                                                   " is out of range for " + std::to_string(nranks) +
                                                   " ranks");
+  if (kind == CollectiveKind::kBarrier) {
+    ValidatedRequest barrier;
+    barrier.stream_ordered = stream_ordered;
+    barrier.args.kind = kind;
+    return barrier;
+  }
   const bool is_root = rooted && e.root == rank;
   const bool has_send = kind != CollectiveKind::kScatter || is_root;
   const bool has_recv = kind != CollectiveKind::kGather || is_root;

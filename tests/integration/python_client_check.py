@@ -28,10 +28,28 @@ for r in range(2):
     assert got == data[0] + data[1], f"rank {r} received the wrong bytes"
 
 
+class _Done:
+    """A request already complete (for calls that wait themselves)."""
+
+    def wait(self, timeout=None):
+        return True
+
+
 def both(submit):
     """Submits on both ranks, then waits for both."""
-    for req in [submit(r) for r in range(2)]:
-        req.wait(timeout=10)
+    import threading
+    results = [None, None]
+
+    def run(r):
+        results[r] = submit(r)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    for req in results:
+        assert req.wait(timeout=10), "a collective did not complete in 10 s"
 
 
 def poison():
@@ -80,16 +98,47 @@ try:
 except iris.IrisError as e:
     assert e.name == "not_found" and e.code == 2, e
 
-pending = comms[0].all_gather(sends[0], recvs[0], nbytes)
+# Views of a Buffer are pointers too; bytes objects (Python's heap) are refused with the reason.
+assert len(sends[0]) == nbytes and len(recvs[0]) == 2 * nbytes
+both(lambda r: comms[r].all_gather(sends[r].view(), recvs[r].view(), 16))
 try:
-    pending.wait(timeout=0.02)
-    raise AssertionError("a collective missing a rank completed")
+    comms[0].all_gather(b"x" * 16, recvs[0], 16)
+    raise AssertionError("a bytes object was accepted")
 except iris.IrisError as e:
-    assert e.name == "timeout", e
+    assert e.name == "invalid_argument" and "client.allocate" in e.message, e
+
+# A registration outlives the Python object the caller dropped: the client keeps it.
+dropped = clients[0].allocate(64).data
+both(lambda r: comms[r].all_gather(dropped if r == 0 else sends[1], recvs[r], 64))
+both(lambda r: comms[r].barrier() or _Done())  # barrier: returns once both called it
+
+# Ctrl-C interrupts a wait without a timeout; a failed constructor says only why it failed.
+import signal
+import subprocess
+import sys
+waiter = subprocess.Popen(
+    [sys.executable, "-c",
+     "import iris, sys\n"
+     f"c = iris.Client({socket!r}); m = iris.Communicator(c, 'ctrl-c', 2, 0)\n"
+     "s = c.allocate(64); r = m.all_gather(s, c.allocate(128), 64)\n"
+     "print('waiting', flush=True); r.wait()\n"],
+    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+assert waiter.stdout.readline().strip() == "waiting"
+waiter.send_signal(signal.SIGINT)
+_, err = waiter.communicate(timeout=10)
+assert waiter.returncode != 0 and "KeyboardInterrupt" in err, err
+failed = subprocess.run([sys.executable, "-c", "import iris; iris.Client('/nonexistent.sock')"],
+                        capture_output=True, text=True, timeout=30)
+assert "IrisError" in failed.stderr and "AttributeError" not in failed.stderr, failed.stderr
+
+pending = comms[0].all_gather(sends[0], recvs[0], nbytes)
+assert pending.wait(timeout=0.02) is False, "a collective missing a rank completed"
 comms[1].destroy()
 try:
     pending.wait(timeout=10)
     raise AssertionError("the collective survived its peer leaving")
 except iris.IrisError as e:
     assert e.name == "peer_lost", e
+    assert str(e).count("peer_lost") == 1, f"the name printed twice: {e}"
+    assert "rank 1" in e.message, f"the daemon's reason is missing: {e}"
 print("python binding: ok")

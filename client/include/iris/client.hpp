@@ -13,13 +13,19 @@
 
 namespace iris {
 
+// irisd's socket when ClientOptions says none: $IRIS_SOCKET, else /run/irisd/irisd.sock.
+std::string default_socket_path();
+
 struct ClientOptions {
-  std::string socket_path = "/run/irisd/irisd.sock";
+  std::string socket_path = default_socket_path();
   std::string client_name;  // shown by `iris-ctl sessions`
   // How long a submission may wait for a free ring slot before throwing kBusy.
   std::chrono::nanoseconds submit_timeout = std::chrono::nanoseconds::max();
 };
 
+// A Client belongs to the process that attached: after fork(), the child gets kInvalidArgument
+// from it (attach again there) while the parent's session goes on. Every method of an empty
+// (default-constructed or moved-from) Client throws kInvalidArgument.
 class Client {
  public:
   struct Impl;

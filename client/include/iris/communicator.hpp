@@ -62,6 +62,10 @@ class Communicator {
   // root only (others may pass nullptr). In place at the root when recv == send + root*bytes.
   Request scatter(const void* send, void* recv, std::size_t bytes, uint32_t root,
                   Stream stream = {});
+  // Returns once every rank has called barrier(): a collective that moves nothing and needs no
+  // buffer. Throws the collective's error (kPeerLost when a rank left).
+  void barrier();
+
   uint32_t rank() const;
   uint32_t nranks() const;
   uint64_t id() const;

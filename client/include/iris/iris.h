@@ -42,12 +42,14 @@ typedef struct iris_buffer iris_buffer;
 typedef struct iris_comm iris_comm;
 typedef struct iris_request iris_request;
 
-/* The message of the last call on this thread that failed ("" when none has). */
+/* The message of the last call on this thread that failed ("" when none has), without the
+ * code's name (iris_error_name gives that). */
 const char* iris_last_error(void);
 /* The name of an error code ("peer_lost"). */
 const char* iris_error_name(int code);
 
-/* Attaches to irisd at `socket_path` (NULL: /run/irisd/irisd.sock); `name` is shown by
+/* Attaches to irisd at `socket_path` (NULL: $IRIS_SOCKET, else /run/irisd/irisd.sock); `name` is
+ * shown by
  * `iris-ctl sessions` (may be NULL). */
 int iris_connect(const char* socket_path, const char* name, iris_client** out);
 /* Detaches (pending requests fail) and frees the client. */
@@ -108,6 +110,11 @@ int iris_scatter(iris_comm* comm, const void* send, void* recv, size_t bytes, ui
 /* Waits up to `timeout_ns` (negative: without limit); IRIS_ERROR_TIMEOUT when it ran out, else
  * the collective's own result. */
 int iris_request_wait(iris_request* request, int64_t timeout_ns);
+/* Waits for every request; returns IRIS_OK, or the first failure by position once all of them
+ * have completed. */
+int iris_request_wait_all(iris_request** requests, size_t count);
+/* Returns once every rank of the communicator has called it (a collective that moves nothing). */
+int iris_barrier(iris_comm* comm);
 /* *done = 1 once complete (returns the collective's result then), else 0 and IRIS_OK. */
 int iris_request_test(iris_request* request, int* done);
 void iris_request_release(iris_request* request);

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "iris/error.hpp"
 
@@ -30,5 +31,9 @@ class Request {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+// Waits for every request; then, if any failed, throws the first failure (by position). All of
+// them have completed by the time it throws, so every buffer is the caller's again.
+void wait_all(std::vector<Request>& requests);
 
 }  // namespace iris

@@ -1,30 +1,41 @@
 """irisd's Python client: ctypes over libiris's C interface (client/include/iris/iris.h).
 
     import iris
-    client = iris.Client("/run/irisd/irisd.sock", name="trainer")
+    client = iris.Client(name="trainer")          # $IRIS_SOCKET, else /run/irisd/irisd.sock
     comm = iris.Communicator(client, "job-42", nranks=8, rank=rank)
-    send, recv = client.register_tensor(x), client.register_tensor(y)   # torch CUDA tensors
+    client.register_tensor(x); client.register_tensor(y)   # torch CUDA tensors, kept registered
     comm.all_gather(x, y, x.numel() * x.element_size(),
                     stream=torch.cuda.current_stream()).wait()
 
 libiris is found through $IRIS_LIBRARY (a path) or the loader's search path (libiris.so.0).
-Pointers may be ints, Buffers, or objects with data_ptr() (torch tensors); streams may be ints
-(cudaStream_t, or hipStream_t on AMD) or objects with cuda_stream (torch.cuda.Stream, which is a
-HIP stream in ROCm builds of PyTorch). With irisd's hsa engine (AMD GPUs) GPU memory and streams
-go through HIP, otherwise through CUDA."""
+Pointers may be ints, Buffers, writable buffers inside a Buffer (memoryview, bytearray views),
+or objects with data_ptr() (torch tensors); streams may be ints (cudaStream_t, or hipStream_t on
+AMD) or objects with cuda_stream (torch.cuda.Stream, which is a HIP stream in ROCm builds of
+PyTorch). With irisd's hsa engine (AMD GPUs) GPU memory and streams go through HIP, otherwise
+through CUDA.
+
+Registrations live as long as the Client: a Buffer the caller drops stays registered until
+`buffer.release()` or `client.close()`. `Request.wait(timeout)` returns False when the time ran
+out (as in C++), True once done, and raises IrisError when the collective failed; waits without a
+timeout can be interrupted with Ctrl-C."""
 
 import ctypes
 import os
+import time
 
-__all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request"]
+__all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request", "wait_all"]
+
+# How long one wait in C lasts before Python looks for signals (Ctrl-C) again.
+_WAIT_SLICE_NS = 100_000_000
 
 
 class IrisError(RuntimeError):
-    """A failed libiris call: `code` is the iris::ErrorCode value, `name` its name."""
+    """A failed libiris call: `code` is the iris::ErrorCode value, `name` its name, `message`
+    what happened and what to do."""
 
     def __init__(self, code, name, message):
         super().__init__(f"{name}: {message}")
-        self.code, self.name = code, name
+        self.code, self.name, self.message = code, name, message
 
 
 class _IrisStream(ctypes.Structure):
@@ -61,6 +72,7 @@ def _load():
         "iris_gather": ([p, p, p, size, u32, stream, out], ctypes.c_int),
         "iris_scatter": ([p, p, p, size, u32, stream, out], ctypes.c_int),
         "iris_request_wait": ([p, i64], ctypes.c_int),
+        "iris_barrier": ([p], ctypes.c_int),
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
     }
@@ -92,7 +104,21 @@ def _address(x):
         return x.data
     if hasattr(x, "data_ptr"):
         return x.data_ptr()
-    return int(x)
+    if isinstance(x, int):
+        return x
+    if isinstance(x, bytes):
+        raise IrisError(1, "invalid_argument",
+                        "a bytes object lives in Python's own memory, which irisd cannot reach: "
+                        "copy it into a Buffer from client.allocate() (buffer.view()[:] = data)")
+    try:
+        view = memoryview(x)
+    except TypeError:
+        raise IrisError(1, "invalid_argument",
+                        f"cannot use a {type(x).__name__} as a pointer: pass a Buffer, a view "
+                        "of one, an int address or a torch tensor") from None
+    if view.readonly:
+        raise IrisError(1, "invalid_argument", "a read-only buffer cannot take part in a collective")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B")))
 
 
 def _stream(s, hip):
@@ -116,9 +142,13 @@ def _u64_array(values, nranks, what):
 
 
 class Client:
-    """An attached session of irisd."""
+    """An attached session of irisd. Buffers it registers stay registered while it lives, also
+    when the caller drops them (release() or close() ends them)."""
 
     def __init__(self, socket_path=None, name=None):
+        self._handle = None
+        self._buffers = {}  # id -> Buffer: registrations live as long as the client
+        self._tensors = {}  # (address, bytes) -> Buffer, so a tensor registers once
         self._handle = _created(_lib.iris_connect,
                                 socket_path.encode() if socket_path else None,
                                 name.encode() if name else None)
@@ -127,27 +157,38 @@ class Client:
     def engine(self):
         return _lib.iris_client_engine(self._handle).decode()
 
+    def _keep(self, handle):
+        buffer = Buffer(handle, self)
+        self._buffers[id(buffer)] = buffer
+        return buffer
+
     def allocate(self, nbytes):
         """Host memory shared with irisd."""
-        return Buffer(_created(_lib.iris_allocate, self._handle, nbytes))
+        return self._keep(_created(_lib.iris_allocate, self._handle, nbytes))
 
     def register_cuda(self, device_ptr, nbytes):
-        """GPU memory of this process; it must outlive the Buffer."""
-        return Buffer(_created(_lib.iris_register_cuda, self._handle, device_ptr, nbytes))
+        """GPU memory of this process; it must outlive its registration."""
+        return self._keep(_created(_lib.iris_register_cuda, self._handle, device_ptr, nbytes))
 
     def register_hip(self, device_ptr, nbytes):
-        """GPU memory of this process from hipMalloc (hsa engine); it must outlive the Buffer."""
-        return Buffer(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
+        """GPU memory from hipMalloc (hsa engine); it must outlive its registration."""
+        return self._keep(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
 
     def register_tensor(self, tensor):
-        """A contiguous torch GPU tensor's storage range (HIP memory under the hsa engine)."""
+        """A contiguous torch GPU tensor's storage range (HIP memory under the hsa engine),
+        registered once per range and kept until release() or close()."""
         if not tensor.is_contiguous():
             raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
-        register = self.register_hip if self.engine == "hsa" else self.register_cuda
-        return register(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+        key = (tensor.data_ptr(), tensor.numel() * tensor.element_size())
+        if key not in self._tensors or self._tensors[key]._handle is None:
+            register = self.register_hip if self.engine == "hsa" else self.register_cuda
+            self._tensors[key] = register(*key)
+        return self._tensors[key]
 
     def close(self):
         if self._handle:
+            for buffer in list(self._buffers.values()):
+                buffer.release()
             _lib.iris_client_release(self._handle)
             self._handle = None
 
@@ -156,23 +197,33 @@ class Client:
 
 
 class Buffer:
-    """A registered buffer; `view()` gives host buffers' bytes as a memoryview."""
+    """A registered buffer; `view()` gives host buffers' bytes as a memoryview; len() is its
+    size in bytes."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, client=None):
         self._handle = handle
+        self._client = client
         self.data = _lib.iris_buffer_data(handle)
         self.size = _lib.iris_buffer_size(handle)
+
+    def __len__(self):
+        return self.size
 
     def view(self):
         return memoryview((ctypes.c_ubyte * self.size).from_address(self.data)).cast("B")
 
     def release(self):
+        """Ends the registration (irisd stops using the memory)."""
         if self._handle:
             _lib.iris_buffer_release(self._handle)
             self._handle = None
+        if self._client is not None:
+            self._client._buffers.pop(id(self), None)
+            self._client = None
 
     def __del__(self):
-        self.release()
+        if getattr(self, "_handle", None):
+            self.release()
 
 
 class Request:
@@ -182,9 +233,18 @@ class Request:
         self._handle = handle
 
     def wait(self, timeout=None):
-        """Waits (seconds; None: without limit). Raises IrisError, code 12 when it ran out."""
-        _check(_lib.iris_request_wait(self._handle,
-                                      -1 if timeout is None else int(timeout * 1e9)))
+        """Waits `timeout` seconds (None: without limit). Returns True once complete, False if
+        the time ran out; raises IrisError if the collective failed. Ctrl-C interrupts it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE_NS if deadline is None else \
+                max(0, min(_WAIT_SLICE_NS, int((deadline - time.monotonic()) * 1e9)))
+            code = _lib.iris_request_wait(self._handle, left)
+            if code != 12:  # not a timeout of this slice
+                _check(code)
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def test(self):
         done = ctypes.c_int(0)
@@ -192,15 +252,28 @@ class Request:
         return bool(done.value)
 
     def __del__(self):
-        if self._handle:
+        if getattr(self, "_handle", None):
             _lib.iris_request_release(self._handle)
             self._handle = None
+
+
+def wait_all(requests):
+    """Waits for every request, then raises the first failure (by position), if any."""
+    first = None
+    for request in requests:
+        try:
+            request.wait()
+        except IrisError as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 class Communicator:
     """Rank `rank` of `nranks` in the communicator `key`."""
 
     def __init__(self, client, key, nranks, rank):
+        self._handle = None
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
         self._hip = client.engine == "hsa"
@@ -246,12 +319,16 @@ class Communicator:
         return self._submit(_lib.iris_scatter, _address(send), _address(recv), nbytes, root,
                             stream=stream)
 
+    def barrier(self):
+        """Returns once every rank has called barrier()."""
+        _check(_lib.iris_barrier(self._handle))
+
     def destroy(self):
         if self._handle:
             handle, self._handle = self._handle, None
             _check(_lib.iris_comm_destroy(handle))
 
     def __del__(self):
-        if self._handle:
+        if getattr(self, "_handle", None):
             _lib.iris_comm_destroy(self._handle)
             self._handle = None

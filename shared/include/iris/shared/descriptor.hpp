@@ -20,9 +20,10 @@ enum class Opcode : uint32_t {
   kBroadcast = 5,  // root's send[bytes] lands in every other rank's recv (== send: one buffer)
   kGather = 6,     // send[bytes] of rank r lands at root's recv + r*bytes
   kScatter = 7,    // root's send + r*bytes lands in rank r's recv[bytes]
+  kBarrier = 8,    // moves nothing, names no buffer: completes once every rank has arrived
 };
 inline constexpr uint32_t kFirstCollectiveOpcode = 2;
-inline constexpr uint32_t kLastCollectiveOpcode = 7;
+inline constexpr uint32_t kLastCollectiveOpcode = 8;
 
 // Wrapping comparison of 32-bit generation counters: a >= b.
 constexpr bool generation_reached(uint32_t a, uint32_t b) {
