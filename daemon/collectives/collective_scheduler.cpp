@@ -47,7 +47,9 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
                                  const CompletionTarget& target,
                                  std::optional<ValidatedRequest> request, ErrorCode error,
                                  const std::string& why) {
-  if (comm.broken) {
+  // On a broken communicator a collective other ranks already reached still tells a late rank
+  // its own failure (size_mismatch, say); only collectives nobody reached fail as peer_lost.
+  if (comm.broken && comm.in_flight.count(seq) == 0) {
     stats_.count_error(comm.broken_code);
     complete_(target, comm.broken_code, comm.broken_why);
     return;
@@ -186,9 +188,18 @@ void CollectiveScheduler::try_deliver(Collective& c, ArrivedRank& arrived) {
   complete_(arrived.target, c.error, c.why);
 }
 
+bool CollectiveScheduler::may_still_arrive(const Communicator& comm, const Collective& c) const {
+  if (c.arrived() == comm.nranks) return false;
+  if (!comm.broken) return true;
+  // Broken: ranks that left never come, the others (still members) still may.
+  for (uint32_t r = 0; r < comm.nranks; ++r)
+    if (comm.members[r] && c.ranks.count(r) == 0) return true;
+  return false;
+}
+
 void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
-  const bool everyone_arrived = c.arrived() == comm.nranks || comm.broken;
-  if (!everyone_arrived || c.delivered_count != c.arrived() || c.total_in_flight != 0) return;
+  if (c.delivered_count != c.arrived() || c.total_in_flight != 0 || may_still_arrive(comm, c))
+    return;
   trace(comm, "seq {}: {} after {} us", c.seq, c.error == ErrorCode::kOk ? "completed" : "failed",
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
                                                               c.started)

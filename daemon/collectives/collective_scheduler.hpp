@@ -66,6 +66,8 @@ class CollectiveScheduler {
   // A warning a communicator's ranks caused, rate-limited per communicator.
   template <typename... Args>
   void comm_warn(Communicator& comm, fmt::format_string<Args...> format, Args&&... args);
+  // Whether a rank that has not arrived at `c` may still come (it is a member yet).
+  bool may_still_arrive(const Communicator& comm, const Collective& c) const;
   void retire_if_done(Communicator& comm, Collective& c);
 
   Engine& engine_;

@@ -167,6 +167,10 @@ int v_mismatch(const Options& o, iris::Client& client) {
         return 2;
       }
     }
+    // Leave only once every rank has its answer: a rank leaving earlier would free the key, and
+    // a late one would join a new communicator of the same name and wait there alone.
+    auto done = iris::Communicator::init(client, o.key + ".done", o.nranks, o.rank);
+    done.barrier();
     throw;
   }
   return 0;

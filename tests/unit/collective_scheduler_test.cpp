@@ -264,6 +264,19 @@ TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
   EXPECT_EQ(stats.collectives_failed_total.load(), 1u);
 }
 
+TEST_F(Scheduler, ALateRankGetsTheCollectivesOwnErrorEvenAfterOthersLeft) {
+  arrive(0, 1, 64);
+  arrive(1, 1, 65);
+  drain_until(2);
+  comm.members[0].reset();  // rank 0 took its size_mismatch and left
+  scheduler->break_comm(comm, ErrorCode::kPeerLost, "rank 0 left");
+  arrive(2, 1, 64);
+  drain_until(3);
+  EXPECT_EQ(completions[2], ErrorCode::kSizeMismatch) << reasons[2];
+  arrive(2, 2, 64);  // a collective nobody else reached: the communicator is broken
+  EXPECT_EQ(completions[2], ErrorCode::kPeerLost);
+}
+
 TEST_F(Scheduler, OneRanksBadRequestFailsTheCollectiveForAll) {
   arrive(0, 1, 100);
   scheduler->arrive(comm, 1, 1, {1, 0, 1}, std::nullopt, ErrorCode::kOutOfRange);
@@ -313,6 +326,7 @@ TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
 TEST_F(Scheduler, BrokenCommunicatorFailsPendingAndLaterCollectives) {
   arrive(0, 1, 50000);
   arrive(1, 1, 50000);
+  comm.members[2].reset();  // as the registry does when a rank leaves
   scheduler->break_comm(comm, ErrorCode::kPeerLost, "rank 2 died");
   drain_until(2);
   EXPECT_EQ(completions[0], ErrorCode::kPeerLost);
