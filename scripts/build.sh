@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, then configures and builds irisd into build/ (Release by default).
+# Installs what is missing, then configures and builds irisd into build/ (RelWithDebInfo unless
+# BUILD_TYPE says otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -21,7 +21,14 @@ for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
 [ -S "$socket.attach" ] || { cat "$run/irisd.log"; exit 1; }
 export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
-echo "== 4 ranks, verified all-gathers, 64 B to 16 MiB per rank"
+cat <<'EOF'
+== 4 ranks, verified all-gathers, 64 B to 16 MiB per rank (about a minute on 2 cores)
+Columns: bytes/rank each rank contributes; iters timed; p50/p99 latency of one all-gather (the
+slowest rank's time); algbw = one rank's output bytes / p50 (NCCL's algorithm bandwidth);
+moved = every byte irisd copied / p50 (all 4 x 4 blocks). On the host engine irisd's worker
+threads copy with memcpy, so these bytes count as "compute units" in iris-ctl stats; on a GPU
+node the cuda or hsa engine moves them on copy engines instead.
+EOF
 pids=()
 for rank in 3 2 1 0; do
   build/example/collective_sweep --socket "$socket" --nranks 4 --rank "$rank" \

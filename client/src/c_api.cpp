@@ -104,6 +104,11 @@ int iris_allocate(iris_client* client, size_t bytes, iris_buffer** out) {
   return guarded([&] { *out = new iris_buffer{client->client.allocate(bytes)}; });
 }
 
+int iris_register_host(iris_client* client, void* ptr, size_t bytes, iris_buffer** out) {
+  if (client == nullptr || out == nullptr) return null_argument(client ? "out" : "client");
+  return guarded([&] { *out = new iris_buffer{client->client.register_host(ptr, bytes)}; });
+}
+
 int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out) {
   if (client == nullptr || out == nullptr) return null_argument(client ? "out" : "client");
   return guarded(

@@ -47,6 +47,10 @@ Buffer Client::register_hip_buffer(void* device_ptr, std::size_t bytes) {
   return usable(impl_).register_gpu_buffer(GpuVendor::kHip, device_ptr, bytes);
 }
 
+Buffer Client::register_host(void* ptr, std::size_t bytes) {
+  return usable(impl_).register_host(ptr, bytes);
+}
+
 Request Client::nop() {
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kNop);

@@ -3,7 +3,11 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "iris/shared/cpu_relax.hpp"
@@ -387,7 +391,72 @@ Buffer Client::Impl::allocate(std::size_t bytes) {
   auto [id, segment] = allocate_host(bytes, "allocate");
   auto mapping = std::make_shared<shm::ShmSegment>(std::move(segment));
   void* base = mapping->data();
-  return add_buffer(id, base, bytes, std::move(mapping));
+  return add_buffer(id, base, bytes, std::move(mapping), false);
+}
+
+namespace {
+// Whether [begin, end) lies inside private, writable, anonymous mappings of this process.
+bool private_anonymous_writable(uintptr_t begin, uintptr_t end) {
+  std::ifstream maps("/proc/self/maps");
+  uintptr_t covered = begin;
+  for (std::string line; std::getline(maps, line) && covered < end;) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, path;
+    fields >> range >> perms >> offset >> device >> inode;
+    std::getline(fields, path);
+    const auto dash = range.find('-');
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (hi <= covered || lo > covered) continue;
+    const bool anonymous = inode == "0" && (path.find_first_not_of(' ') == std::string::npos ||
+                                            path.find("[heap]") != std::string::npos);
+    if (perms.substr(0, 2) != "rw" || perms[3] != 'p' || !anonymous) return false;
+    covered = hi;
+  }
+  return covered >= end;
+}
+}  // namespace
+
+Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  if (ptr == nullptr || begin % page != 0)
+    throw Error(ErrorCode::kInvalidArgument, "register_host: the address must be page-aligned (" +
+                                                 std::to_string(page) +
+                                                 " bytes); allocate with mmap, or aligned_alloc(" +
+                                                 std::to_string(page) + ", ...)");
+  if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "register_host: 0 bytes");
+  const std::size_t size = (bytes + page - 1) / page * page;
+  if (!private_anonymous_writable(begin, begin + size))
+    throw Error(ErrorCode::kInvalidArgument,
+                "register_host: [address, +" + std::to_string(size) +
+                    ") is not all private, writable, anonymous memory of this process (a file "
+                    "mapping, read-only or shared memory cannot be moved)");
+  v1::SessionRequest request;
+  request.mutable_allocate_host()->set_bytes(size);
+  std::vector<net::Fd> fds;
+  const auto response = session_call(request, "register host memory", {}, &fds);
+  const uint64_t id = response.registered().buffer_id();
+  auto give_back = [&] {
+    v1::SessionRequest deregister;
+    deregister.mutable_deregister()->set_buffer_id(id);
+    session_call(deregister, "register host memory (undo)");
+  };
+  if (fds.size() != 1) {
+    give_back();
+    throw Error(ErrorCode::kProtocolMismatch,
+                "register host memory: no memory came with the answer");
+  }
+  // The contents go into irisd's memory first; then that memory replaces the pages at the same
+  // addresses (MAP_FIXED swaps them in one step, so no other thread sees a hole).
+  if (::pwrite(fds[0].get(), ptr, size, 0) != static_cast<ssize_t>(size) ||
+      ::mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fds[0].get(), 0) ==
+          MAP_FAILED) {
+    const std::string reason = std::strerror(errno);
+    give_back();
+    throw Error(ErrorCode::kInvalidArgument, "register host memory: " + reason);
+  }
+  return add_buffer(id, ptr, size, nullptr, false);
 }
 
 Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
@@ -402,14 +471,14 @@ Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std
     for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
   }
   const auto response = session_call(request, "register GPU buffer", fds);
-  return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr);
+  return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr, true);
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
-                                std::shared_ptr<shm::ShmSegment> mapping) {
+                                std::shared_ptr<shm::ShmSegment> mapping, bool gpu) {
   {
     std::lock_guard lock(buffers_mutex_);
-    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, mapping == nullptr};
+    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, gpu};
   }
   return Buffer(
       std::make_shared<Buffer::Impl>(shared_from_this(), id, base, bytes, std::move(mapping)));

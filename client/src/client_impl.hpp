@@ -61,12 +61,15 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void release_slot(uint32_t slot, bool completed);
 
   Buffer allocate(std::size_t bytes);
+  // Moves the pages of [ptr, ptr + bytes) onto memory irisd allocated (see Client::register_host).
+  Buffer register_host(void* ptr, std::size_t bytes);
   // Registers GPU memory of this process through the vendor's runtime (IPC handle or VMM fds).
   Buffer register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes);
   void forget_buffer(uint64_t id, void* base);
-  // Records a registered range for locate(); `mapping` is null for memory the caller owns.
+  // Records a registered range for locate(); `mapping` is null for memory the caller owns,
+  // `gpu` true for the caller's GPU memory.
   Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,
-                    std::shared_ptr<shm::ShmSegment> mapping);
+                    std::shared_ptr<shm::ShmSegment> mapping, bool gpu);
   // Finds the registered buffer holding `ptr`; nullopt when none does.
   std::optional<BufferLocation> locate(const void* ptr) const;
 

@@ -1,6 +1,8 @@
 // What a new user meets in the first hour: errors that say what irisd knows, handles that fail
 // clearly when empty or used after fork(), flags and config keys named when wrong, the default
 // socket from $IRIS_SOCKET, barrier and wait_all, and iris-ctl explaining a stuck collective.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,6 +185,40 @@ TEST(FirstHour, BarrierAndWaitAll) {
   cb.destroy();
   EXPECT_EQ(code_of([&] { wait_all(requests); }), ErrorCode::kPeerLost);
   EXPECT_TRUE(requests[1].test());
+}
+
+TEST(FirstHour, ExistingHostMemoryIsSharedInPlace) {
+  DaemonProcess daemon;
+  auto client = Client::connect(options_for(daemon));
+  auto comm = Communicator::init(client, "host-memory", 1, 0);
+  const std::size_t bytes = 3 * 4096;
+  auto* mine = static_cast<unsigned char*>(
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mine, MAP_FAILED);
+  for (std::size_t i = 0; i < bytes; ++i) mine[i] = static_cast<unsigned char>(i * 13);
+  auto registered = client.register_host(mine, bytes);
+  for (std::size_t i = 0; i < bytes; ++i)
+    ASSERT_EQ(mine[i], static_cast<unsigned char>(i * 13)) << "contents moved intact, byte " << i;
+  auto recv = client.allocate(bytes);
+  comm.all_gather(mine, recv.data(), bytes).wait();  // irisd reads the user's own pointer
+  EXPECT_EQ(std::memcmp(recv.data(), mine, bytes), 0);
+  mine[5] = 0xAB;  // still the user's memory, at the same address
+  comm.all_gather(mine, recv.data(), 8).wait();
+  EXPECT_EQ(recv.as<unsigned char>()[5], 0xAB);
+  // What cannot be moved is refused with the reason.
+  EXPECT_NE(what_of([&] { client.register_host(mine + 1, 64); }).find("page-aligned"),
+            std::string::npos);
+  const std::string path = "/tmp/iris-host-" + std::to_string(::getpid());
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  void* file = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  EXPECT_NE(what_of([&] { client.register_host(file, 4096); }).find("anonymous"),
+            std::string::npos);
+  ::munmap(file, 4096);
+  ::close(fd);
+  ::unlink(path.c_str());
+  registered = Buffer();
+  ::munmap(mine, bytes);
 }
 
 TEST(FirstHour, IrisCtlExplainsAStuckCollective) {

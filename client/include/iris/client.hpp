@@ -51,6 +51,15 @@ class Client {
   // The same for AMD GPUs (hsa engine): any range of a hipMalloc allocation, imported by irisd
   // once over HIP IPC. Throws kUnavailable without a HIP runtime.
   Buffer register_hip_buffer(void* device_ptr, std::size_t bytes);
+  // Shares existing host memory of this process with irisd, so that data need not be copied
+  // into a buffer from allocate(): the pages of [ptr, ptr + bytes) are moved, in place, onto
+  // memory irisd can reach (their contents copied once, now; the addresses stay the same).
+  // `ptr` must be page-aligned and the range inside private, writable, anonymous memory (from
+  // mmap, posix_memalign or aligned_alloc with page alignment); `bytes` is rounded up to whole
+  // pages. Cost: one copy of the range at registration, none afterwards. The pages stay shared
+  // memory after the Buffer goes (irisd no longer sees them). Throws kInvalidArgument naming
+  // what does not fit.
+  Buffer register_host(void* ptr, std::size_t bytes);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();
   // Ends the session (also done by the destructor).

@@ -64,6 +64,9 @@ int iris_allocate(iris_client* client, size_t bytes, iris_buffer** out);
 int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out);
 /* The same for AMD GPUs (hsa engine): any range of a hipMalloc allocation. */
 int iris_register_hip(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out);
+/* Existing host memory of this process, shared with irisd in place (see
+ * iris::Client::register_host: page-aligned, private anonymous memory; one copy now). */
+int iris_register_host(iris_client* client, void* ptr, size_t bytes, iris_buffer** out);
 void* iris_buffer_data(const iris_buffer* buffer);
 size_t iris_buffer_size(const iris_buffer* buffer);
 void iris_buffer_release(iris_buffer* buffer);

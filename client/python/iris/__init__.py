@@ -59,6 +59,7 @@ def _load():
         "iris_client_engine": ([p], ctypes.c_char_p),
         "iris_allocate": ([p, size, out], ctypes.c_int),
         "iris_register_cuda": ([p, p, size, out], ctypes.c_int),
+        "iris_register_host": ([p, p, size, out], ctypes.c_int),
         "iris_register_hip": ([p, p, size, out], ctypes.c_int),
         "iris_buffer_data": ([p], p),
         "iris_buffer_size": ([p], size),
@@ -165,6 +166,13 @@ class Client:
     def allocate(self, nbytes):
         """Host memory shared with irisd."""
         return self._keep(_created(_lib.iris_allocate, self._handle, nbytes))
+
+    def register_host(self, address, nbytes):
+        """Existing host memory shared with irisd in place: page-aligned, private anonymous
+        memory (an mmap.mmap(-1, n) or a page-aligned numpy array); its pages are moved onto
+        memory irisd can reach, contents copied once."""
+        return self._keep(_created(_lib.iris_register_host, self._handle, _address(address),
+                                   nbytes))
 
     def register_cuda(self, device_ptr, nbytes):
         """GPU memory of this process; it must outlive its registration."""
