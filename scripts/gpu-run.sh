@@ -2,9 +2,10 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
-#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,bench,probe,torch (default: all)
+#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch
+#                                 (default: all)
 set -uo pipefail
-phases=",${1:-tests,bench,probe,torch},"
+phases=",${1:-tests,readme,bench,probe,torch},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -29,6 +30,11 @@ daemon=$!
 for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; done
 "$bin/iris-ctl" --socket "$run/irisd.sock" status | tee "$out/status.txt"
 "$bin/iris-gpu-spin-proof" --socket "$run/irisd.sock" --bytes $((256 << 20)) | tee "$out/spin_proof.txt"
+if want readme; then
+  # The README's torch example, as it stands, on the cuda engine.
+  IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
+    timeout 120 python3 scripts/one_gpu/readme_example.py python-torch >"$out/readme.txt" 2>&1
+fi
 
 # Benchmarks (not tests): 8 ranks on the one GPU; rank 0 prints markdown tables.
 bench() {  # bench NAME ARGS...
@@ -68,5 +74,6 @@ grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
 if want bench; then
   for name in device host alltoall_host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
 fi
+if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
