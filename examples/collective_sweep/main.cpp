@@ -5,8 +5,8 @@
 //   collective_sweep --socket /run/irisd/irisd.sock --nranks 4 --rank 0 [--collective all_to_all]
 //
 // Every iteration sends fresh data, poisons the receive buffer first and checks every byte
-// afterwards. Only the collective itself is timed: a 0-byte all-gather before it is the barrier
-// that starts all ranks together, and an iteration's time is that of its slowest rank.
+// afterwards. Only the collective itself is timed: a barrier before it starts all ranks
+// together, and an iteration's time is that of its slowest rank.
 // "bytes" is one block: what each rank sends (all-gather), sends to each peer (all-to-all), or
 // what the root sends (broadcast, from rank 0).
 #include <algorithm>
@@ -24,7 +24,7 @@
 namespace {
 
 struct Options {
-  std::string socket = "/run/irisd/irisd.sock";
+  std::string socket = iris::default_socket_path();  // $IRIS_SOCKET, else /run/irisd/irisd.sock
   std::string key = "collective_sweep";
   uint32_t nranks = 1;
   uint32_t rank = 0;
@@ -132,7 +132,6 @@ int main(int argc, char** argv) {
     auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
     auto send = client.allocate(o.max_bytes * o.nranks);
     auto recv = client.allocate(o.max_bytes * o.nranks);
-    auto barrier = [&] { comm.all_gather(send.data(), recv.data(), 0).wait(); };
     // Touch every page once, also with --no-verify: untouched shared memory reads as the
     // kernel's zero page, which would make the copies look faster than real data allows.
     std::memset(send.data(), 1, send.size());
@@ -173,7 +172,7 @@ int main(int argc, char** argv) {
             iris::example::fill_block(blocks.send_base(send, recv) + b.offset, bytes, seed, b.tag,
                                       iteration);
         }
-        barrier();
+        comm.barrier();
         const auto start = std::chrono::steady_clock::now();
         if (o.collective == "all_to_all") {
           comm.all_to_all(send.data(), recv.data(), bytes).wait();

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -117,12 +118,18 @@ TEST(Hostile, ASlowHandshakeHoldsUpNeitherAttachesNorDeathNotices) {
   auto first = comm.all_gather(send.data(), recv.data(), 64);
   EXPECT_EQ(code_of([&] { first.wait(); }), ErrorCode::kOk);
   auto pending = comm.all_gather(send.data(), recv.data(), 64);
+  const auto killed_at = std::chrono::steady_clock::now();
   ::kill(victim, SIGKILL);
   wait_for(victim);
   EXPECT_EQ(code_of([&] {
               if (!pending.wait(2s)) throw Error(ErrorCode::kTimeout, "no peer_lost in 2 s");
             }),
             ErrorCode::kPeerLost);
+  std::cout << "kill to peer_lost during a dribbled handshake: "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - killed_at)
+                   .count()
+            << " ms\n";
   EXPECT_FALSE(slow_done) << "the honest work finished while the slow handshake still dribbled";
   slow_done = true;
   dribble.join();
@@ -140,6 +147,9 @@ TEST(Hostile, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
   const double cpu_before = cpu_seconds(daemon.pid());
   std::this_thread::sleep_for(1500ms);
   const double cpu_used = cpu_seconds(daemon.pid()) - cpu_before;
+  std::cout << "irisd CPU over 1.5 s with 150 connections at a 96-descriptor limit: " << cpu_used
+            << " s; 'cannot accept' lines: " << count_lines_with(daemon.log(), "cannot accept")
+            << "\n";
   EXPECT_LT(cpu_used, 0.5) << "irisd spun at the descriptor limit (" << cpu_used
                            << " s of CPU in 1.5 s)";
   EXPECT_LE(count_lines_with(daemon.log(), "cannot accept"), 3u) << daemon.log();
@@ -192,6 +202,8 @@ TEST(Hostile, APileOfPendingCollectivesStaysSmallAndHarmsNoOtherCommunicator) {
   }
   std::this_thread::sleep_for(300ms);
   const uint64_t grown = rss_bytes(daemon.pid()) - std::min(rss_before, rss_bytes(daemon.pid()));
+  std::cout << "irisd RSS growth for 3,000 pending all-gathers on a 4096-rank communicator: "
+            << grown / 1024 << " KiB\n";
   EXPECT_LT(grown, 16u << 20) << "irisd grew by " << grown << " bytes for one tenant's backlog";
   // Past its communicator's limit and its ring depth, the tenant's own requests fail.
   const uint64_t word = raw.view.slots[2999 % 1024].word.load();
@@ -228,6 +240,8 @@ TEST(Hostile, AFloodOfBadEntriesWritesAFewLogLines) {
     std::this_thread::sleep_for(10ms);
   std::this_thread::sleep_for(50ms);
   const std::string log = daemon.log();
+  std::cout << "log lines for 100,001 bad entries: " << count_lines_with(log, "request rejected")
+            << "\n";
   EXPECT_LT(count_lines_with(log, "request rejected"), 200u);
   EXPECT_NE(log.find("similar lines suppressed"), std::string::npos);
   honest_pair_gathers(daemon, "after-flood");
