@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "iris/shared/unix_socket.hpp"
+#ifdef IRIS_HAVE_HIP
+#include "iris/shared/hip_runtime.hpp"
+#endif
 #include "iris/v1/control.pb.h"
 
 namespace iris {
@@ -59,6 +62,10 @@ class GpuRuntime {
 // Throws iris::Error kUnavailable when libiris was built without the vendor's headers or its
 // runtime cannot be loaded here.
 std::unique_ptr<GpuRuntime> make_gpu_runtime(GpuVendor vendor);
+#ifdef IRIS_HAVE_HIP
+// The HIP one over a given table (tests pass a stand-in ROCm runtime).
+std::unique_ptr<GpuRuntime> make_hip_runtime(const hip::Runtime& table);
+#endif
 
 // A range of this process's GPU memory, described for irisd to import: memory with a legacy IPC
 // handle (cudaMalloc, hipMalloc) as that handle plus the range (sent as RegisterIpcBuffer), VMM

@@ -12,7 +12,10 @@ namespace iris {
 namespace {
 class HipRuntime final : public GpuRuntime {
  public:
-  HipRuntime() : hip_(load()) {}
+  explicit HipRuntime(const hip::Runtime& table) : hip_(table) {
+    int version = 0;
+    if (hip_.hipRuntimeGetVersion(&version) == hipSuccess) behaviour_ = hip::behaviour_of(version);
+  }
 
   GpuVendor vendor() const override { return GpuVendor::kHip; }
 
@@ -47,7 +50,9 @@ class HipRuntime final : public GpuRuntime {
     uint64_t shareable = 0;
     const hipError_t r = hip_.hipMemExportToShareableHandle(&shareable, handle,
                                                             hipMemHandleTypePosixFileDescriptor, 0);
-    static_cast<void>(hip_.hipMemRelease(handle));
+    // From 6.0 the retain takes no reference but the release still drops one: releasing would
+    // free memory the owner (PyTorch's allocator) still maps.
+    if (behaviour_.retain_takes_reference) static_cast<void>(hip_.hipMemRelease(handle));
     check(r,
           "cannot register GPU buffer: hipMemExportToShareableHandle (allocate VMM memory with "
           "requestedHandleType hipMemHandleTypePosixFileDescriptor)");
@@ -96,22 +101,30 @@ class HipRuntime final : public GpuRuntime {
           "hipStreamWaitValue32 (done flag)");
   }
 
- private:
+ public:
   static const hip::Runtime& load() {
     std::string why;
     const hip::Runtime* hip = hip::load_runtime(why);
     if (hip == nullptr) throw Error(ErrorCode::kUnavailable, "HIP GPU memory or streams: " + why);
     return *hip;
   }
+
+ private:
   void check(hipError_t r, const std::string& what) const {
     if (r != hipSuccess) throw Error(ErrorCode::kInvalidArgument, what + ": " + hip_.describe(r));
   }
 
   const hip::Runtime& hip_;
+  hip::Behaviour behaviour_;
 };
 }  // namespace
 
-std::unique_ptr<GpuRuntime> make_hip_runtime() { return std::make_unique<HipRuntime>(); }
+std::unique_ptr<GpuRuntime> make_hip_runtime() {
+  return std::make_unique<HipRuntime>(HipRuntime::load());
+}
+std::unique_ptr<GpuRuntime> make_hip_runtime(const hip::Runtime& table) {
+  return std::make_unique<HipRuntime>(table);
+}
 #else
 std::unique_ptr<GpuRuntime> make_hip_runtime() {
   throw Error(ErrorCode::kUnavailable, "libiris was built without HIP support");

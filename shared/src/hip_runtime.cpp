@@ -49,6 +49,18 @@ std::string Runtime::describe(hipError_t result) const {
   return text != nullptr ? std::string(text) + " (" + code + ")" : "HIP error " + code;
 }
 
+Behaviour behaviour_of(int v) {
+  Behaviour b;
+  b.version = v;
+  b.text = std::to_string(v / 10000000) + "." + std::to_string(v / 100000 % 100) + "." +
+           std::to_string(v % 100000);
+  const bool six_or_later = v >= 60000000;
+  b.ipc_lazy_peer_access_flag = six_or_later ? 0x1u : 0u;
+  b.import_fd_by_pointer = six_or_later && v < 70100000;
+  b.retain_takes_reference = !six_or_later;
+  return b;
+}
+
 const Runtime* load_runtime(std::string& why) {
   static const LoadResult result = load();
   return result.get(why);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -54,6 +55,16 @@ struct HsaStandIn::State {
   std::map<const std::byte*, std::size_t> locked;      // host base -> bytes
   std::map<const std::byte*, std::size_t> vmm_mapped;  // VMM imports mapped, by address
   int vmm_reserved = 0;
+  int crashes = 0;
+  int gpu_only_signals = 0, interrupt_signals = 0;
+  struct VmmOwned {
+    int fd;
+    std::size_t bytes;
+    int device;
+    int references;  // the owner's, plus retains where the release takes one
+  };
+  std::map<const std::byte*, VmmOwned> vmm_owned;  // client-side VMM allocations
+  std::set<void*> retained;                        // handles hipMemRetainAllocationHandle gave
   std::thread worker;
 
   int device_of(hsa_agent_t a) const {
@@ -211,11 +222,12 @@ hsa_status_t s_agent_pool_get_info(hsa_agent_t agent, hsa_amd_memory_pool_t pool
   }
   return HSA_STATUS_SUCCESS;
 }
-hsa_status_t s_signal_create(hsa_signal_value_t initial, uint32_t, const hsa_agent_t*,
-                             hsa_signal_t* signal) {
+hsa_status_t s_amd_signal_create(hsa_signal_value_t initial, uint32_t, const hsa_agent_t*,
+                                 uint64_t attributes, hsa_signal_t* signal) {
   signal->handle = reinterpret_cast<uint64_t>(new std::atomic<int64_t>(initial));
   std::lock_guard lock(g->mu);
   ++g->signals_alive;
+  ++((attributes & HSA_AMD_SIGNAL_AMD_GPU_ONLY) != 0 ? g->gpu_only_signals : g->interrupt_signals);
   return HSA_STATUS_SUCCESS;
 }
 hsa_status_t s_signal_destroy(hsa_signal_t signal) {
@@ -267,7 +279,7 @@ hsa_status_t s_allow_access(uint32_t, const hsa_agent_t*, const uint32_t*, const
 // HIP entry points irisd uses.
 const char* h_error_string(hipError_t) { return "stand-in HIP error"; }
 hipError_t h_runtime_version(int* v) {
-  *v = 60200000;  // ROCm 6.2's numbering
+  *v = g->node.hip_version;
   return hipSuccess;
 }
 hipError_t h_device_count(int* count) {
@@ -281,7 +293,9 @@ hipError_t h_bus_id(char* bus, int length, int device) {
   std::snprintf(bus, static_cast<std::size_t>(length), "%s", bus_of(device).c_str());
   return hipSuccess;
 }
-hipError_t h_open(void** ptr, hipIpcMemHandle_t handle, unsigned int) {
+hipError_t h_open(void** ptr, hipIpcMemHandle_t handle, unsigned int flags) {
+  // CLR 6.x accepts only hipIpcMemLazyEnablePeerAccess, which is 0x1 there (0 in 5.x).
+  if (flags != (g->node.hip_version >= 60000000 ? 0x1u : 0u)) return hipErrorInvalidValue;
   uint64_t magic = 0;
   std::byte* base = nullptr;
   std::memcpy(&magic, handle.reserved, sizeof(magic));
@@ -330,12 +344,59 @@ hipError_t h_address_free(void* ptr, size_t size) {
 hipError_t h_import(hipMemGenericAllocationHandle_t* handle, void* os_handle,
                     hipMemAllocationHandleType type) {
   if (type != hipMemHandleTypePosixFileDescriptor) return hipErrorInvalidValue;
-  const int fd = ::dup(static_cast<int>(reinterpret_cast<uintptr_t>(os_handle)));
+  const int v = g->node.hip_version;
+  int given = 0;
+  if (v >= 60000000 && v < 70100000) {
+    // 6.0 to 7.0 read the fd through the pointer: a small integer there is no pointer, and the
+    // real runtime would fault on it.
+    if (reinterpret_cast<uintptr_t>(os_handle) < 4096) {
+      std::lock_guard lock(g->mu);
+      ++g->crashes;
+      return hipErrorInvalidValue;
+    }
+    given = *static_cast<const int*>(os_handle);
+  } else {
+    given = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
+  }
+  const int fd = ::dup(given);
   if (fd < 0) return hipErrorInvalidValue;
   *handle = reinterpret_cast<hipMemGenericAllocationHandle_t>(new StandInAllocation{fd});
   return hipSuccess;
 }
+// Client side: a handle retained from the owner's mapping names the owned allocation.
+struct StandInRetained {
+  const std::byte* allocation;
+};
+hipError_t h_retain(hipMemGenericAllocationHandle_t* handle, void* ptr) {
+  std::lock_guard lock(g->mu);
+  const auto* p = static_cast<const std::byte*>(ptr);
+  for (auto& [base, owned] : g->vmm_owned)
+    if (p >= base && p < base + owned.bytes && owned.references > 0) {
+      if (g->node.hip_version < 60000000) ++owned.references;  // 6.x takes none
+      *handle = reinterpret_cast<hipMemGenericAllocationHandle_t>(new StandInRetained{base});
+      g->retained.insert(*handle);
+      return hipSuccess;
+    }
+  return hipErrorInvalidValue;
+}
+hipError_t h_export(void* shareable, hipMemGenericAllocationHandle_t handle,
+                    hipMemAllocationHandleType type, unsigned long long) {
+  if (type != hipMemHandleTypePosixFileDescriptor) return hipErrorInvalidValue;
+  auto* r = reinterpret_cast<StandInRetained*>(handle);
+  std::lock_guard lock(g->mu);
+  const int fd = ::dup(g->vmm_owned.at(r->allocation).fd);
+  *static_cast<uint64_t*>(shareable) = static_cast<uint64_t>(fd);
+  return hipSuccess;
+}
 hipError_t h_release(hipMemGenericAllocationHandle_t handle) {
+  std::lock_guard lock(g->mu);
+  if (g->retained.erase(handle) == 1) {
+    // A handle retained from the owner's mapping: the release drops a reference either way.
+    auto* r = reinterpret_cast<StandInRetained*>(handle);
+    --g->vmm_owned.at(r->allocation).references;
+    delete r;
+    return hipSuccess;
+  }
   auto* a = reinterpret_cast<StandInAllocation*>(handle);
   ::close(a->fd);
   delete a;
@@ -353,10 +414,10 @@ hipError_t h_map(void* ptr, size_t size, size_t offset, hipMemGenericAllocationH
 }
 hipError_t h_unmap(void* ptr, size_t size) {
   std::lock_guard lock(g->mu);
-  for (auto it = g->vmm_mapped.begin(); it != g->vmm_mapped.end();) {
-    const auto* p = static_cast<const std::byte*>(ptr);
-    it = it->first >= p && it->first < p + size ? g->vmm_mapped.erase(it) : std::next(it);
-  }
+  // ROCr unmaps one mapping per call: (ptr, size) must be exactly one of them.
+  auto it = g->vmm_mapped.find(static_cast<const std::byte*>(ptr));
+  if (it == g->vmm_mapped.end() || it->second != size) return hipErrorInvalidValue;
+  g->vmm_mapped.erase(it);
   return ::mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED
              ? hipErrorInvalidValue
              : hipSuccess;
@@ -384,7 +445,7 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hsa_.hsa_amd_agent_iterate_memory_pools = s_iterate_memory_pools;
   hsa_.hsa_amd_memory_pool_get_info = s_pool_get_info;
   hsa_.hsa_amd_agent_memory_pool_get_info = s_agent_pool_get_info;
-  hsa_.hsa_signal_create = s_signal_create;
+  hsa_.hsa_amd_signal_create = s_amd_signal_create;
   hsa_.hsa_signal_destroy = s_signal_destroy;
   hsa_.hsa_signal_store_screlease = s_signal_store;
   hsa_.hsa_signal_load_scacquire = s_signal_load;
@@ -409,6 +470,8 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hip_.hipMemAddressFree = h_address_free;
   hip_.hipMemImportFromShareableHandle = h_import;
   hip_.hipMemRelease = h_release;
+  hip_.hipMemRetainAllocationHandle = h_retain;
+  hip_.hipMemExportToShareableHandle = h_export;
   hip_.hipMemMap = h_map;
   hip_.hipMemUnmap = h_unmap;
   hip_.hipMemSetAccess = h_set_access;
@@ -482,6 +545,38 @@ int HsaStandIn::vmm_ranges() const {
   std::lock_guard lock(g->mu);
   return g->vmm_reserved;
 }
+int HsaStandIn::vmm_mappings() const {
+  std::lock_guard lock(g->mu);
+  return static_cast<int>(g->vmm_mapped.size());
+}
+int HsaStandIn::crashes() const {
+  std::lock_guard lock(g->mu);
+  return g->crashes;
+}
+int HsaStandIn::gpu_only_signals() const {
+  std::lock_guard lock(g->mu);
+  return g->gpu_only_signals;
+}
+int HsaStandIn::interrupt_signals() const {
+  std::lock_guard lock(g->mu);
+  return g->interrupt_signals;
+}
+std::byte* HsaStandIn::vmm_alloc(int device, std::size_t bytes) {
+  const int fd = ::memfd_create("stand-in-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+    throw std::runtime_error("stand-in VMM allocation");
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("stand-in VMM mapping");
+  std::lock_guard lock(g->mu);
+  g->vmm_owned[static_cast<std::byte*>(p)] = {fd, bytes, device, 1};
+  return static_cast<std::byte*>(p);
+}
+bool HsaStandIn::vmm_alive(const std::byte* allocation) const {
+  std::lock_guard lock(g->mu);
+  auto it = g->vmm_owned.find(allocation);
+  return it != g->vmm_owned.end() && it->second.references > 0;
+}
+
 int HsaStandIn::hung_copies() const {
   std::lock_guard lock(g->mu);
   return g->hung;

@@ -29,6 +29,10 @@ struct StandInNode {
   std::function<uint32_t(int src, int dst)> available = [](int, int) { return 0b1100u; };
   std::function<uint32_t(int src, int dst)> preferred;  // empty: no recommendation
   bool rocm_5_7 = true;  // hsa_amd_memory_async_copy_on_engine and the status query exist
+  // hipRuntimeGetVersion; the HIP calls behave as that release does (see hip::Behaviour): the
+  // IPC open flag it accepts, how hipMemImportFromShareableHandle reads the fd, whether
+  // hipMemRetainAllocationHandle takes a reference.
+  int hip_version = 60200000;
 };
 
 struct StandInCopy {
@@ -65,7 +69,18 @@ class HsaStandIn {
   int signals_alive() const;
   int locked_ranges() const;
   int hung_copies() const;
-  int vmm_ranges() const;  // VMM address ranges reserved and not yet freed
+  int vmm_ranges() const;    // VMM address ranges reserved and not yet freed
+  int vmm_mappings() const;  // VMM allocations mapped into reserved ranges and not unmapped
+  // Calls the real runtime would have crashed on (an fd passed where 6.x reads a pointer).
+  int crashes() const;
+  // Signals created with hsa_amd_signal_create(HSA_AMD_SIGNAL_AMD_GPU_ONLY) / without it.
+  int gpu_only_signals() const;
+  int interrupt_signals() const;
+
+  // Client side: VMM memory as hipMemCreate + hipMemMap would give the owner (one reference,
+  // the owner's), and whether it is still alive (references left).
+  std::byte* vmm_alloc(int device, std::size_t bytes);
+  bool vmm_alive(const std::byte* allocation) const;
 
   struct State;
 

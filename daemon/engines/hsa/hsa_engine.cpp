@@ -72,6 +72,9 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   description_.name = "hsa";
   description_.reason = std::move(reason);
+  int hip_version = 0;
+  if (hip_ != nullptr && hip_->hipRuntimeGetVersion(&hip_version) == hipSuccess)
+    hip_behaviour_ = hip::behaviour_of(hip_version);
   discover_agents();
   if (gpus_.empty()) throw Error(ErrorCode::kUnavailable, "the ROCm runtime reports no GPU agent");
   query_engines();
@@ -464,7 +467,7 @@ ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exporte
     std::memcpy(&handle, exported.ipc_handle.data(), sizeof(handle));
     void* base = nullptr;
     if (r == hipSuccess)
-      r = hip_->hipIpcOpenMemHandle(&base, handle, hipIpcMemLazyEnablePeerAccess);
+      r = hip_->hipIpcOpenMemHandle(&base, handle, hip_behaviour_.ipc_lazy_peer_access_flag);
     if (r != hipSuccess)
       throw Error(ErrorCode::kInvalidArgument,
                   "cannot import the GPU buffer (hipIpcOpenMemHandle): " + hip_->describe(r) +
@@ -509,11 +512,20 @@ ImportedMemory HsaEngine::import_vmm(const DeviceBufferExport& exported, int dev
   struct VmmImport {
     void* base = nullptr;
     uint64_t reserved = 0;
-    uint64_t mapped = 0;  // bytes mapped from base
+    uint64_t mapped = 0;            // bytes mapped from base
+    std::vector<uint64_t> mapping;  // each hipMemMap's size, in order
   };
   const hip::Runtime* hip = hip_;
   std::shared_ptr<VmmImport> vmm(new VmmImport, [hip](VmmImport* v) {
-    if (v->mapped != 0) static_cast<void>(hip->hipMemUnmap(v->base, v->mapped));
+    // ROCr unmaps one mapping per call: unmapping the whole range at once would leave every
+    // allocation after the first mapped, and the exporter's VRAM held.
+    uint64_t at = 0;
+    for (uint64_t bytes : v->mapping) {
+      if (const hipError_t r = hip->hipMemUnmap(static_cast<std::byte*>(v->base) + at, bytes);
+          r != hipSuccess)
+        spdlog::warn("hsa engine: hipMemUnmap of a VMM import: {}", hip->describe(r));
+      at += bytes;
+    }
     if (v->base != nullptr) static_cast<void>(hip->hipMemAddressFree(v->base, v->reserved));
     delete v;
   });
@@ -521,9 +533,13 @@ ImportedMemory HsaEngine::import_vmm(const DeviceBufferExport& exported, int dev
   vmm->reserved = total;
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     hipMemGenericAllocationHandle_t handle{};
-    check(hip_->hipMemImportFromShareableHandle(
-              &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(exported.vmm_fds[i])),
-              hipMemHandleTypePosixFileDescriptor),
+    // 6.0 to 7.0 read the fd through osHandle as a pointer; other releases take it by value.
+    int fd = exported.vmm_fds[i];
+    void* os_handle = hip_behaviour_.import_fd_by_pointer
+                          ? static_cast<void*>(&fd)
+                          : reinterpret_cast<void*>(static_cast<uintptr_t>(fd));
+    check(hip_->hipMemImportFromShareableHandle(&handle, os_handle,
+                                                hipMemHandleTypePosixFileDescriptor),
           "importing VMM allocation " + std::to_string(i) + " (hipMemImportFromShareableHandle)");
     const hipError_t r =
         hip_->hipMemMap(static_cast<std::byte*>(vmm->base) + vmm->mapped, chunks[i], 0, handle, 0);
@@ -531,6 +547,7 @@ ImportedMemory HsaEngine::import_vmm(const DeviceBufferExport& exported, int dev
     check(r, "mapping VMM allocation " + std::to_string(i) + " of " + std::to_string(chunks[i]) +
                  " bytes (hipMemMap)");
     vmm->mapped += chunks[i];
+    vmm->mapping.push_back(chunks[i]);
   }
   // Every GPU's engines may copy to or from it (the source GPU's engines run peer copies).
   std::vector<hipMemAccessDesc> access;

@@ -114,6 +114,7 @@ class HsaEngine final : public Engine {
 
   const hsa::Runtime& hsa_;
   const hip::Runtime* hip_;
+  hip::Behaviour hip_behaviour_;  // of the HIP runtime loaded, decided at run time
   EngineDescription description_;
   hsa_agent_t cpu_{};
   std::vector<Gpu> gpus_;

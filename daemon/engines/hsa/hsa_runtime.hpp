@@ -41,7 +41,7 @@ using CopyEngineStatusFn = hsa_status_t (*)(hsa_agent_t dst_agent, hsa_agent_t s
   X(hsa_amd_agent_iterate_memory_pools) \
   X(hsa_amd_memory_pool_get_info) \
   X(hsa_amd_agent_memory_pool_get_info) \
-  X(hsa_signal_create) \
+  X(hsa_amd_signal_create) \
   X(hsa_signal_destroy) \
   X(hsa_signal_store_screlease) \
   X(hsa_signal_load_scacquire) \

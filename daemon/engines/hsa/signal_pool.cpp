@@ -15,10 +15,13 @@ hsa_signal_t SignalPool::acquire() {
   if (idle_.empty()) {
     for (std::size_t i = 0; i < block_; ++i) {
       hsa_signal_t s{};
-      const hsa_status_t st = hsa_.hsa_signal_create(1, 0, nullptr, &s);
+      // GPU-only: irisd polls the value and never waits on it, so no completion needs the
+      // interrupt (and KFD event) a default signal raises.
+      const hsa_status_t st =
+          hsa_.hsa_amd_signal_create(1, 0, nullptr, HSA_AMD_SIGNAL_AMD_GPU_ONLY, &s);
       if (st != HSA_STATUS_SUCCESS) {
         if (!idle_.empty()) break;  // some were made: enough for now
-        throw Error(ErrorCode::kEngineError, "hsa_signal_create failed: " + hsa_.describe(st) +
+        throw Error(ErrorCode::kEngineError, "hsa_amd_signal_create failed: " + hsa_.describe(st) +
                                                  " (" + std::to_string(all_.size()) +
                                                  " signals in use)");
       }

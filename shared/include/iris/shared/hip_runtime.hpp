@@ -55,6 +55,26 @@ struct Runtime {
   std::string describe(hipError_t result) const;
 };
 
+// What differs between HIP releases, for the runtime actually loaded (hipRuntimeGetVersion: major
+// * 10^7 + minor * 10^5 + patch), never for the headers irisd was built against (Debian's 5.2.3).
+// From ROCm/clr's sources (hipamd/src/hip_vm.cpp, rocclr/device/rocm/rocdevice.cpp) and HIP's
+// headers; docs/MI300.md lists them.
+struct Behaviour {
+  int version = 0;
+  // hipIpcOpenMemHandle's flag: hipIpcMemLazyEnablePeerAccess is 0 in the 5.x headers and 0x1
+  // from 6.0, and CLR 6.x refuses any other value.
+  unsigned int ipc_lazy_peer_access_flag = 0;
+  // hipMemImportFromShareableHandle reads osHandle as a pointer to the fd in 6.0 to 7.0; the
+  // by-value form (as the API documents it) came with the 7.1 fix (ROCm/rocm-systems#759).
+  bool import_fd_by_pointer = false;
+  // hipMemRetainAllocationHandle takes a reference that hipMemRelease drops in 5.x; from 6.0 it
+  // takes none, while hipMemRelease still drops one: releasing after retain frees memory the
+  // owner still maps. Released only where the retain took a reference.
+  bool retain_takes_reference = false;
+  std::string text;  // "6.2.41133"
+};
+Behaviour behaviour_of(int runtime_version);
+
 // Loads libamdhip64 (ROCm 6, then 5) once. Returns nullptr and sets `why` when there is no usable
 // HIP runtime or it sees no AMD GPU.
 const Runtime* load_runtime(std::string& why);

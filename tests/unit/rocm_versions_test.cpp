@@ -1,0 +1,118 @@
+// ROCm releases differ where the hsa engine and libiris's HIP side meet the runtime (issue:
+// "the hsa engine on a real ROCm 6.x node"). irisd is built against Debian's ROCm 5.2.3 headers
+// and decides each difference from the runtime it loaded; the stand-in ROCm behaves as the
+// release it is told to be, so each test here fails where a call is made the wrong way.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "client/src/gpu_runtime.hpp"
+#include "daemon/engines/hsa/hsa_engine.hpp"
+#include "tests/support/hsa_stand_in.hpp"
+
+namespace iris::daemon {
+namespace {
+
+using test::HsaStandIn;
+using test::StandInNode;
+
+constexpr int kRocm52 = 50200000, kRocm62 = 60200000, kRocm70 = 70000000, kRocm71 = 70100000;
+
+StandInNode node_of(int hip_version) {
+  StandInNode node;
+  node.gpus = 2;
+  node.hip_version = hip_version;
+  return node;
+}
+
+TEST(HipBehaviour, DecidedByTheRuntimeVersion) {
+  EXPECT_EQ(hip::behaviour_of(kRocm52).ipc_lazy_peer_access_flag, 0u);
+  EXPECT_EQ(hip::behaviour_of(kRocm62).ipc_lazy_peer_access_flag, 1u);
+  EXPECT_FALSE(hip::behaviour_of(kRocm52).import_fd_by_pointer);
+  EXPECT_TRUE(hip::behaviour_of(kRocm62).import_fd_by_pointer);
+  EXPECT_TRUE(hip::behaviour_of(kRocm70).import_fd_by_pointer);
+  EXPECT_FALSE(hip::behaviour_of(kRocm71).import_fd_by_pointer);
+  EXPECT_TRUE(hip::behaviour_of(kRocm52).retain_takes_reference);
+  EXPECT_FALSE(hip::behaviour_of(kRocm62).retain_takes_reference);
+  EXPECT_EQ(hip::behaviour_of(60201234).text, "6.2.1234");
+}
+
+// hipIpcMemLazyEnablePeerAccess is 0 in the 5.x headers irisd is built with and 0x1 from 6.0;
+// CLR 6.x refuses any other flag value.
+class IpcOpenFlag : public ::testing::TestWithParam<int> {};
+TEST_P(IpcOpenFlag, HipMallocBuffersImportOnEveryRelease) {
+  HsaStandIn rocm(node_of(GetParam()));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  std::byte* allocation = rocm.gpu_alloc(1, 1 << 20);
+  const DeviceBufferExport exported{
+      DeviceApi::kHip, rocm.ipc_handle(allocation), rocm.bus_id(1), 0, 4096, {}, {}};
+  const ImportedMemory imported = engine.import_device_memory(exported);
+  EXPECT_EQ(imported.base, allocation);
+}
+INSTANTIATE_TEST_SUITE_P(Releases, IpcOpenFlag, ::testing::Values(kRocm52, kRocm62, kRocm71));
+
+// hipMemImportFromShareableHandle reads the fd through a pointer in 6.0 to 7.0 and by value
+// elsewhere; and ROCr unmaps one mapping per call, so an import of several allocations is
+// unmapped allocation by allocation.
+class VmmImport : public ::testing::TestWithParam<int> {};
+TEST_P(VmmImport, MapsAndUnmapsEveryAllocationOnEveryRelease) {
+  HsaStandIn rocm(node_of(GetParam()));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  constexpr std::size_t kChunk = 64 << 10;
+  int fds[3];
+  for (int& fd : fds) {
+    fd = ::memfd_create("vmm", MFD_CLOEXEC);
+    ASSERT_EQ(::ftruncate(fd, kChunk), 0);
+  }
+  ASSERT_EQ(::pwrite(fds[2], "tail", 4, 0), 4);
+  const DeviceBufferExport exported{
+      DeviceApi::kHip,         "", rocm.bus_id(0), 0, 3 * kChunk, {fds[0], fds[1], fds[2]},
+      {kChunk, kChunk, kChunk}};
+  {
+    const ImportedMemory vmm = engine.import_device_memory(exported);
+    EXPECT_EQ(std::memcmp(vmm.base + 2 * kChunk, "tail", 4), 0);
+    EXPECT_EQ(rocm.vmm_mappings(), 3);
+  }
+  EXPECT_EQ(rocm.crashes(), 0) << "an fd was passed where this release reads a pointer";
+  EXPECT_EQ(rocm.vmm_mappings(), 0) << "allocations left mapped: the exporter's VRAM is held";
+  EXPECT_EQ(rocm.vmm_ranges(), 0);
+  for (int fd : fds) ::close(fd);
+}
+INSTANTIATE_TEST_SUITE_P(Releases, VmmImport,
+                         ::testing::Values(kRocm52, kRocm62, kRocm70, kRocm71));
+
+// libiris's export of VMM memory (PyTorch's expandable segments on ROCm): from 6.0 the retain
+// takes no reference while the release drops one, so releasing after it would free memory the
+// training process still maps.
+class VmmExport : public ::testing::TestWithParam<int> {};
+TEST_P(VmmExport, LeavesTheOwnersAllocationAlive) {
+  HsaStandIn rocm(node_of(GetParam()));
+  std::byte* allocation = rocm.vmm_alloc(0, 1 << 16);
+  const auto runtime = make_hip_runtime(rocm.hip());
+  const int fd = runtime->export_fd(reinterpret_cast<uintptr_t>(allocation));
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_TRUE(rocm.vmm_alive(allocation)) << "the export freed memory its owner still maps";
+}
+INSTANTIATE_TEST_SUITE_P(Releases, VmmExport, ::testing::Values(kRocm52, kRocm62, kRocm71));
+
+TEST(HsaSignals, PooledSignalsAreGpuOnlyNotInterrupts) {
+  HsaStandIn rocm(node_of(kRocm62));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  std::byte* a = rocm.gpu_alloc(0, 4096);
+  std::byte* b = rocm.gpu_alloc(1, 4096);
+  const CopyRequest copy{a, b, 4096, 1, 0, 1};
+  engine.submit({&copy, 1});
+  rocm.wait_idle();
+  std::vector<CopyCompletion> done;
+  for (int i = 0; i < 1000 && done.empty(); ++i) engine.poll(done);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_GT(rocm.gpu_only_signals(), 0);
+  EXPECT_EQ(rocm.interrupt_signals(), 0) << "irisd polls its signals: no interrupt is needed";
+}
+
+}  // namespace
+}  // namespace iris::daemon
