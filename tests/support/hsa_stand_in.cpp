@@ -253,6 +253,7 @@ hsa_status_t s_copy_on_engine(void* dst, hsa_agent_t dst_agent, const void* src,
   return queue_copy(dst, dst_agent, src, src_agent, size, signal, engine, force);
 }
 hsa_status_t s_engine_status(hsa_agent_t dst_agent, hsa_agent_t src_agent, uint32_t* mask) {
+  if (dst_agent.handle == src_agent.handle) return HSA_STATUS_ERROR_INVALID_AGENT;  // as ROCr
   *mask = g->node.available(g->device_of(src_agent), g->device_of(dst_agent));
   return *mask == 0 ? HSA_STATUS_ERROR_OUT_OF_RESOURCES : HSA_STATUS_SUCCESS;
 }

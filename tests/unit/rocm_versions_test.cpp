@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "client/src/gpu_runtime.hpp"
@@ -112,6 +113,48 @@ TEST(HsaSignals, PooledSignalsAreGpuOnlyNotInterrupts) {
   ASSERT_EQ(done.size(), 1u);
   EXPECT_GT(rocm.gpu_only_signals(), 0);
   EXPECT_EQ(rocm.interrupt_signals(), 0) << "irisd polls its signals: no interrupt is needed";
+}
+
+// HSA_ENABLE_SDMA=0 or HSA_ENABLE_PEER_SDMA=0 turn on-engine copies into blit kernels without a
+// word: irisd refuses to run the hsa engine so, and status shows both variables.
+TEST(HsaEnvironment, SdmaSwitchedOffIsRefusedAndStatusShowsTheVariables) {
+  test::HsaStandIn rocm(node_of(kRocm62));
+  for (const char* variable : {"HSA_ENABLE_SDMA", "HSA_ENABLE_PEER_SDMA"}) {
+    ::setenv(variable, "0", 1);
+    try {
+      HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+      ADD_FAILURE() << variable << "=0 was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+      EXPECT_NE(std::string(e.what()).find(variable), std::string::npos) << e.what();
+    }
+    ::unsetenv(variable);
+  }
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  EXPECT_NE(
+      engine.description().copy_method.find("HSA_ENABLE_SDMA=unset, HSA_ENABLE_PEER_SDMA=unset"),
+      std::string::npos)
+      << engine.description().copy_method;
+}
+
+// The engine status has no answer for a GPU to itself (INVALID_AGENT): same-GPU copies must
+// still go to one of that GPU's SDMA engines, forced, and count as copy-engine bytes.
+TEST(HsaSameGpu, CopiesWithinOneGpuRunOnItsSdmaEngines) {
+  test::HsaStandIn rocm(node_of(kRocm62));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  std::byte* a = rocm.gpu_alloc(1, 1 << 16);
+  std::byte* b = rocm.gpu_alloc(1, 1 << 16);
+  const CopyRequest copy{a, b, 1 << 16, 7, 1, 1};
+  engine.submit({&copy, 1});
+  rocm.wait_idle();
+  std::vector<CopyCompletion> done;
+  for (int i = 0; i < 1000 && done.empty(); ++i) engine.poll(done);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].path, TransferPath::kCopyEngine);
+  const auto copies = rocm.copies();
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_NE(copies[0].engine, 0u) << "left to the runtime, which runs a blit kernel";
+  EXPECT_TRUE(copies[0].forced_sdma);
 }
 
 }  // namespace

@@ -70,6 +70,18 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
       signals_(hsa),
       event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  // ROCr reads these at start: with either set to 0 it quietly runs copies (all, or those
+  // between GPUs) as blit kernels on compute units, which irisd exists to avoid and would count
+  // as copy-engine bytes.
+  for (const char* variable : {"HSA_ENABLE_SDMA", "HSA_ENABLE_PEER_SDMA"}) {
+    const char* value = std::getenv(variable);
+    if (value != nullptr && std::string(value) == "0")
+      throw Error(ErrorCode::kUnavailable,
+                  std::string(variable) +
+                      "=0 in irisd's environment makes ROCm copy with kernels on compute units, "
+                      "not SDMA engines: unset it for irisd (systemd: remove the Environment= "
+                      "line), or run --engine host on purpose");
+  }
   description_.name = "hsa";
   description_.reason = std::move(reason);
   int hip_version = 0;
@@ -176,7 +188,9 @@ void HsaEngine::query_engines() {
   // pair; later queries would leave out engines merely busy with our own copies.
   for (int src = -1; src < static_cast<int>(gpus_.size()); ++src) {
     for (int dst = -1; dst < static_cast<int>(gpus_.size()); ++dst) {
-      if (src == kHostMemory && dst == kHostMemory) continue;
+      // A GPU to itself is no pair the status query knows (ROCr answers INVALID_AGENT, and
+      // TransferBench skips it): filled in below.
+      if (src == dst) continue;
       hsa::PairEngines& p = pairs_[(src + 1) * n + (dst + 1)];
       const hsa_status_t st =
           hsa_.hsa_amd_memory_copy_engine_status(agent_of(dst), agent_of(src), &p.available);
@@ -194,6 +208,14 @@ void HsaEngine::query_engines() {
         p.preferred = 0;
     }
   }
+  // Same-GPU copies are forced onto one of the GPU's own SDMA engines (any engine it runs
+  // copies on for other pairs), never left to the runtime, which would run a blit kernel.
+  for (int gpu = 0; gpu < static_cast<int>(gpus_.size()); ++gpu) {
+    uint32_t own = pair_engines(gpu, kHostMemory).available;
+    for (int peer = 0; peer < static_cast<int>(gpus_.size()); ++peer)
+      if (peer != gpu) own |= pair_engines(gpu, peer).available;
+    pairs_[(gpu + 1) * n + (gpu + 1)].available = own;
+  }
 }
 
 void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
@@ -208,6 +230,11 @@ void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
                    "hsa_amd_memory_copy_engine_status, force_copy_on_sdma)"
                  : "hsa_amd_memory_async_copy (the ROCm runtime picks the engine: this ROCm lacks "
                    "hsa_amd_memory_async_copy_on_engine, which came with ROCm 5.7)";
+  auto env = [](const char* variable) {
+    const char* value = std::getenv(variable);
+    return std::string(variable) + "=" + (value != nullptr ? value : "unset");
+  };
+  description_.copy_method += "; " + env("HSA_ENABLE_SDMA") + ", " + env("HSA_ENABLE_PEER_SDMA");
   for (std::size_t i = 0; i < gpus_.size(); ++i) {
     const Gpu& g = gpus_[i];
     char name[64] = {}, product[64] = {};
