@@ -72,8 +72,9 @@ struct EngineDescription {
   std::string name;    // "host", "cuda", "hsa"
   std::string reason;  // why this engine was chosen
   std::vector<DeviceDescription> devices;
-  std::string driver_version;  // empty for the host engine
-  std::string copy_method;     // how copies are issued, e.g. the runtime call and engine choice
+  std::string driver_version;   // empty for the host engine
+  std::string copy_method;      // how copies are issued, e.g. the runtime call and engine choice
+  std::string runtime_library;  // the GPU runtime files loaded (empty for the host engine)
 };
 
 // The GPU runtime that exported a device buffer.

@@ -96,6 +96,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
     resp->set_engine_reason(engine.reason);
     resp->set_driver_version(engine.driver_version);
     resp->set_copy_method(engine.copy_method);
+    resp->set_runtime_library(engine.runtime_library);
     for (const DeviceDescription& d : engine.devices) {
       auto* dev = resp->add_devices();
       dev->set_name(d.name);

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include "iris/shared/loaded_library.hpp"
+#include "iris/shared/rocm_library.hpp"
 
 namespace iris::hip {
 
@@ -11,17 +12,17 @@ using LoadResult = LoadedLibrary<Runtime>;
 
 LoadResult load() {
   LoadResult r;
-  void* lib = nullptr;
-  std::string tried;
-  for (const char* name : {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}) {
-    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) break;
-    tried += std::string(tried.empty() ? "" : "; ") + ::dlerror();
-  }
+  const OpenedLibrary opened = open_rocm_library(
+      {"libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"});
+  void* lib = opened.handle;
   if (lib == nullptr) {
-    r.why_not = "no HIP runtime: cannot load libamdhip64 (" + tried + ")";
+    r.why_not =
+        "no HIP runtime: cannot load libamdhip64 under $ROCM_PATH/lib, /opt/rocm/lib or "
+        "the loader's path (" +
+        opened.tried + ")";
     return r;
   }
+  r.table.library = opened.path;
 #define IRIS_HIP_RESOLVE(name)                                                          \
   r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));         \
   if (r.table.name == nullptr) {                                                        \

@@ -155,7 +155,7 @@ class SteppedEngine final : public Engine {
   std::vector<CopyCompletion> finished;
 
  private:
-  EngineDescription description_{"stepped", "test", {}, "", ""};
+  EngineDescription description_{"stepped", "test", {}, "", "", ""};
 };
 
 TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {

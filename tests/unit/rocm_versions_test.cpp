@@ -12,6 +12,7 @@
 
 #include "client/src/gpu_runtime.hpp"
 #include "daemon/engines/hsa/hsa_engine.hpp"
+#include "iris/shared/rocm_library.hpp"
 #include "tests/support/hsa_stand_in.hpp"
 
 namespace iris::daemon {
@@ -155,6 +156,19 @@ TEST(HsaSameGpu, CopiesWithinOneGpuRunOnItsSdmaEngines) {
   ASSERT_EQ(copies.size(), 1u);
   EXPECT_NE(copies[0].engine, 0u) << "left to the runtime, which runs a blit kernel";
   EXPECT_TRUE(copies[0].forced_sdma);
+}
+
+// Without the manual ld.so.conf step of a ROCm install the loader finds nothing: the loaders try
+// $ROCM_PATH/lib and /opt/rocm/lib first, every soname (ROCm 7's libamdhip64.so.7 too).
+TEST(RocmLibraries, SearchedUnderRocmPathOptRocmThenTheLoadersPath) {
+  EXPECT_EQ(rocm_library_candidates("/opt/rocm-6.2.0", {"libamdhip64.so.7", "libamdhip64.so.6"}),
+            (std::vector<std::string>{"/opt/rocm-6.2.0/lib/libamdhip64.so.7",
+                                      "/opt/rocm/lib/libamdhip64.so.7", "libamdhip64.so.7",
+                                      "/opt/rocm-6.2.0/lib/libamdhip64.so.6",
+                                      "/opt/rocm/lib/libamdhip64.so.6", "libamdhip64.so.6"}));
+  EXPECT_EQ(
+      rocm_library_candidates(nullptr, {"libhsa-runtime64.so.1"}),
+      (std::vector<std::string>{"/opt/rocm/lib/libhsa-runtime64.so.1", "libhsa-runtime64.so.1"}));
 }
 
 }  // namespace

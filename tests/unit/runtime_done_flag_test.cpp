@@ -37,7 +37,7 @@ class FlagWriteFailsEngine final : public Engine {
   std::size_t submitted = 0;
 
  private:
-  EngineDescription description_{"flag-write-fails", "test", {}, "", ""};
+  EngineDescription description_{"flag-write-fails", "test", {}, "", "", ""};
   std::vector<std::byte> flags_ = std::vector<std::byte>(1 << 16);
   int fd_[2] = {-1, -1};
 };

@@ -21,6 +21,7 @@ Report status_report(const v1::GetStatusResponse& s) {
       {"engine_reason", s.engine_reason()},
       {"driver", s.driver_version().empty() ? "-" : s.driver_version()},
       {"copy_method", s.copy_method().empty() ? "-" : s.copy_method()},
+      {"runtime_library", s.runtime_library().empty() ? "-" : s.runtime_library()},
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
   };

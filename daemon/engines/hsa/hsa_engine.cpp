@@ -235,6 +235,7 @@ void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
     return std::string(variable) + "=" + (value != nullptr ? value : "unset");
   };
   description_.copy_method += "; " + env("HSA_ENABLE_SDMA") + ", " + env("HSA_ENABLE_PEER_SDMA");
+  description_.runtime_library = hsa_.library + (hip_ != nullptr ? ", " + hip_->library : "");
   for (std::size_t i = 0; i < gpus_.size(); ++i) {
     const Gpu& g = gpus_[i];
     char name[64] = {}, product[64] = {};

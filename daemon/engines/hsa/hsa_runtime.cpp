@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "iris/shared/loaded_library.hpp"
+#include "iris/shared/rocm_library.hpp"
 
 namespace iris::daemon::hsa {
 
@@ -24,12 +25,16 @@ LoadResult load() {
         "older distributions), as deploy/irisd.service does";
     return r;
   }
-  void* lib = ::dlopen("libhsa-runtime64.so.1", RTLD_NOW | RTLD_LOCAL);
+  const OpenedLibrary opened = open_rocm_library({"libhsa-runtime64.so.1"});
+  void* lib = opened.handle;
   if (lib == nullptr) {
-    r.why_not = std::string("no ROCm runtime: cannot load libhsa-runtime64.so.1 (") + ::dlerror() +
-                "); install ROCm's hsa-rocr package";
+    r.why_not =
+        "no ROCm runtime: cannot load libhsa-runtime64.so.1 under $ROCM_PATH/lib, "
+        "/opt/rocm/lib or the loader's path (" +
+        opened.tried + "); install ROCm's hsa-rocr package";
     return r;
   }
+  r.table.library = opened.path;
 #define IRIS_HSA_RESOLVE(name)                                                               \
   r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));              \
   if (r.table.name == nullptr) {                                                             \

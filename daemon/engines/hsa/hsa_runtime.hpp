@@ -60,6 +60,7 @@ struct Runtime {
   CopyEngineStatusFn hsa_amd_memory_get_preferred_copy_engine = nullptr;  // ROCm >= 6.2
 
   // "HSA_STATUS_...: text" for a status code.
+  std::string library;  // the file loaded
   std::string describe(hsa_status_t status) const;
 };
 

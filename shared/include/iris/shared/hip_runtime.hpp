@@ -53,6 +53,7 @@ struct Runtime {
 
   // "hipErrorX: text (code)" for a result code.
   std::string describe(hipError_t result) const;
+  std::string library;  // the file loaded
 };
 
 // What differs between HIP releases, for the runtime actually loaded (hipRuntimeGetVersion: major
@@ -75,8 +76,8 @@ struct Behaviour {
 };
 Behaviour behaviour_of(int runtime_version);
 
-// Loads libamdhip64 (ROCm 6, then 5) once. Returns nullptr and sets `why` when there is no usable
-// HIP runtime or it sees no AMD GPU.
+// Loads libamdhip64 (ROCm 7, 6, then 5; see rocm_library.hpp for where) once. Returns nullptr and
+// sets `why` when there is no usable HIP runtime or it sees no AMD GPU.
 const Runtime* load_runtime(std::string& why);
 
 }  // namespace iris::hip
