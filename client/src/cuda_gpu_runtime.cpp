@@ -15,6 +15,10 @@ class CudaRuntime final : public GpuRuntime {
   CudaRuntime() : cu_(load()) {}
 
   GpuVendor vendor() const override { return GpuVendor::kCuda; }
+  int version() const override {
+    int v = 0;
+    return cu_.cuDriverGetVersion(&v) == CUDA_SUCCESS ? v : 0;
+  }
 
   std::string bus_id_of(const void* ptr) override {
     int ordinal = -1;

@@ -37,6 +37,7 @@ ExportedGpuBuffer export_gpu_buffer(GpuRuntime& runtime, void* device_ptr, std::
     out.ipc->set_bus_id(bus);
     out.ipc->set_offset(offset);
     out.ipc->set_bytes(bytes);
+    out.ipc->set_runtime_version(static_cast<uint32_t>(runtime.version()));
     return out;
   }
   // VMM memory: the address range query names the one physical allocation holding an address,
@@ -45,6 +46,7 @@ ExportedGpuBuffer export_gpu_buffer(GpuRuntime& runtime, void* device_ptr, std::
   out.vmm.set_offset(ptr - base);
   out.vmm.set_bytes(bytes);
   out.vmm.set_hip(runtime.vendor() == GpuVendor::kHip);
+  out.vmm.set_runtime_version(static_cast<uint32_t>(runtime.version()));
   for (uintptr_t at = base; at < ptr + bytes;) {
     const auto [chunk, chunk_bytes] = runtime.allocation_of(at);
     if (chunk_bytes == 0 || chunk + chunk_bytes <= at)

@@ -32,6 +32,8 @@ class GpuRuntime {
  public:
   virtual ~GpuRuntime() = default;
   virtual GpuVendor vendor() const = 0;
+  // The runtime's version as it reports it (hipRuntimeGetVersion, cuDriverGetVersion).
+  virtual int version() const = 0;
 
   // Device memory. Each throws iris::Error naming what failed.
   // PCI bus id of the GPU holding `ptr`; kInvalidArgument when it is no device memory.

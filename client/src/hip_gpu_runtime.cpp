@@ -18,6 +18,7 @@ class HipRuntime final : public GpuRuntime {
   }
 
   GpuVendor vendor() const override { return GpuVendor::kHip; }
+  int version() const override { return behaviour_.version; }
 
   std::string bus_id_of(const void* ptr) override {
     int ordinal = -1;

@@ -90,6 +90,7 @@ struct DeviceBufferExport {
   uint64_t bytes;
   std::vector<int> vmm_fds;               // VMM: one per physical allocation, borrowed
   std::vector<uint64_t> vmm_chunk_bytes;  // VMM: their sizes, in address order
+  uint32_t runtime_version = 0;           // the exporter's runtime; 0 when it did not say
 };
 
 // Throws iris::Error kOutOfRange unless the export's range lies inside `size` bytes of `what`.

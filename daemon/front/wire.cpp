@@ -14,7 +14,8 @@ void require_protocol(std::string_view client_version) {
 }
 
 DeviceBufferExport ipc_export(const v1::CudaIpcBuffer& ipc, DeviceApi api) {
-  return DeviceBufferExport{api, ipc.handle(), ipc.bus_id(), ipc.offset(), ipc.bytes(), {}, {}};
+  return DeviceBufferExport{api,         ipc.handle(), ipc.bus_id(), ipc.offset(),
+                            ipc.bytes(), {},           {},           ipc.runtime_version()};
 }
 
 DeviceBufferExport vmm_export(const v1::RegisterVmmBuffer& vmm, const std::vector<net::Fd>& fds) {
@@ -24,7 +25,8 @@ DeviceBufferExport vmm_export(const v1::RegisterVmmBuffer& vmm, const std::vecto
                               vmm.offset(),
                               vmm.bytes(),
                               {},
-                              {}};
+                              {},
+                              vmm.runtime_version()};
   for (const net::Fd& f : fds) exported.vmm_fds.push_back(f.get());
   exported.vmm_chunk_bytes.assign(vmm.chunk_bytes().begin(), vmm.chunk_bytes().end());
   if (exported.vmm_fds.empty())

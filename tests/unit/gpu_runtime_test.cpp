@@ -28,6 +28,7 @@ class FakeRuntime final : public GpuRuntime {
   uintptr_t next_flags = 0x900000;
 
   GpuVendor vendor() const override { return vendor_; }
+  int version() const override { return 60200000; }
   std::string bus_id_of(const void*) override { return "0000:0c:00.0"; }
   std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
     for (const auto& [base, bytes] : allocations)

@@ -171,5 +171,25 @@ TEST(RocmLibraries, SearchedUnderRocmPathOptRocmThenTheLoadersPath) {
       (std::vector<std::string>{"/opt/rocm/lib/libhsa-runtime64.so.1", "libhsa-runtime64.so.1"}));
 }
 
+// IPC moved to dma-buf in ROCr 6.1: a client on a ROCm before it (a PyTorch wheel bundling its
+// own) cannot share memory with irisd on one after it, or the other way round.
+TEST(RocmMismatch, ImportsAcrossTheDmaBufChangeAreRefusedNamingBothVersions) {
+  test::HsaStandIn rocm(node_of(kRocm62));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  std::byte* allocation = rocm.gpu_alloc(1, 1 << 20);
+  DeviceBufferExport exported{
+      DeviceApi::kHip, rocm.ipc_handle(allocation), rocm.bus_id(1), 0, 4096, {}, {}, 60000000};
+  try {
+    engine.import_device_memory(exported);
+    ADD_FAILURE() << "a ROCm 6.0 export was imported by irisd on ROCm 6.2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("HIP 6.0.0 and irisd HIP 6.2.0"), std::string::npos)
+        << e.what();
+  }
+  exported.runtime_version = 60100000;  // across releases after the change: works
+  EXPECT_EQ(engine.import_device_memory(exported).base, allocation);
+}
+
 }  // namespace
 }  // namespace iris::daemon

@@ -468,6 +468,26 @@ int HsaEngine::device_by_bus_id(const std::string& bus_id) const {
   throw Error(ErrorCode::kNotFound, "no GPU with PCI bus id '" + bus_id + "' is visible to irisd");
 }
 
+void HsaEngine::check_runtime_match(const DeviceBufferExport& exported) const {
+  if (exported.runtime_version == 0 || hip_behaviour_.version == 0) return;
+  const hip::Behaviour client = hip::behaviour_of(static_cast<int>(exported.runtime_version));
+  // ROCr 6.1 moved IPC to dma-buf (the fd travels over an abstract socket named after the
+  // exporter's pid); a runtime before it and one after cannot import each other's memory.
+  const bool client_dmabuf = client.version >= 60100000;
+  const bool ours_dmabuf = hip_behaviour_.version >= 60100000;
+  if (client_dmabuf != ours_dmabuf)
+    throw Error(ErrorCode::kInvalidArgument,
+                "this process runs HIP " + client.text + " and irisd HIP " + hip_behaviour_.text +
+                    ": GPU memory cannot pass between ROCm before 6.1 and 6.1 or later (IPC "
+                    "changed to dma-buf). Run the job on the node's ROCm (a PyTorch wheel may "
+                    "bundle its own; check torch.version.hip), or irisd on the job's");
+  if (client.version / 100000 != hip_behaviour_.version / 100000)
+    spdlog::warn(
+        "hsa engine: a client runs HIP {} and irisd HIP {}; imports work across these, "
+        "but keep them one ROCm release",
+        client.text, hip_behaviour_.text);
+}
+
 ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exported) {
   if (exported.api != DeviceApi::kHip)
     throw Error(ErrorCode::kInvalidArgument,
@@ -477,6 +497,7 @@ ImportedMemory HsaEngine::import_device_memory(const DeviceBufferExport& exporte
     throw Error(ErrorCode::kUnavailable,
                 "irisd could not load the HIP runtime (libamdhip64), which imports GPU buffers: "
                 "install ROCm's HIP runtime on this node and restart irisd");
+  check_runtime_match(exported);
   if (!exported.vmm_fds.empty()) return import_vmm(exported, device_by_bus_id(exported.bus_id));
   if (exported.ipc_handle.size() != sizeof(hipIpcMemHandle_t))
     throw Error(ErrorCode::kInvalidArgument,

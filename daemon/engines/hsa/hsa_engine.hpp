@@ -101,6 +101,9 @@ class HsaEngine final : public Engine {
   // Locked host memory as the GPUs address it; GPU memory unchanged.
   void* agent_address(const std::byte* address, int device) const;
   int device_by_bus_id(const std::string& bus_id) const;
+  // Throws kInvalidArgument naming both versions when the exporter's ROCm cannot share memory
+  // with irisd's (one before 6.1, one after); warns when they merely differ.
+  void check_runtime_match(const DeviceBufferExport& exported) const;
   // VMM allocations (hipMemCreate, exported as file descriptors) mapped back to back and made
   // accessible to every GPU. Not cached: each registration maps its own.
   ImportedMemory import_vmm(const DeviceBufferExport& exported, int device);
