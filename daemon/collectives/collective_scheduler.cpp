@@ -105,6 +105,7 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   if (!batch_.empty()) {
     trace(comm, "seq {}: rank {} starts {} copies", c.seq, rank, batch_.size());
     engine_.submit(batch_);
+    batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
   return bad;
 }
@@ -125,7 +126,8 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
   if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
   batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
-                    planned->bytes, cookie, from.send->device, to.recv->device});
+                    planned->bytes, cookie, from.send->device, to.recv->device, from.send,
+                    to.recv});
   return std::nullopt;
 }
 

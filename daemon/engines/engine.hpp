@@ -37,6 +37,11 @@ struct CopyRequest {
   uint64_t cookie;  // returned untouched in the completion
   int src_device = kHostMemory;
   int dst_device = kHostMemory;
+  // What keeps src and dst mapped. An engine that reports a copy failed before the hardware
+  // let go of it (a timed-out DMA) holds these until it really ended, so that it never writes
+  // into memory released or reused meanwhile.
+  std::shared_ptr<const void> src_owner = {};
+  std::shared_ptr<const void> dst_owner = {};
 };
 
 struct CopyCompletion {

@@ -56,6 +56,8 @@ struct HsaStandIn::State {
   std::map<const std::byte*, std::size_t> vmm_mapped;  // VMM imports mapped, by address
   int vmm_reserved = 0;
   int crashes = 0;
+  hsa_amd_system_event_callback_t event_handler = nullptr;
+  void* event_data = nullptr;
   int gpu_only_signals = 0, interrupt_signals = 0;
   struct VmmOwned {
     int fd;
@@ -273,6 +275,12 @@ hsa_status_t s_memory_unlock(void* host) {
              ? HSA_STATUS_SUCCESS
              : HSA_STATUS_ERROR_INVALID_ARGUMENT;
 }
+hsa_status_t s_register_event_handler(hsa_amd_system_event_callback_t callback, void* data) {
+  std::lock_guard lock(g->mu);
+  g->event_handler = callback;
+  g->event_data = data;
+  return HSA_STATUS_SUCCESS;
+}
 hsa_status_t s_allow_access(uint32_t, const hsa_agent_t*, const uint32_t*, const void*) {
   return HSA_STATUS_SUCCESS;
 }
@@ -447,6 +455,7 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hsa_.hsa_amd_memory_pool_get_info = s_pool_get_info;
   hsa_.hsa_amd_agent_memory_pool_get_info = s_agent_pool_get_info;
   hsa_.hsa_amd_signal_create = s_amd_signal_create;
+  hsa_.hsa_amd_register_system_event_handler = s_register_event_handler;
   hsa_.hsa_signal_destroy = s_signal_destroy;
   hsa_.hsa_signal_store_screlease = s_signal_store;
   hsa_.hsa_signal_load_scacquire = s_signal_load;
@@ -546,6 +555,26 @@ int HsaStandIn::vmm_ranges() const {
   std::lock_guard lock(g->mu);
   return g->vmm_reserved;
 }
+void HsaStandIn::inject_memory_fault(int device, const void* address) {
+  hsa_amd_system_event_callback_t handler = nullptr;
+  void* data = nullptr;
+  {
+    std::lock_guard lock(g->mu);
+    handler = g->event_handler;
+    data = g->event_data;
+    if (handler == nullptr) {
+      ++g->crashes;  // ROCr aborts the process when no handler is registered
+      return;
+    }
+  }
+  hsa_amd_event_t event{};
+  event.event_type = HSA_AMD_GPU_MEMORY_FAULT_EVENT;
+  event.memory_fault.agent = {kGpuHandleBase + static_cast<uint64_t>(device)};
+  event.memory_fault.virtual_address = reinterpret_cast<uint64_t>(address);
+  event.memory_fault.fault_reason_mask = HSA_AMD_MEMORY_FAULT_PAGE_NOT_PRESENT;
+  handler(&event, data);
+}
+
 int HsaStandIn::vmm_mappings() const {
   std::lock_guard lock(g->mu);
   return static_cast<int>(g->vmm_mapped.size());

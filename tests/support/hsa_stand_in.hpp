@@ -71,8 +71,11 @@ class HsaStandIn {
   int hung_copies() const;
   int vmm_ranges() const;    // VMM address ranges reserved and not yet freed
   int vmm_mappings() const;  // VMM allocations mapped into reserved ranges and not unmapped
-  // Calls the real runtime would have crashed on (an fd passed where 6.x reads a pointer).
+  // Calls the real runtime would have crashed on (an fd passed where 6.x reads a pointer), and
+  // GPU memory faults with no handler registered (ROCr aborts the process then).
   int crashes() const;
+  // A GPU memory fault at `address` on `device`, reported as ROCr reports it.
+  void inject_memory_fault(int device, const void* address);
   // Signals created with hsa_amd_signal_create(HSA_AMD_SIGNAL_AMD_GPU_ONLY) / without it.
   int gpu_only_signals() const;
   int interrupt_signals() const;

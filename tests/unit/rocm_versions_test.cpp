@@ -191,5 +191,38 @@ TEST(RocmMismatch, ImportsAcrossTheDmaBufChangeAreRefusedNamingBothVersions) {
   EXPECT_EQ(engine.import_device_memory(exported).base, allocation);
 }
 
+// A GPU memory fault would abort irisd (ROCr's default): the engine registers a handler, fails
+// the copy the fault hit at once and serves the rest. A copy reported failed before its DMA let
+// go keeps its memory mapped until it really ended.
+TEST(HsaFaults, AFaultFailsTheCopyItHitAndItsMemoryOutlivesTheDma) {
+  test::HsaStandIn rocm(node_of(kRocm62));
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
+  std::byte* src = rocm.gpu_alloc(0, 4096);
+  std::byte* dst = rocm.gpu_alloc(1, 4096);
+  std::byte* other = rocm.gpu_alloc(1, 4096);
+  bool released = false;
+  auto owner = std::shared_ptr<const void>(dst, [&](const void*) { released = true; });
+  rocm.lose_next_signals(1);  // the faulting copy never signals
+  CopyRequest faulting{src, dst, 4096, 1, 0, 1};
+  faulting.dst_owner = owner;
+  const CopyRequest healthy{src, other, 4096, 2, 0, 1};
+  engine.submit({&faulting, 1});
+  engine.submit({&healthy, 1});
+  owner.reset();  // the scheduler lets go once the copy is reported
+  faulting.dst_owner.reset();
+  rocm.wait_idle();
+  rocm.inject_memory_fault(1, dst + 100);
+  EXPECT_EQ(rocm.crashes(), 0) << "no handler: the fault would have killed irisd";
+  std::vector<CopyCompletion> done;
+  for (int i = 0; i < 1000 && done.size() < 2; ++i) engine.poll(done);
+  ASSERT_EQ(done.size(), 2u) << "the faulting copy waited for its timeout";
+  for (const CopyCompletion& c : done)
+    EXPECT_EQ(c.code, c.cookie == 1 ? ErrorCode::kEngineError : ErrorCode::kOk) << c.cookie;
+  EXPECT_FALSE(released) << "memory let go while the DMA may still write it";
+  rocm.signal_lost_copies();  // the DMA ends late
+  engine.poll(done);
+  EXPECT_TRUE(released);
+}
+
 }  // namespace
 }  // namespace iris::daemon

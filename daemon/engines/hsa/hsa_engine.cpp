@@ -1,5 +1,7 @@
 #include "daemon/engines/hsa/hsa_engine.hpp"
 
+#include "daemon/engines/hsa/memory_faults.hpp"
+
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -89,6 +91,12 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
     hip_behaviour_ = hip::behaviour_of(hip_version);
   discover_agents();
   if (gpus_.empty()) throw Error(ErrorCode::kUnavailable, "the ROCm runtime reports no GPU agent");
+  // Without a handler ROCr aborts the whole process on a GPU memory fault: every tenant would go.
+  if (const hsa_status_t st =
+          hsa_.hsa_amd_register_system_event_handler(hsa::MemoryFaults::on_system_event, nullptr);
+      st != HSA_STATUS_SUCCESS)
+    spdlog::warn("hsa engine: cannot register for GPU memory faults ({}): one would stop irisd",
+                 hsa_.describe(st));
   query_engines();
   planner_.emplace(
       static_cast<int>(gpus_.size()), [this](int src, int dst) { return pair_engines(src, dst); },
@@ -378,7 +386,12 @@ void HsaEngine::submit(std::span<const CopyRequest> copies) {
         finished_at_submit_.emplace_back(split, done);
         continue;
       }
-      in_flight_.push_back({signal, piece, split, done, deadline_for(piece.bytes)});
+      InFlight f{signal, piece, split, done, deadline_for(piece.bytes)};
+      f.src = reinterpret_cast<uint64_t>(agent_address(copy.src + piece.offset, copy.src_device));
+      f.dst = reinterpret_cast<uint64_t>(agent_address(copy.dst + piece.offset, copy.dst_device));
+      f.src_owner = copy.src_owner;
+      f.dst_owner = copy.dst_owner;
+      in_flight_.push_back(std::move(f));
     }
     first = last;
   }
@@ -390,6 +403,7 @@ std::size_t HsaEngine::poll(std::vector<CopyCompletion>& out) {
   for (const auto& [split, c] : finished_at_submit_) splits_.retire(split, c, out);
   finished_at_submit_.clear();
   if (in_flight_.empty() && quarantined_.empty()) return out.size() - before;
+  fail_faulted_copies();
   const auto now = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < in_flight_.size();) {
     InFlight& f = in_flight_[i];
@@ -406,7 +420,7 @@ std::size_t HsaEngine::poll(std::vector<CopyCompletion>& out) {
           "check dmesg for amdgpu errors)",
           f.piece.bytes, f.piece.copy_agent, f.piece.engine,
           copy_timeout_ms_ + (f.piece.bytes >> 20));
-      quarantined_.push_back(f.signal);
+      quarantined_.push_back({f.signal, std::move(f.src_owner), std::move(f.dst_owner)});
       code = ErrorCode::kEngineError;
     } else {
       if (value < 0) {
@@ -428,16 +442,40 @@ std::size_t HsaEngine::poll(std::vector<CopyCompletion>& out) {
     in_flight_.pop_back();
   }
   for (std::size_t i = 0; i < quarantined_.size();) {
-    if (hsa_.hsa_signal_load_scacquire(quarantined_[i]) > 0) {
+    if (hsa_.hsa_signal_load_scacquire(quarantined_[i].signal) > 0) {
       ++i;
       continue;
     }
-    spdlog::info("hsa engine: a timed-out copy completed late; its signal is reused");
-    signals_.release(quarantined_[i]);
-    quarantined_[i] = quarantined_.back();
+    spdlog::info(
+        "hsa engine: a timed-out copy completed late; its signal is reused and its "
+        "memory let go");
+    signals_.release(quarantined_[i].signal);
+    quarantined_[i] = std::move(quarantined_.back());
     quarantined_.pop_back();
   }
   return out.size() - before;
+}
+
+void HsaEngine::fail_faulted_copies() {
+  for (const hsa::MemoryFault& fault : hsa::MemoryFaults::instance().take()) {
+    bool matched = false;
+    for (InFlight& f : in_flight_) {
+      const bool hit = (fault.address >= f.src && fault.address < f.src + f.piece.bytes) ||
+                       (fault.address >= f.dst && fault.address < f.dst + f.piece.bytes);
+      if (!hit) continue;
+      f.deadline = std::chrono::steady_clock::time_point::min();  // fails on this pass
+      matched = true;
+    }
+    // A fault in none of our ranges: fail what runs on the faulting GPU (its queue may be dead).
+    if (!matched)
+      for (InFlight& f : in_flight_)
+        if (f.piece.copy_agent >= 0 && gpus_[f.piece.copy_agent].agent.handle == fault.agent)
+          f.deadline = std::chrono::steady_clock::time_point::min();
+    spdlog::error(
+        "hsa engine: GPU memory fault at {:#x} (reasons {:#x}); failing the copies it "
+        "touches, serving the rest",
+        fault.address, fault.reasons);
+  }
 }
 
 void* HsaEngine::lock_for_gpus(void* host, uint64_t bytes, const char* what) {

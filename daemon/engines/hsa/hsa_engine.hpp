@@ -77,6 +77,16 @@ class HsaEngine final : public Engine {
     CopyCompletion completion;  // of this piece
     std::chrono::steady_clock::time_point deadline;
     int64_t staging = -1;  // a done-flag write: the staging word it copies from
+    // The piece's ranges as the GPUs address them (to match a memory fault), and what keeps
+    // them mapped until the DMA really ended.
+    uint64_t src = 0, dst = 0;
+    std::shared_ptr<const void> src_owner = {}, dst_owner = {};
+  };
+  // A copy reported failed whose DMA has not let go yet: its signal and memory are held until
+  // the signal reaches 0.
+  struct Quarantined {
+    hsa_signal_t signal;
+    std::shared_ptr<const void> src_owner, dst_owner;
   };
   struct LockedRange {
     uint64_t bytes;
@@ -113,6 +123,8 @@ class HsaEngine final : public Engine {
   void* lock_for_gpus(void* host, uint64_t bytes, const char* what);
   int64_t take_staging_word();
   std::chrono::steady_clock::time_point deadline_for(uint64_t bytes) const;
+  // GPU memory faults the runtime reported: the copies they hit fail now, as if timed out.
+  void fail_faulted_copies();
   void wake();
 
   const hsa::Runtime& hsa_;
@@ -129,7 +141,7 @@ class HsaEngine final : public Engine {
   hsa::SignalPool signals_;
   SplitCompletions splits_;
   std::vector<InFlight> in_flight_;
-  std::vector<hsa_signal_t> quarantined_;  // timed out: back to the pool once they reach 0
+  std::vector<Quarantined> quarantined_;  // timed out: back to the pool once they reach 0
   std::vector<std::pair<uint64_t, CopyCompletion>> finished_at_submit_;  // host copies, refusals
   std::map<const std::byte*, LockedRange, std::greater<>> locked_;       // by host base, descending
   std::map<std::string, std::weak_ptr<Import>> imports_;                 // by IPC handle

@@ -42,6 +42,7 @@ using CopyEngineStatusFn = hsa_status_t (*)(hsa_agent_t dst_agent, hsa_agent_t s
   X(hsa_amd_memory_pool_get_info) \
   X(hsa_amd_agent_memory_pool_get_info) \
   X(hsa_amd_signal_create) \
+  X(hsa_amd_register_system_event_handler) \
   X(hsa_signal_destroy) \
   X(hsa_signal_store_screlease) \
   X(hsa_signal_load_scacquire) \
