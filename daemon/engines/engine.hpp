@@ -148,6 +148,8 @@ struct EngineOptions {
   // hsa engine: a copy not complete after this long plus 1 ms per MiB fails with kEngineError
   // (a lost completion signal must not hang the collective).
   uint32_t copy_timeout_ms = 10000;
+  // hsa engine: KFD's topology in sysfs, for the SDMA engines recommended per xGMI link.
+  std::string kfd_topology = "/sys/class/kfd/kfd/topology";
 };
 
 // Builds the engine `options.kind` names; `auto` picks the best available and says why.

@@ -9,6 +9,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "client/src/gpu_runtime.hpp"
 #include "daemon/engines/hsa/hsa_engine.hpp"
@@ -222,6 +225,77 @@ TEST(HsaFaults, AFaultFailsTheCopyItHitAndItsMemoryOutlivesTheDma) {
   rocm.signal_lost_copies();  // the DMA ends late
   engine.poll(done);
   EXPECT_TRUE(released);
+}
+
+// A fake KFD topology: a CPU node and the stand-in's GPUs (bus 0c, 1c, ...), each GPU-to-GPU
+// io_link with a recommended engine mask.
+std::string fake_topology(const std::map<std::pair<int, int>, uint32_t>& masks, int gpus) {
+  char dir[] = "/tmp/iris-kfd-XXXXXX";
+  const std::string root = ::mkdtemp(dir);
+  auto write = [](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  };
+  write(root + "/nodes/0/properties", "cpu_cores_count 64\ngpu_id 0\n");
+  for (int g = 0; g < gpus; ++g) {
+    const int node = g + 1;
+    write(root + "/nodes/" + std::to_string(node) + "/properties",
+          "gpu_id " + std::to_string(1000 + g) + "\nlocation_id " +
+              std::to_string((0x0c + 0x10 * g) << 8) + "\ndomain 0\n");
+    int link = 0;
+    for (const auto& [pair, mask] : masks) {
+      if (pair.first != g) continue;
+      write(root + "/nodes/" + std::to_string(node) + "/io_links/" + std::to_string(link++) +
+                "/properties",
+            "type 11\nnode_from " + std::to_string(node) + "\nnode_to " +
+                std::to_string(pair.second + 1) + "\nrecommended_sdma_engine_id_mask " +
+                std::to_string(mask) + "\n");
+    }
+  }
+  return root;
+}
+
+// The status mask means "free now": on an idle MI300X every peer is offered every xGMI engine.
+// The engines wired to a link come from KFD's topology; copies stay on them, and a large copy is
+// split across them only, not across every engine the status offered.
+TEST(HsaRecommendedEngines, CopiesStayOnTheirLinksRecommendedEngines) {
+  StandInNode node = node_of(kRocm62);
+  node.available = [](int, int) { return 0xFFFCu; };  // "all 14 xGMI engines free"
+  test::HsaStandIn rocm(node);
+  EngineOptions options;
+  options.split_bytes = 1 << 16;
+  options.kfd_topology = fake_topology({{{0, 1}, 0b100000}, {{1, 0}, 0b1000000}}, 2);
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), options, "test");
+  std::byte* a = rocm.gpu_alloc(0, 1 << 20);
+  std::byte* b = rocm.gpu_alloc(1, 1 << 20);
+  const CopyRequest copies[] = {
+      {a, b, 1 << 20, 1, 0, 1}, {b, a, 1 << 20, 2, 1, 0}, {a, b, 1 << 18, 3, 0, 1}};
+  engine.submit(copies);
+  rocm.wait_idle();
+  std::vector<CopyCompletion> done;
+  for (int i = 0; i < 1000 && done.size() < 3; ++i) engine.poll(done);
+  ASSERT_EQ(done.size(), 3u);
+  for (const test::StandInCopy& c : rocm.copies())
+    EXPECT_EQ(c.engine, c.src_device == 0 ? 0b100000u : 0b1000000u)
+        << "a copy " << c.src_device << " -> " << c.dst_device << " left its link's engine";
+  EXPECT_EQ(rocm.copies().size(), 3u) << "split across engines of other links";
+  std::filesystem::remove_all(options.kfd_topology);
+}
+
+TEST(HsaRecommendedEngines, NoTopologyMeansNoSplitAcrossEveryFreeEngine) {
+  StandInNode node = node_of(kRocm62);
+  node.available = [](int, int) { return 0xFFFCu; };
+  test::HsaStandIn rocm(node);
+  EngineOptions options;
+  options.split_bytes = 1 << 16;
+  options.kfd_topology = "/nonexistent";
+  HsaEngine engine(rocm.hsa(), &rocm.hip(), options, "test");
+  std::byte* a = rocm.gpu_alloc(0, 1 << 20);
+  std::byte* b = rocm.gpu_alloc(1, 1 << 20);
+  const CopyRequest copy{a, b, 1 << 20, 1, 0, 1};
+  engine.submit({&copy, 1});
+  rocm.wait_idle();
+  EXPECT_EQ(rocm.copies().size(), 1u) << "a 1 MiB copy was cut into one piece per free engine";
 }
 
 }  // namespace

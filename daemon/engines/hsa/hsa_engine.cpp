@@ -1,5 +1,6 @@
 #include "daemon/engines/hsa/hsa_engine.hpp"
 
+#include "daemon/engines/hsa/kfd_topology.hpp"
 #include "daemon/engines/hsa/memory_faults.hpp"
 
 #include <sys/eventfd.h>
@@ -16,6 +17,8 @@
 #include <spdlog/spdlog.h>
 
 namespace iris::daemon {
+
+using hsa::read_recommended_sdma_masks;
 
 namespace {
 constexpr std::size_t kStagingWordsPerBlock = 1024;  // one locked page of 4-byte flag values
@@ -97,7 +100,7 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
       st != HSA_STATUS_SUCCESS)
     spdlog::warn("hsa engine: cannot register for GPU memory faults ({}): one would stop irisd",
                  hsa_.describe(st));
-  query_engines();
+  query_engines(read_recommended_sdma_masks(options.kfd_topology));
   planner_.emplace(
       static_cast<int>(gpus_.size()), [this](int src, int dst) { return pair_engines(src, dst); },
       options.split_bytes);
@@ -186,7 +189,7 @@ void HsaEngine::discover_agents() {
   }
 }
 
-void HsaEngine::query_engines() {
+void HsaEngine::query_engines(const hsa::RecommendedMasks& recommended) {
   const std::size_t n = gpus_.size() + 1;
   pairs_.assign(n * n, {});
   on_engine_ = hsa_.hsa_amd_memory_async_copy_on_engine != nullptr &&
@@ -214,6 +217,11 @@ void HsaEngine::query_engines() {
           hsa_.hsa_amd_memory_get_preferred_copy_engine(agent_of(dst), agent_of(src),
                                                         &p.preferred) != HSA_STATUS_SUCCESS)
         p.preferred = 0;
+      // KFD's recommendation for the link, where the kernel gives one, comes first.
+      if (src != kHostMemory && dst != kHostMemory)
+        if (auto it = recommended.find({gpus_[src].bus_id, gpus_[dst].bus_id});
+            it != recommended.end())
+          p.preferred = it->second;
     }
   }
   // Same-GPU copies are forced onto one of the GPU's own SDMA engines (any engine it runs

@@ -31,6 +31,7 @@
 
 #include "daemon/engines/engine.hpp"
 #include "daemon/engines/hsa/hsa_runtime.hpp"
+#include "daemon/engines/hsa/kfd_topology.hpp"
 #include "daemon/engines/hsa/sdma_planner.hpp"
 #include "daemon/engines/hsa/signal_pool.hpp"
 #include "daemon/engines/split_completions.hpp"
@@ -103,7 +104,8 @@ class HsaEngine final : public Engine {
   };
 
   void discover_agents();
-  void query_engines();
+  // Engines per pair: the status at start-up, refined by the recommendations per link.
+  void query_engines(const hsa::RecommendedMasks& recommended);
   void fill_description(uint32_t hsa_major, uint32_t hsa_minor);
   // The pair's engines; device kHostMemory is the host.
   hsa::PairEngines pair_engines(int src_device, int dst_device) const;

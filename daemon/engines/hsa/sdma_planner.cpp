@@ -39,14 +39,19 @@ std::vector<PlannedPiece> SdmaPlanner::plan(std::span<const CopyShape> copies) {
     const int agent = c.src_device != kHostAgent ? c.src_device : c.dst_device;
     if (agent >= static_cast<int>(load_.size()))
       throw std::out_of_range("SdmaPlanner: device " + std::to_string(agent) + " out of range");
-    const uint32_t mask =
-        agent == kHostAgent ? 0 : usable_engines(lookup_(c.src_device, c.dst_device));
+    const PairEngines pair =
+        agent == kHostAgent ? PairEngines{} : lookup_(c.src_device, c.dst_device);
+    const uint32_t mask = usable_engines(pair);
     if (mask == 0) {
       per_copy[i].push_back({i, 0, c.bytes, agent, 0});
       continue;
     }
     const int engines = std::popcount(mask);
-    const bool split = split_bytes_ != 0 && c.bytes >= split_bytes_ && engines > 1;
+    // Split only across engines recommended for the pair (its link's): the status alone says
+    // which engines were free when asked, every xGMI engine on an idle MI300X, and cutting a
+    // copy into that many pieces only adds overhead.
+    const bool split =
+        split_bytes_ != 0 && c.bytes >= split_bytes_ && engines > 1 && (pair.preferred & mask) != 0;
     // Whole pages per piece (the last takes the rest), never more pieces than engines.
     const uint64_t piece =
         split ? std::max<uint64_t>(

@@ -2,15 +2,18 @@
 // offers per agent pair and of the bytes already queued on each engine.
 //
 // ROCr runs a copy on an engine of its "copy agent": the source GPU, or the destination when the
-// source is host memory. For each (source, destination) pair it reports the engines that can
-// serve it (hsa_amd_memory_copy_engine_status) and, from ROCm 6.2, the ones it recommends
-// (hsa_amd_memory_get_preferred_copy_engine: on MI300X the engines wired to that pair's xGMI
-// link). The planner only ever picks an engine the status offered for the pair (a queue on an
-// engine the status leaves out, such as a fused-off one on MI308X, can hang), prefers the
-// recommended ones, and puts each copy on the least-loaded candidate, counting bytes queued but
-// not finished across collectives, so that a collective's copies to different peers run on
-// different links' engines in parallel and no engine queues more than its share. A copy of at
-// least split_bytes is cut into one page-aligned piece per candidate engine.
+// source is host memory. hsa_amd_memory_copy_engine_status reports, per (source, destination)
+// pair, the engines free at that moment (not the ones wired to the pair: on an idle MI300X every
+// peer is offered all 14 xGMI engines); irisd asks once at start-up, while idle, so the mask is
+// the engines that can serve the pair at all. Which of them belong to the pair's link comes from
+// KFD's topology (sysfs io_links' recommended_sdma_engine_id_mask, as ROCm/mori reads it), or
+// from hsa_amd_memory_get_preferred_copy_engine where the runtime has it (ROCm 7.x). The planner
+// only ever picks an engine the status offered (a queue on an engine it leaves out, such as a
+// fused-off one on MI308X, can hang), prefers the recommended ones, and puts each copy on the
+// least-loaded candidate, counting bytes queued but not finished across collectives, so that a
+// collective's copies to different peers run on different links' engines in parallel. A copy of
+// at least split_bytes is cut into one page-aligned piece per recommended engine; a pair without
+// a recommendation is not split.
 #pragma once
 
 #include <array>
@@ -27,8 +30,8 @@ inline constexpr int kHostAgent = -1;   // the CPU side of a pair (host memory)
 
 // The engines of one (source, destination) pair, as bit masks of engine ids.
 struct PairEngines {
-  uint32_t available = 0;  // offered by the status query; 0: none (plain async copy)
-  uint32_t preferred = 0;  // recommended; 0: no recommendation
+  uint32_t available = 0;  // offered by the status query at start-up; 0: none (plain async copy)
+  uint32_t preferred = 0;  // recommended for the pair's link; 0: no recommendation
 };
 
 // The engines a copy of this pair may run on: the recommended ones the status also offers, or
