@@ -3,7 +3,9 @@
 # first, from the repository root, after `scripts/build.sh` on that node (ROCm 6.x installed, the
 # user in the render group, PyTorch for ROCm importable as python3's torch).
 #
-# It checks the node, starts irisd with --engine hsa, shows what irisd sees (agents, xGMI links,
+# It checks the node (the node's ROCm and PyTorch's HIP version, stopping where they sit on both
+# sides of ROCm 6.1's dma-buf IPC change; HSA_ENABLE_SDMA / HSA_ENABLE_PEER_SDMA; the kernel's
+# recommended SDMA engine mask per link), starts irisd with --engine hsa, shows what irisd sees (agents, xGMI links,
 # SDMA engines per pair, whether copies go to a chosen engine), then for 2, 4 and 8 GPUs (as many
 # as there are) runs scripts/multi_gpu/allgather_vs_nccl.py against RCCL (torch.distributed's
 # "nccl" backend is RCCL in ROCm builds of PyTorch):
@@ -12,7 +14,9 @@
 #      again with PyTorch's expandable segments (VMM memory, imported from file descriptors);
 #   2. bus bandwidth and latency beside RCCL, with irisd's copies split across each link's
 #      engines (--split-bytes) and not;
-#   3. a bf16 GEMM's throughput while all-gathers run, irisd and RCCL;
+#   3. a bf16 GEMM's throughput while all-gathers run: irisd host-blocking and stream-ordered,
+#      and RCCL; the stream-ordered row again with GPU_STREAMOPS_CP_WAIT=1 (ROCm 6.x runs each
+#      stream wait as a one-thread kernel without it; with it HIP may refuse irisd's done flags);
 #   4. the spin proof: a kernel fills every CU; irisd's all-gather finishes before it ends only if
 #      SDMA engines moved the bytes.
 # Last, the figure to beat. Everything goes to stdout and to $OUT (default /tmp/iris-mi300-out).
@@ -45,6 +49,44 @@ echo "== 1. the node"
 } 2>&1 | tee "$out/system.txt"
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())") ||
   fail "python3 cannot import PyTorch for ROCm"
+
+# ROCm versions: the node's runtime (what irisd loads) and the one PyTorch bundles (what the ranks
+# load). ROCr 6.1 moved HIP IPC to dma-buf: irisd refuses imports across that change, so stop here.
+node_rocm=$(cat "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null | cut -d- -f1)
+torch_hip=$(python3 -c "import torch; print(torch.version.hip or '')")
+echo "ROCm on the node: ${node_rocm:-unknown} (${ROCM_PATH:-/opt/rocm}/.info/version);" \
+  "PyTorch's HIP: ${torch_hip:-none}" | tee -a "$out/system.txt"
+[ -n "$torch_hip" ] || fail "this PyTorch is not a ROCm build (torch.version.hip is empty)"
+dma_buf_ipc() {  # dma_buf_ipc VERSION: yes when VERSION is 6.1 or later
+  local major minor
+  IFS=. read -r major minor _ <<<"$1"
+  [ "${major:-0}" -gt 6 ] || { [ "${major:-0}" -eq 6 ] && [ "${minor:-0}" -ge 1 ]; }
+}
+if [ -n "$node_rocm" ] && [ "$(dma_buf_ipc "$node_rocm" && echo y)" != "$(dma_buf_ipc "$torch_hip" && echo y)" ]; then
+  fail "ROCm $node_rocm on the node and HIP $torch_hip in PyTorch sit on both sides of ROCm 6.1's
+  change to dma-buf IPC: irisd would refuse every GPU buffer. Install a PyTorch built for the
+  node's ROCm (or the node's ROCm matching PyTorch's), then run this again"
+fi
+
+# SDMA switched off makes ROCr run copies as blit kernels on CUs; irisd --engine hsa refuses it.
+echo "HSA_ENABLE_SDMA=${HSA_ENABLE_SDMA:-unset} HSA_ENABLE_PEER_SDMA=${HSA_ENABLE_PEER_SDMA:-unset}" |
+  tee -a "$out/system.txt"
+[ "${HSA_ENABLE_SDMA:-1}" != 0 ] && [ "${HSA_ENABLE_PEER_SDMA:-1}" != 0 ] ||
+  fail "unset HSA_ENABLE_SDMA / HSA_ENABLE_PEER_SDMA: with either at 0 no copy runs on SDMA"
+
+# The kernel's recommended SDMA engines per link (KFD topology; absent on older kernels, where
+# irisd uses every engine the runtime offers, without splitting).
+masks=$(for link in /sys/class/kfd/kfd/topology/nodes/*/io_links/*/properties; do
+  [ -r "$link" ] || continue
+  mask=$(awk '$1 == "recommended_sdma_engine_id_mask" {print $2}' "$link")
+  [ -n "$mask" ] || continue
+  printf '  %s -> %s  %s\n' "$(awk '$1 == "node_from" {print $2}' "$link")" \
+    "$(awk '$1 == "node_to" {print $2}' "$link")" "$(printf '0x%x' "$mask")"
+done)
+{
+  echo "recommended SDMA engine masks per link (KFD topology, node -> node):"
+  echo "${masks:-  (none exposed by this kernel)}"
+} | tee -a "$out/system.txt"
 [ "$gpus" -ge 2 ] || fail "$gpus GPU visible: the comparison needs at least 2"
 
 run_with_irisd() {  # run_with_irisd NAME IRISD-ARGS... -- COMMAND...
@@ -67,7 +109,8 @@ run_with_irisd() {  # run_with_irisd NAME IRISD-ARGS... -- COMMAND...
   return $rc
 }
 
-echo "== 2. what irisd sees (copy_method should name hsa_amd_memory_async_copy_on_engine)"
+echo "== 2. what irisd sees (copy_method should name hsa_amd_memory_async_copy_on_engine; links"
+echo "      lists the engines irisd uses per pair)"
 run_with_irisd status -- sh -c '"$0" --socket "$SOCKET" status' "$ctl" | tee "$out/status.txt"
 
 rc=0
@@ -77,11 +120,17 @@ for n in 2 4 8; do
     echo "== 3. $n GPUs, --split-bytes $split"
     phases=bandwidth
     [ "$split" = 0 ] && phases=correctness,bandwidth,gemm,spin
-    run_with_irisd "${n}gpu_split$split" --split-bytes "$split" -- sh -c \
+    run_with_irisd "${n}gpu_split$split" --split-bytes "$split" -- env -u GPU_STREAMOPS_CP_WAIT sh -c \
       'timeout 1800 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
       sh --nranks "$n" --phases "$phases" "$@" 2>&1 | tee "$out/vs_rccl_${n}gpu_split$split.md"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
+  echo "== 3a. $n GPUs, GEMM beside stream-ordered all-gathers with GPU_STREAMOPS_CP_WAIT=1"
+  echo "      (above: unset, so each stream wait is a one-thread kernel holding a wave)"
+  run_with_irisd "${n}gpu_cpwait" -- env GPU_STREAMOPS_CP_WAIT=1 sh -c \
+    'timeout 900 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
+    sh --nranks "$n" --phases gemm 2>&1 | tee "$out/vs_rccl_${n}gpu_cpwait.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   echo "== 3b. $n GPUs, PyTorch expandable segments (VMM buffers, imported from file descriptors)"
   run_with_irisd "${n}gpu_vmm" -- env PYTORCH_HIP_ALLOC_CONF=expandable_segments:True \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True sh -c \

@@ -96,10 +96,17 @@ class HipRuntime final : public GpuRuntime {
   }
   void wait_value_geq(void* stream, uint64_t address, uint32_t value) override {
     // HIP compares unsigned (no wrap): generations stay far below 2^32 per slot in practice.
-    check(hip_.hipStreamWaitValue32(static_cast<hipStream_t>(stream),
-                                    reinterpret_cast<void*>(address), value, hipStreamWaitValueGte,
-                                    0xffffffffu),
-          "hipStreamWaitValue32 (done flag)");
+    const hipError_t r = hip_.hipStreamWaitValue32(static_cast<hipStream_t>(stream),
+                                                   reinterpret_cast<void*>(address), value,
+                                                   hipStreamWaitValueGte, 0xffffffffu);
+    if (r == hipErrorInvalidValue && hip::streamops_cp_wait_requested())
+      throw Error(ErrorCode::kUnavailable,
+                  "hipStreamWaitValue32 (done flag) refused with GPU_STREAMOPS_CP_WAIT set: this "
+                  "ROCm release's command-processor wait accepts only signal memory "
+                  "(hipMallocSignalMemory), which irisd cannot write. Unset GPU_STREAMOPS_CP_WAIT "
+                  "for this process (the wait then runs as a one-thread kernel), or make "
+                  "host-blocking calls");
+    check(r, "hipStreamWaitValue32 (done flag)");
   }
 
  public:

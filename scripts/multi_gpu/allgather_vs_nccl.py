@@ -9,7 +9,9 @@ Phases (rank 0 prints a markdown table for each):
                torch.distributed.all_gather_into_tensor on NCCL; receive buffers poisoned first
   bandwidth    p50/p99 latency and busbw = (N-1) x bytes / time, irisd and NCCL, same run
   gemm         bf16 GEMM throughput on every GPU alone, while irisd all-gathers (in place: peer
-               copies only) run back to back, and while NCCL's do, each for --gemm-seconds
+               copies only) run back to back, host-blocking and stream-ordered (a side stream
+               waits on irisd's done flag: on ROCm 6.x a one-thread kernel unless
+               GPU_STREAMOPS_CP_WAIT is set), and while NCCL's do, each for --gemm-seconds
   spin         the spin proof: a kernel fills every SM of every GPU for ~50 ms; an in-place
                irisd all-gather (peer copies only) issued during it finishes first only if copy
                engines moved its bytes
@@ -220,17 +222,29 @@ def gemm(args, rank, n, irisd):
         each = worst((time.perf_counter() - t0) / 20)
         return max(20, int(args.gemm_seconds / each))
 
+    refused = {}
+
     def gathers(kind, count):
+        try:
+            gather_loop(kind, count)
+        except RuntimeError as e:  # iris.IrisError, e.g. a refused HIP CP wait: in the table
+            refused[kind] = str(e)
+
+    def gather_loop(kind, count):
         for _ in range(count):
             if kind == "irisd":  # in place: only peer copies, all on copy engines
                 irisd.all_gather(mine, recv).wait()
+            elif kind == "irisd-stream":  # stream-ordered: the side stream waits on the done flag
+                with torch.cuda.stream(side):
+                    irisd.all_gather(mine, recv, side)
+                side.synchronize()
             else:
                 with torch.cuda.stream(side):
                     dist.all_gather_into_tensor(recv, mine)
                 side.synchronize()
 
     rows, alone = [], None
-    for kind in ("alone", "irisd", "nccl"):
+    for kind in ("alone", "irisd", "irisd-stream", "nccl"):
         count = 0 if kind == "alone" else calibrate(kind)
         torch.matmul(a, b)
         dist.barrier()
@@ -251,6 +265,9 @@ def gemm(args, rank, n, irisd):
             worker.join()
         tflops = worst(2 * m ** 3 * gemms / seconds / 1e12, dist.ReduceOp.MIN)
         alone = alone or tflops
+        if kind in refused:
+            rows.append([kind, "refused", "-", refused[kind], "-"])
+            continue
         rows.append([kind, f"{tflops:.1f}", f"{tflops / alone:.3f}", count, f"{seconds:.2f}"])
     irisd.release()
     table(rank, f"GEMM bf16 {m}^3 on every GPU while {size // MiB} MiB/rank all-gathers run "

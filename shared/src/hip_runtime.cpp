@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "iris/shared/loaded_library.hpp"
 #include "iris/shared/rocm_library.hpp"
 
@@ -60,6 +63,13 @@ Behaviour behaviour_of(int v) {
   b.import_fd_by_pointer = six_or_later && v < 70100000;
   b.retain_takes_reference = !six_or_later;
   return b;
+}
+
+bool streamops_cp_wait_requested() {
+  const char* value = std::getenv("GPU_STREAMOPS_CP_WAIT");
+  if (value == nullptr) return false;
+  const std::string text = value;
+  return text == "true" || text == "TRUE" || text == "True" || std::atoi(value) != 0;
 }
 
 const Runtime* load_runtime(std::string& why) {

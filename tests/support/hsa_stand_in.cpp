@@ -291,6 +291,12 @@ hipError_t h_runtime_version(int* v) {
   *v = g->node.hip_version;
   return hipSuccess;
 }
+// CLR 6.x: a stream wait is a one-thread blit kernel unless GPU_STREAMOPS_CP_WAIT is true; then
+// it is a command-processor barrier that accepts only signal memory (hipMallocSignalMemory) and
+// refuses every other address with hipErrorInvalidValue. The stand-in allocates no signal memory.
+hipError_t h_stream_wait(hipStream_t, void*, uint32_t, unsigned, uint32_t) {
+  return hip::streamops_cp_wait_requested() ? hipErrorInvalidValue : hipSuccess;
+}
 hipError_t h_device_count(int* count) {
   *count = g->node.gpus;
   return hipSuccess;
@@ -485,6 +491,7 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hip_.hipMemMap = h_map;
   hip_.hipMemUnmap = h_unmap;
   hip_.hipMemSetAccess = h_set_access;
+  hip_.hipStreamWaitValue32 = h_stream_wait;
 }
 
 HsaStandIn::~HsaStandIn() {

@@ -298,5 +298,27 @@ TEST(HsaRecommendedEngines, NoTopologyMeansNoSplitAcrossEveryFreeEngine) {
   EXPECT_EQ(rocm.copies().size(), 1u) << "a 1 MiB copy was cut into one piece per free engine";
 }
 
+// CLR 6.x's stream wait is a one-thread kernel unless GPU_STREAMOPS_CP_WAIT is set; with it set,
+// the wait accepts only signal memory, which irisd cannot write: a stream-ordered call then fails
+// with a message naming the variable instead of HIP's bare hipErrorInvalidValue.
+TEST(HipStreamWait, CommandProcessorWaitsAreRefusedNamingTheVariable) {
+  HsaStandIn rocm(node_of(kRocm62));
+  const auto runtime = make_hip_runtime(rocm.hip());
+  std::byte* flags = rocm.gpu_alloc(0, 4096);
+  const auto address = reinterpret_cast<uint64_t>(flags);
+  ::unsetenv("GPU_STREAMOPS_CP_WAIT");
+  EXPECT_NO_THROW(runtime->wait_value_geq(nullptr, address, 1));
+  ::setenv("GPU_STREAMOPS_CP_WAIT", "1", 1);
+  try {
+    runtime->wait_value_geq(nullptr, address, 1);
+    ADD_FAILURE() << "the wait was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("Unset GPU_STREAMOPS_CP_WAIT"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("GPU_STREAMOPS_CP_WAIT");
+}
+
 }  // namespace
 }  // namespace iris::daemon

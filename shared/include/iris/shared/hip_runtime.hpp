@@ -76,6 +76,12 @@ struct Behaviour {
 };
 Behaviour behaviour_of(int runtime_version);
 
+// Whether this process asked CLR for command-processor stream waits (GPU_STREAMOPS_CP_WAIT, a
+// bool CLR reads from the environment; false by default). Without it, on ROCm 6.x, each
+// hipStreamWaitValue32 runs as a one-thread kernel that holds a wave until the value arrives.
+// With it, CLR accepts only signal memory (hipMallocSignalMemory) for the wait.
+bool streamops_cp_wait_requested();
+
 // Loads libamdhip64 (ROCm 7, 6, then 5; see rocm_library.hpp for where) once. Returns nullptr and
 // sets `why` when there is no usable HIP runtime or it sees no AMD GPU.
 const Runtime* load_runtime(std::string& why);
