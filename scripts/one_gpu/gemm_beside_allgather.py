@@ -5,7 +5,7 @@ processes on the same GPU (an irisd with the cuda engine already running: script
 starts it) run, phase by phase, for --seconds each:
   alone         nothing
   irisd host    irisd all-gathers of --bytes per rank into pinned host memory (copy engines)
-  irisd device  the same into GPU memory (same-GPU device-to-device copies: SMs, per DESIGN)
+  irisd device  the same into GPU memory (same-GPU device-to-device copies: SMs on driver 580)
   SM gather     the same layout gathered by a copy kernel in each rank (SMs)
 It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed."""
 import argparse

@@ -1,5 +1,5 @@
-// iris-gpu-spin-proof: shows which engine moved an all-gather's bytes, without a profiler
-// (DESIGN.md). A kernel fills every SM with arithmetic for about 50 ms; an all-gather issued
+// iris-gpu-spin-proof: shows which engine moved an all-gather's bytes, without a profiler.
+// A kernel fills every SM with arithmetic for about 50 ms; an all-gather issued
 // while it runs finishes before the kernel ends only if something other than the busy SMs moved
 // its bytes (the copy engines); the time against the unloaded copy says how much it was slowed.
 // One rank; send is GPU memory; the receive buffer is pinned host memory (device to host: copy

@@ -469,7 +469,7 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hsa_.hsa_amd_memory_lock = s_memory_lock;
   hsa_.hsa_amd_memory_unlock = s_memory_unlock;
   hsa_.hsa_amd_agents_allow_access = s_allow_access;
-  if (g->node.rocm_5_7) {
+  if (g->node.copy_on_engine) {
     hsa_.hsa_amd_memory_async_copy_on_engine = s_copy_on_engine;
     hsa_.hsa_amd_memory_copy_engine_status = s_engine_status;
   }

@@ -28,7 +28,7 @@ struct StandInNode {
   // Engines the status query offers / recommends for copies src -> dst (-1: host memory).
   std::function<uint32_t(int src, int dst)> available = [](int, int) { return 0b1100u; };
   std::function<uint32_t(int src, int dst)> preferred;  // empty: no recommendation
-  bool rocm_5_7 = true;  // hsa_amd_memory_async_copy_on_engine and the status query exist
+  bool copy_on_engine = true;  // hsa_amd_memory_async_copy_on_engine and the status query exist
   // hipRuntimeGetVersion; the HIP calls behave as that release does (see hip::Behaviour): the
   // IPC open flag it accepts, how hipMemImportFromShareableHandle reads the fd, whether
   // hipMemRetainAllocationHandle takes a reference.

@@ -17,7 +17,7 @@
 // with peer access on; with both imported into the issuing context it ran over NVLink (385 GB/s).
 //
 // Path accounting (TransferPath): device-to-device copies within one GPU run on SMs under the
-// measured driver (580, CUDA 13.0: see DESIGN.md), so they count as compute units; copies that
+// measured driver (580, CUDA 13.0, on the H200), so they count as compute units; copies that
 // involve host memory or two GPUs count as copy engine.
 #pragma once
 

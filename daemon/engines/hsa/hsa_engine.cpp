@@ -245,7 +245,7 @@ void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
       on_engine_ ? "hsa_amd_memory_async_copy_on_engine (SDMA engine chosen per copy from "
                    "hsa_amd_memory_copy_engine_status, force_copy_on_sdma)"
                  : "hsa_amd_memory_async_copy (the ROCm runtime picks the engine: this ROCm lacks "
-                   "hsa_amd_memory_async_copy_on_engine, which came with ROCm 5.7)";
+                   "hsa_amd_memory_async_copy_on_engine, which came with ROCm 5.6)";
   auto env = [](const char* variable) {
     const char* value = std::getenv(variable);
     return std::string(variable) + "=" + (value != nullptr ? value : "unset");

@@ -3,7 +3,7 @@
 // Each submit is planned by SdmaPlanner (which engine of which agent runs each copy, from the
 // engines hsa_amd_memory_copy_engine_status offers per pair, queried once at start-up while
 // idle) and issued with hsa_amd_memory_async_copy_on_engine(force_copy_on_sdma) where the
-// runtime has it (ROCm 5.7+), else with hsa_amd_memory_async_copy (the runtime picks the engine;
+// runtime has it (ROCm 5.6+), else with hsa_amd_memory_async_copy (the runtime picks the engine;
 // `iris-ctl status` says so under copy_method). Every copy gets a completion signal from a pool;
 // poll() reads the in-flight signals without blocking and fails a copy whose signal has not
 // dropped to 0 by its deadline (copy_timeout_ms + 1 ms per MiB): lost completion signals are a

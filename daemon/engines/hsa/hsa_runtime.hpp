@@ -4,8 +4,8 @@
 //
 // Entry points newer than Debian 12's ROCm 5.2.3 headers are declared here from ROCr's public
 // API and resolved when the installed runtime has them (null otherwise):
-//   hsa_amd_memory_async_copy_on_engine (ROCm 5.7), hsa_amd_memory_copy_engine_status (5.7),
-//   hsa_amd_memory_get_preferred_copy_engine (6.2). An SDMA engine id is one bit
+//   hsa_amd_memory_async_copy_on_engine (ROCm 5.6), hsa_amd_memory_copy_engine_status (5.6),
+//   hsa_amd_memory_get_preferred_copy_engine (7.x). An SDMA engine id is one bit
 //   (HSA_AMD_SDMA_ENGINE_0 = 1 << 0 ... _15 = 1 << 15), passed as a 32-bit enum.
 #pragma once
 
@@ -56,9 +56,9 @@ struct Runtime {
 #define IRIS_HSA_DECLARE(name) decltype(&::name) name = nullptr;
   IRIS_HSA_FUNCTIONS(IRIS_HSA_DECLARE)
 #undef IRIS_HSA_DECLARE
-  CopyOnEngineFn hsa_amd_memory_async_copy_on_engine = nullptr;           // ROCm >= 5.7
-  CopyEngineStatusFn hsa_amd_memory_copy_engine_status = nullptr;         // ROCm >= 5.7
-  CopyEngineStatusFn hsa_amd_memory_get_preferred_copy_engine = nullptr;  // ROCm >= 6.2
+  CopyOnEngineFn hsa_amd_memory_async_copy_on_engine = nullptr;           // ROCm >= 5.6
+  CopyEngineStatusFn hsa_amd_memory_copy_engine_status = nullptr;         // ROCm >= 5.6
+  CopyEngineStatusFn hsa_amd_memory_get_preferred_copy_engine = nullptr;  // ROCm >= 7.0
 
   // "HSA_STATUS_...: text" for a status code.
   std::string library;  // the file loaded
