@@ -67,6 +67,42 @@ bool recv_exact(int fd, char* out, std::size_t n, int timeout_ms) {
   return true;
 }
 
+// Frames are a 4-byte little-endian length, then the payload.
+uint32_t frame_length(const char* header) {
+  uint32_t len = 0;
+  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<unsigned char>(header[i])} << (8 * i);
+  return len;
+}
+
+// One recvmsg (EINTR retried) that also takes the descriptors sent with the bytes. Returns what
+// recvmsg returned; `cut` says the kernel dropped descriptors (more than fit the control space).
+ssize_t receive_with_fds(int fd, char* data, std::size_t size, std::size_t max_fds, int flags,
+                         std::vector<Fd>& fds, bool& cut) {
+  iovec iov{data, size};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds == 0 ? 1 : max_fds)));
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  ssize_t r;
+  do {
+    r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | flags);
+  } while (r < 0 && errno == EINTR);
+  cut = r > 0 && (msg.msg_flags & MSG_CTRUNC) != 0;
+  if (r <= 0) return r;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < n; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(received);
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 Fd listen_unix(const std::string& path, mode_t mode, const std::string& group_name) {
@@ -151,34 +187,13 @@ std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::
   const int timeout_ms = static_cast<int>(timeout.count());
   if (!wait_readable(fd, timeout_ms)) return std::nullopt;
   char header[4];
-  iovec iov{header, sizeof(header)};
-  std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds == 0 ? 1 : max_fds)));
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  ssize_t r;
-  do {
-    r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-  } while (r < 0 && errno == EINTR);
-  if (r <= 0) return std::nullopt;
-
   Frame frame;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (std::size_t i = 0; i < n; ++i) {
-      int received;
-      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      frame.fds.emplace_back(received);
-    }
-  }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0 || frame.fds.size() > max_fds) return std::nullopt;
+  bool cut = false;
+  const ssize_t r = receive_with_fds(fd, header, sizeof(header), max_fds, 0, frame.fds, cut);
+  if (r <= 0 || cut || frame.fds.size() > max_fds) return std::nullopt;
   if (r < 4 && !recv_exact(fd, header + r, static_cast<std::size_t>(4 - r), timeout_ms))
     return std::nullopt;
-  uint32_t len = 0;
-  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<unsigned char>(header[i])} << (8 * i);
+  const uint32_t len = frame_length(header);
   if (len > kMaxFrameBytes) return std::nullopt;
   frame.payload.resize(len);
   if (len > 0 && !recv_exact(fd, frame.payload.data(), len, timeout_ms)) return std::nullopt;
@@ -188,34 +203,13 @@ std::optional<Frame> recv_frame(int fd, std::chrono::milliseconds timeout, std::
 FrameReader::Status FrameReader::read_some(int fd) {
   char chunk[16384];
   for (;;) {
-    iovec iov{chunk, sizeof(chunk)};
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * (max_fds_ == 0 ? 1 : max_fds_)));
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    const ssize_t r = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    if (r < 0 && errno == EINTR) continue;
+    bool cut = false;
+    const ssize_t r = receive_with_fds(fd, chunk, sizeof(chunk), max_fds_, MSG_DONTWAIT, fds_, cut);
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::kOpen;
     if (r <= 0) return Status::kClosed;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < n; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds_.emplace_back(received);
-      }
-    }
-    if ((msg.msg_flags & MSG_CTRUNC) != 0 || fds_.size() > max_fds_) return Status::kBad;
+    if (cut || fds_.size() > max_fds_) return Status::kBad;
     buffer_.append(chunk, static_cast<std::size_t>(r));
-    if (buffer_.size() >= 4) {
-      uint32_t len = 0;
-      for (int i = 0; i < 4; ++i)
-        len |= uint32_t{static_cast<unsigned char>(buffer_[i])} << (8 * i);
-      if (len > kMaxFrameBytes) return Status::kBad;
-    }
+    if (buffer_.size() >= 4 && frame_length(buffer_.data()) > kMaxFrameBytes) return Status::kBad;
     // More than one whole frame buffered: a peer that does not wait for its answers.
     if (buffer_.size() > 2 * (kMaxFrameBytes + 4)) return Status::kBad;
   }
@@ -223,8 +217,7 @@ FrameReader::Status FrameReader::read_some(int fd) {
 
 std::optional<Frame> FrameReader::next() {
   if (buffer_.size() < 4) return std::nullopt;
-  uint32_t len = 0;
-  for (int i = 0; i < 4; ++i) len |= uint32_t{static_cast<unsigned char>(buffer_[i])} << (8 * i);
+  const uint32_t len = frame_length(buffer_.data());
   if (buffer_.size() < 4 + std::size_t{len}) return std::nullopt;
   Frame frame;
   frame.payload = buffer_.substr(4, len);

@@ -28,13 +28,7 @@ class Scheduler : public ::testing::Test {
     options.inline_bytes = 16;  // small, so that both the inline and the worker path run
     options.chunk_bytes = 4096;
     engine = std::make_unique<HostEngine>(options, "test");
-    scheduler = std::make_unique<CollectiveScheduler>(
-        *engine, stats,
-        [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
-          completions[t.session_id] = c;
-          reasons[t.session_id] = why;
-        },
-        8);
+    schedule_on(*engine);
     comm.id = 1;
     comm.key = "k";
     comm.nranks = kRanks;
@@ -45,6 +39,17 @@ class Scheduler : public ::testing::Test {
       send.emplace_back(1 << 16);
       recv.emplace_back(kRanks << 16, std::byte{0xEE});
     }
+  }
+
+  // A scheduler over `e` that records each rank's completion code and reason.
+  void schedule_on(Engine& e) {
+    scheduler = std::make_unique<CollectiveScheduler>(
+        e, stats,
+        [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+          completions[t.session_id] = c;
+          reasons[t.session_id] = why;
+        },
+        8);
   }
 
   // Rank `rank`'s all-gather of `bytes` from the start of its send buffer into its receive buffer.
@@ -161,13 +166,7 @@ class SteppedEngine final : public Engine {
 TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
   // Its wait() returning hands the send buffer back to the rank: no copy may still read it.
   SteppedEngine stepped;
-  scheduler = std::make_unique<CollectiveScheduler>(
-      stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
-        completions[t.session_id] = c;
-        reasons[t.session_id] = why;
-      },
-      8);
+  schedule_on(stepped);
   arrive(0, 1, 64);
   arrive(1, 1, 64);
   arrive(2, 1, 64);
@@ -225,13 +224,7 @@ TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
 
 TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
   SteppedEngine stepped;
-  scheduler = std::make_unique<CollectiveScheduler>(
-      stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
-        completions[t.session_id] = c;
-        reasons[t.session_id] = why;
-      },
-      8);
+  schedule_on(stepped);
   for (uint32_t r = 0; r < kRanks; ++r) {
     ValidatedRequest p = plan(r, 8);
     p.args.self_copy_done = true;
@@ -298,13 +291,7 @@ TEST_F(Scheduler, RanksCallingDifferentCollectivesFailTogether) {
 
 TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
   SteppedEngine stepped;
-  scheduler = std::make_unique<CollectiveScheduler>(
-      stepped, stats,
-      [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
-        completions[t.session_id] = c;
-        reasons[t.session_id] = why;
-      },
-      8);
+  schedule_on(stepped);
   for (uint32_t r = 0; r < kRanks; ++r) {
     ValidatedRequest p = plan(r, 100);
     p.args.kind = CollectiveKind::kBroadcast;
