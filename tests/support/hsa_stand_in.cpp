@@ -501,6 +501,9 @@ HsaStandIn::~HsaStandIn() {
   }
   g->cv.notify_all();
   g->worker.join();
+  // On 6.x a retained handle is never released (CLR's retain took no reference to drop); CLR's
+  // handle is the allocation itself, the stand-in's a small record freed here.
+  for (void* handle : g->retained) delete static_cast<StandInRetained*>(handle);
   delete g;
   g = nullptr;
 }
