@@ -10,9 +10,9 @@
 #include <sstream>
 #include <thread>
 
+#include "client/src/attach_handshake.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
-#include "iris/shared/version.hpp"
 
 namespace iris {
 
@@ -24,7 +24,7 @@ constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
 constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
-constexpr auto kAttachTimeout = std::chrono::seconds(10);
+constexpr auto kAttachTimeout = std::chrono::milliseconds(10000);
 // Session calls on the attach connection: a GPU import in irisd can take a while.
 constexpr auto kSessionCallTimeout = std::chrono::milliseconds(30000);
 
@@ -61,36 +61,20 @@ std::string describe_failure(ErrorCode code) {
 }
 
 Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpid()) {
-  const std::string attach_path = options.socket_path + ".attach";
-  try {
-    attach_fd = net::connect_unix(attach_path);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kUnavailable,
-                std::string(e.what()) + "; is irisd running, and may this user use its socket?");
-  }
   v1::AttachRequest request;
-  request.set_protocol_version(kProtocolVersion);
   request.set_client_name(options.client_name);
-  if (!net::send_frame(attach_fd.get(), request.SerializeAsString()))
-    throw Error(ErrorCode::kUnavailable, "irisd closed the attach socket " + attach_path);
-  auto frame = net::recv_frame(
-      attach_fd.get(), std::chrono::duration_cast<std::chrono::milliseconds>(kAttachTimeout));
-  v1::AttachResponse response;
-  if (!frame || !response.ParseFromString(frame->payload))
-    throw Error(ErrorCode::kUnavailable, "no attach answer from irisd on " + attach_path);
-  if (response.error_code() != 0) {
-    throw Error(static_cast<ErrorCode>(response.error_code()),
-                "attach refused: " + response.error_message());
-  }
-  if (frame->fds.size() != 2)
+  client::Attached attached = client::attach(options.socket_path, request, kAttachTimeout, 4);
+  attach_fd = std::move(attached.connection);
+  const v1::AttachResponse& response = attached.response;
+  if (attached.fds.size() != 2)
     throw Error(ErrorCode::kProtocolMismatch,
                 "attach answer carried no wake descriptor and session segment");
-  wake_fd = std::move(frame->fds[0]);
+  wake_fd = std::move(attached.fds[0]);
   session_id = response.session_id();
   engine = response.engine();
   daemon_version = response.daemon_version();
   try {
-    segment = shm::ShmSegment::map(std::move(frame->fds[1]));
+    segment = shm::ShmSegment::map(std::move(attached.fds[1]));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kProtocolMismatch, e.what());
   }
