@@ -237,8 +237,8 @@ void HsaEngine::query_engines(const hsa::RecommendedMasks& recommended) {
 void HsaEngine::fill_description(uint32_t hsa_major, uint32_t hsa_minor) {
   description_.driver_version =
       "HSA runtime " + std::to_string(hsa_major) + "." + std::to_string(hsa_minor);
-  int hip_version = 0;
-  if (hip_ != nullptr && hip_->hipRuntimeGetVersion(&hip_version) == hipSuccess)
+  const int hip_version = hip_behaviour_.version;
+  if (hip_version > 0)
     description_.driver_version += ", HIP " + std::to_string(hip_version / 10000000) + "." +
                                    std::to_string((hip_version / 100000) % 100);
   description_.copy_method =

@@ -14,11 +14,14 @@ hsa_status_t MemoryFaults::on_system_event(const hsa_amd_event_t* event, void*) 
   std::lock_guard lock(self.mutex_);
   self.faults_.push_back({event->memory_fault.agent.handle, event->memory_fault.virtual_address,
                           event->memory_fault.fault_reason_mask});
+  self.pending_.store(true, std::memory_order_release);
   return HSA_STATUS_SUCCESS;
 }
 
 std::vector<MemoryFault> MemoryFaults::take() {
+  if (!pending_.load(std::memory_order_acquire)) return {};
   std::lock_guard lock(mutex_);
+  pending_.store(false, std::memory_order_relaxed);
   return std::exchange(faults_, {});
 }
 

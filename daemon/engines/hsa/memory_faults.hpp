@@ -6,6 +6,7 @@
 
 #include <hsa/hsa_ext_amd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -24,9 +25,11 @@ class MemoryFaults {
   static MemoryFaults& instance();
   // hsa_amd_system_event_callback_t.
   static hsa_status_t on_system_event(const hsa_amd_event_t* event, void* data);
+  // Called on every engine poll: without faults it costs one atomic load, no lock.
   std::vector<MemoryFault> take();
 
  private:
+  std::atomic<bool> pending_{false};  // written under mutex_
   std::mutex mutex_;
   std::vector<MemoryFault> faults_;
 };
