@@ -102,12 +102,8 @@ TEST(Collectives, AllToAllVCountsThatDisagreeFailEveryRankAndWriteNothingOutside
 
 TEST(Collectives, RootsOutOfRangeOrDisagreeingAreRefused) {
   DaemonProcess daemon;
-  auto a = Client::connect(options_for(daemon));
-  auto b = Client::connect(options_for(daemon));
-  auto ca = Communicator::init(a, "roots", 2, 0);
-  auto cb = Communicator::init(b, "roots", 2, 1);
-  auto sa = a.allocate(256), ra = a.allocate(512);
-  auto sb = b.allocate(256), rb = b.allocate(512);
+  TwoRanks pair(daemon, "roots", 256);
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
   // Out of range: libiris refuses before anything is submitted.
   EXPECT_EQ(code_of([&] { ca.broadcast(sa.data(), 64, 2); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { ca.gather(sa.data(), ra.data(), 64, 7); }), ErrorCode::kInvalidArgument);

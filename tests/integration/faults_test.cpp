@@ -112,12 +112,8 @@ TEST_F(Faults, ClientSideChecksNamePointersOutsideBuffers) {
 }
 
 TEST_F(Faults, BytesDifferingBetweenRanksFailsEveryRank) {
-  auto a = Client::connect(options_for(daemon, "a"));
-  auto b = Client::connect(options_for(daemon, "b"));
-  auto ca = Communicator::init(a, "mismatch", 2, 0);
-  auto cb = Communicator::init(b, "mismatch", 2, 1);
-  auto sa = a.allocate(1 << 20), ra = a.allocate(2 << 20);
-  auto sb = b.allocate(1 << 20), rb = b.allocate(2 << 20);
+  TwoRanks pair(daemon, "mismatch", 1 << 20);
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
   auto r0 = ca.all_gather(sa.data(), ra.data(), 1000);
   auto r1 = cb.all_gather(sb.data(), rb.data(), 1001);
   EXPECT_EQ(wait_code(r0), ErrorCode::kSizeMismatch);

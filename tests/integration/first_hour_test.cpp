@@ -33,12 +33,8 @@ std::string what_of(const std::function<void()>& f) {
 
 TEST(FirstHour, ErrorsSayWhichFieldAndWhichSizes) {
   DaemonProcess daemon;
-  auto a = Client::connect(options_for(daemon));
-  auto b = Client::connect(options_for(daemon));
-  auto ca = Communicator::init(a, "sizes", 2, 0);
-  auto cb = Communicator::init(b, "sizes", 2, 1);
-  auto sa = a.allocate(1024), ra = a.allocate(2048);
-  auto sb = b.allocate(1024), rb = b.allocate(2048);
+  TwoRanks pair(daemon, "sizes", 1024);
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
   auto x = ca.all_gather(sa.data(), ra.data(), 100);
   auto y = cb.all_gather(sb.data(), rb.data(), 200);
   const std::string wx = what_of([&] { x.wait(); });
@@ -229,8 +225,12 @@ TEST(FirstHour, IrisCtlExplainsAStuckCollective) {
   auto cb = Communicator::init(b, "stuck", 3, 1);  // rank 2 never joins
   auto s = a.allocate(64), r = a.allocate(192);
   auto pending = ca.all_gather(s.data(), r.data(), 64);
-  std::this_thread::sleep_for(50ms);
-  const auto comms = run_program({iris_ctl_path(), "--socket", daemon.socket(), "comms"});
+  // Once irisd has taken the all-gather from the ring, iris-ctl shows it waiting.
+  ProgramResult comms;
+  EXPECT_TRUE(eventually([&] {
+    comms = run_program({iris_ctl_path(), "--socket", daemon.socket(), "comms"});
+    return comms.output.find("not joined") != std::string::npos;
+  }));
   // Rank 1 holds session 2 in this process; rank 2 was never joined.
   EXPECT_NE(comms.output.find("1: 2/" + std::to_string(::getpid())), std::string::npos)
       << comms.output;

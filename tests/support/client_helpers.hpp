@@ -1,8 +1,10 @@
 // Small helpers for integration tests that drive libiris in the test process itself.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "iris/iris.hpp"
 #include "tests/support/daemon_process.hpp"
@@ -14,6 +16,36 @@ inline ClientOptions options_for(const DaemonProcess& daemon, std::string name =
   o.socket_path = daemon.socket();
   o.client_name = std::move(name);
   return o;
+}
+
+// Two clients of this process as ranks 0 and 1 of the two-rank communicator `key`, each with a
+// send buffer of `bytes` and a receive buffer of twice that.
+struct TwoRanks {
+  TwoRanks(const DaemonProcess& daemon, const std::string& key, std::size_t bytes)
+      : a(Client::connect(options_for(daemon, key + "-a"))),
+        b(Client::connect(options_for(daemon, key + "-b"))),
+        ca(Communicator::init(a, key, 2, 0)),
+        cb(Communicator::init(b, key, 2, 1)),
+        sa(a.allocate(bytes)),
+        ra(a.allocate(2 * bytes)),
+        sb(b.allocate(bytes)),
+        rb(b.allocate(2 * bytes)) {}
+
+  Client a, b;
+  Communicator ca, cb;
+  Buffer sa, ra, sb, rb;
+};
+
+// Polls `done` until it holds; false once `limit` passed (a bound against hanging, not a
+// timing: tests assert on the result, never on how long it took).
+inline bool eventually(const std::function<bool()>& done,
+                       std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 // The code of the iris::Error `f` throws; kOk when it throws none.
