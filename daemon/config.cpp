@@ -106,9 +106,16 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->capture_default_str();
   app.add_flag("--allow-cross-uid-comms", c.allow_cross_uid_comms,
                "let sessions of different uids join one communicator");
-  app.add_option("--log-level", c.log_level, "trace | debug | info | warn | error")
+  app.add_option("--log-level", c.log_level,
+                 "trace | debug | info | warn | error; SIGHUP rereads it from --config")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  app.add_option("--log-format", c.log_format, "text | json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app.add_option("--metrics-address", c.metrics_address,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; "
+                 "port 0 picks a free one); off when empty");
   app.add_option("--spin-us", c.spin_us, "progress loop spins this long idle before sleeping")
       ->check(CLI::Range(0u, 1'000'000u))
       ->capture_default_str();

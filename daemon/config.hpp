@@ -41,7 +41,10 @@ struct Config {
   // Members of this group (and root) see every session and communicator in iris-ctl; other
   // users see their own. Empty: root only.
   std::string operator_group;
-  std::string log_level = "info";
+  std::string log_level = "info";   // SIGHUP rereads it from the config file
+  std::string log_format = "text";  // text | json
+  // Prometheus /metrics on HOST:PORT (port 0: any free one, iris-ctl status shows it); empty: off.
+  std::string metrics_address;
   uint32_t spin_us = 1000;  // progress loop: polling this long with no work before it sleeps
 
   // The attach socket (plain, SO_PEERCRED) lives beside the gRPC one.

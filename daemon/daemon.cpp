@@ -15,12 +15,20 @@
 #include <cstring>
 #include <filesystem>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/front/attach_listener.hpp"
 #include "daemon/front/control_service.hpp"
+#include "daemon/operations/health.hpp"
+#include "daemon/operations/prometheus_collector.hpp"
+#include "daemon/operations/systemd_notifier.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/shared/version.hpp"
 
@@ -30,27 +38,46 @@ namespace {
 
 std::string os_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
-// Tells systemd (Type=notify) that irisd is ready, without linking libsystemd.
-void notify_systemd_ready() {
-  const char* path = std::getenv("NOTIFY_SOCKET");
-  if (path == nullptr || path[0] == '\0') return;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::size_t len = std::strlen(path);
-  if (len >= sizeof(addr.sun_path)) return;
-  std::memcpy(addr.sun_path, path, len);
-  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
-  net::Fd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  static constexpr char kReady[] = "READY=1";
-  ::sendto(fd.get(), kReady, sizeof(kReady) - 1, 0, reinterpret_cast<sockaddr*>(&addr),
-           static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len));
-}
+// The STATUS= line `systemctl status` shows: engine, sessions, communicators, collectives/s.
+class StatusLine {
+ public:
+  StatusLine(const Stats& stats, std::string engine) : stats_(stats), engine_(std::move(engine)) {}
+  std::string next() {
+    const auto now = std::chrono::steady_clock::now();
+    uint64_t ended = 0;
+    for (const auto& op : stats_.collectives)
+      for (const auto& n : op) ended += n.load(std::memory_order_relaxed);
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    const double rate = seconds > 0 ? static_cast<double>(ended - last_ended_) / seconds : 0.0;
+    last_ = now;
+    last_ended_ = ended;
+    return fmt::format("engine {}, {} sessions, {} communicators, {:.0f} collectives/s", engine_,
+                       stats_.sessions.load(std::memory_order_relaxed),
+                       stats_.communicators.load(std::memory_order_relaxed), rate);
+  }
+
+ private:
+  const Stats& stats_;
+  std::string engine_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  uint64_t last_ended_ = 0;
+};
 
 }  // namespace
 
 struct Daemon::Parts {
   net::Fd lock_fd;
   Stats stats;
+  Health health{stats};
+  SystemdNotifier systemd;
+  std::unique_ptr<StatusLine> status_line;
+  std::shared_ptr<PrometheusCollector> collector;
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::string metrics_address;  // bound: HOST:PORT
+  std::thread health_watch;
+  std::mutex health_mutex;
+  std::condition_variable health_stop_cv;
+  bool health_stop = false;
   CallerTokens tokens;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<ProgressLoop> loop;
@@ -91,9 +118,22 @@ void Daemon::start() {
   spdlog::info("engine: {} ({})", p.engine->description().name, p.engine->description().reason);
   p.loop = std::make_unique<ProgressLoop>(std::chrono::microseconds(config_.spin_us));
   p.runtime = std::make_unique<Runtime>(config_, *p.engine, p.stats, *p.loop);
+  p.status_line = std::make_unique<StatusLine>(p.stats, p.engine->description().name);
+  // The beat runs on the loop thread: systemd's watchdog and the health check see the data
+  // path turning, not merely the process alive.
+  p.loop->set_heartbeat(std::min(p.systemd.period(), std::chrono::milliseconds(250)),
+                        [&p, last_notify = std::chrono::steady_clock::now()]() mutable {
+                          const auto now = std::chrono::steady_clock::now();
+                          p.health.loop_turned(now);
+                          if (!p.systemd.active() || now - last_notify < p.systemd.period()) return;
+                          last_notify = now;
+                          p.systemd.beat(p.status_line->next());
+                        });
   p.loop->start(*p.runtime);
+  start_metrics();
 
-  p.service = std::make_unique<ControlService>(config_, *p.runtime, *p.loop, p.stats, p.tokens);
+  p.service = std::make_unique<ControlService>(config_, *p.runtime, *p.loop, p.stats, p.tokens,
+                                               p.health, p.metrics_address);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
@@ -115,25 +155,68 @@ void Daemon::start() {
 
   p.listener = std::make_unique<AttachListener>(config_, *p.runtime, *p.loop, p.tokens);
   p.listener->start();
+  start_health_watch();
   spdlog::info("irisd {} ready: control unix:{}, attach {}, ring depth {}, pid {}",
                release_version(), config_.socket_path, config_.attach_socket_path(),
                config_.limits.ring_depth, ::getpid());
-  notify_systemd_ready();
+  p.systemd.ready(p.status_line->next());
 }
 
-void Daemon::wait_for_signal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
+void Daemon::start_metrics() {
+  Parts& p = *parts_;
+  if (config_.metrics_address.empty()) return;
+  p.collector = std::make_shared<PrometheusCollector>(p.stats, p.engine->description(), p.health);
+  try {
+    // A scrape that stalls mid-request is dropped after 10 s; two threads serve, so slow
+    // scrapers cannot reach the data path (it never waits on them).
+    p.exposer = std::make_unique<prometheus::Exposer>(
+        std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "2",
+                                 "request_timeout_ms", "10000"});
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot serve metrics on " + config_.metrics_address + ": " +
+                             e.what() + " (is the port taken? set metrics-address)");
   }
-  spdlog::info("received {}, shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  p.exposer->RegisterCollectable(p.collector);
+  const auto ports = p.exposer->GetListeningPorts();
+  const std::string host = config_.metrics_address.substr(0, config_.metrics_address.rfind(':'));
+  p.metrics_address = host + ":" + (ports.empty() ? std::string("?") : std::to_string(ports[0]));
+  spdlog::info("metrics: http://{}/metrics", p.metrics_address);
+}
+
+void Daemon::start_health_watch() {
+  Parts& p = *parts_;
+  grpc::HealthCheckServiceInterface* service = p.server->GetHealthCheckService();
+  p.health_watch = std::thread([&p, service] {
+    bool was_healthy = true;
+    std::unique_lock lock(p.health_mutex);
+    do {
+      const Health::Verdict v = p.health.verdict(Health::Clock::now());
+      if (service != nullptr) service->SetServingStatus(v.healthy);
+      if (v.healthy != was_healthy) {
+        if (v.healthy) {
+          spdlog::info("healthy again");
+        } else {
+          spdlog::error("unhealthy: {}", v.reason);
+        }
+        was_healthy = v.healthy;
+      }
+    } while (
+        !p.health_stop_cv.wait_for(lock, std::chrono::seconds(1), [&p] { return p.health_stop; }));
+  });
 }
 
 void Daemon::shutdown() {
   Parts& p = *parts_;
+  if (p.lock_fd) p.systemd.stopping();
+  if (p.health_watch.joinable()) {
+    {
+      std::lock_guard lock(p.health_mutex);
+      p.health_stop = true;
+    }
+    p.health_stop_cv.notify_all();
+    p.health_watch.join();
+  }
+  p.exposer.reset();
   if (p.listener) p.listener->stop();
   if (p.runtime && p.loop) {
     try {

@@ -14,11 +14,13 @@ class Daemon {
   ~Daemon();
   // Starts everything; throws std::runtime_error with an operator-facing reason on failure.
   void start();
-  // Blocks until SIGTERM or SIGINT (which the caller has blocked in every thread).
-  void wait_for_signal();
   void shutdown();
 
  private:
+  void start_metrics();
+  // A thread that keeps the gRPC health service's answer (what probes see) up to date, even
+  // when the progress loop is the thing that stopped.
+  void start_health_watch();
   struct Parts;
   Config config_;
   std::unique_ptr<Parts> parts_;

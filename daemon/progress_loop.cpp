@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -32,6 +33,11 @@ ProgressLoop::ProgressLoop(std::chrono::microseconds spin)
 }
 
 ProgressLoop::~ProgressLoop() { stop(); }
+
+void ProgressLoop::set_heartbeat(std::chrono::milliseconds period, std::function<void()> beat) {
+  beat_period_ = std::min(period, std::chrono::milliseconds(1000));
+  beat_ = std::move(beat);
+}
 
 void ProgressLoop::start(LoopWork& work) {
   work_ = &work;
@@ -81,14 +87,22 @@ void ProgressLoop::run_commands() {
 void ProgressLoop::run() {
   using clock = std::chrono::steady_clock;
   auto last_work = clock::now();
+  auto last_beat = last_work;
+  const int sleep_ms = static_cast<int>(beat_period_.count());
   epoll_event events[64];
   while (!stop_requested_.load(std::memory_order_relaxed)) {
     if (commands_pending_.load(std::memory_order_acquire)) run_commands();
-    if (work_->poll_once()) {
-      last_work = clock::now();
+    const bool worked = work_->poll_once();
+    const auto now = clock::now();
+    if (beat_ && now - last_beat >= beat_period_) {
+      last_beat = now;
+      beat_();
+    }
+    if (worked) {
+      last_work = now;
       continue;
     }
-    const auto idle = clock::now() - last_work;
+    const auto idle = now - last_work;
     if (idle < spin_) {
       // A brief pure spin catches back-to-back work; after it, each turn gives the core away,
       // so that engine workers and ranks sharing it run while we wait.
@@ -105,7 +119,7 @@ void ProgressLoop::run() {
       sched_yield();
       continue;
     }
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 1000);
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, sleep_ms);
     work_->set_sleeping(false);
     for (int i = 0; i < n; ++i) {
       drain_eventfd(events[i].data.fd);

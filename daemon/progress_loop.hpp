@@ -38,6 +38,11 @@ class ProgressLoop {
   explicit ProgressLoop(std::chrono::microseconds spin);
   ~ProgressLoop();
 
+  // Calls `beat` on the loop thread about every `period` while the loop turns (and at least
+  // once a second while it sleeps): a beat that stops coming means the data path is wedged,
+  // which is what systemd's watchdog and the health check are told. Set before start().
+  void set_heartbeat(std::chrono::milliseconds period, std::function<void()> beat);
+
   void start(LoopWork& work);
   // Runs the queued closures, then stops and joins the thread.
   void stop();
@@ -64,6 +69,8 @@ class ProgressLoop {
   void run_commands();
 
   std::chrono::microseconds spin_;
+  std::chrono::milliseconds beat_period_{1000};
+  std::function<void()> beat_;
   net::Fd epoll_fd_;
   net::Fd command_fd_;
   LoopWork* work_ = nullptr;

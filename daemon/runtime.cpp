@@ -31,6 +31,7 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   Session& s = sessions_.create(peer, client_name, connection);
   loop_.watch(s.wake_fd());
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
+  stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
   spdlog::info("session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
                peer.gid, client_name);
   return {s.id(), s.ring_depth(), net::Fd(::fcntl(s.wake_fd(), F_DUPFD_CLOEXEC, 0)),
@@ -51,6 +52,12 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
+  stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
+  count_comms();
+}
+
+void Runtime::count_comms() {
+  stats_.communicators.store(comms_.size(), std::memory_order_relaxed);
 }
 
 RegisteredBuffer Runtime::register_buffer(uint64_t session_id, uint64_t bytes) {
@@ -72,11 +79,14 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
 
 uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
                             uint32_t rank) {
-  return comms_.join(sessions_.get(session_id), key, nranks, rank);
+  const uint64_t id = comms_.join(sessions_.get(session_id), key, nranks, rank);
+  count_comms();
+  return id;
 }
 
 void Runtime::comm_destroy(uint64_t session_id, uint64_t comm_id) {
   comms_.leave(sessions_.get(session_id), comm_id, "left (destroyed its communicator)");
+  count_comms();
 }
 
 void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::string why) {
@@ -239,6 +249,7 @@ bool Runtime::poll_once() {
       handle_entry(*s, entry);
       worked = true;
     }
+    if (s->ring().take_found_full()) stats_.ring_full_total.fetch_add(1, std::memory_order_relaxed);
   }
   if (!awaiting_stream_.empty() && start_ready_stream_arrivals()) worked = true;
   completions_.clear();
@@ -253,7 +264,10 @@ bool Runtime::poll_once() {
     for (uint64_t id : ending) end_session(id, true);
   }
   // Communicators whose last member left while copies were in flight.
-  if (worked) comms_.remove_emptied();
+  if (worked) {
+    comms_.remove_emptied();
+    count_comms();
+  }
   return worked;
 }
 

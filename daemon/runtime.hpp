@@ -66,6 +66,8 @@ class Runtime final : public LoopWork {
   bool start_ready_stream_arrivals();
   // Writes a completion (and, for a failure, why) into the session's slot and GPU done flag.
   void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
+  // The communicators gauge, after anything that may add or remove one.
+  void count_comms();
   // A warning caused by a session's own requests, rate-limited per session.
   template <typename... Args>
   void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);

@@ -1,52 +1,120 @@
-// Daemon-wide counters. Written by the progress thread, read by `GetStats` from gRPC threads.
+// Daemon-wide counters. Written by the progress thread, read by `GetStats` (gRPC threads) and
+// by the Prometheus exporter's threads: every value is a relaxed atomic.
 #pragma once
 
 #include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "iris/error_code.hpp"
+#include "iris/shared/descriptor.hpp"
 
 namespace iris::daemon {
 
-// Every counter, once: its name and what it counts. Stats has one atomic per entry; GetStats
-// fills the GetStatsResponse field of the same name and iris-ctl stats prints those fields, so a
-// counter added here shows everywhere (a unit test checks control.proto has a field for each).
+enum class MetricKind { kCounter, kGauge };
+
+// Every unlabelled counter and gauge, once: its name, kind and what it counts. Stats has one
+// atomic per entry; GetStats fills the GetStatsResponse field of the same name, iris-ctl stats
+// prints those fields and /metrics serves `iris_<name>` (microseconds as seconds). Tests check
+// that control.proto and /metrics have each one.
 // clang-format off
 #define IRIS_STATS_COUNTERS(X) \
-  X(sessions_attached_total, "sessions that attached") \
-  X(sessions_lost_total, "sessions whose connection dropped without a detach") \
-  X(ring_entries_total, "ring entries popped") \
-  X(collectives_completed_total, "collectives completed on every rank") \
-  X(collectives_failed_total, "collectives that failed") \
-  X(collectives_in_flight, "collectives matched or waiting now") \
-  X(copies_total, "copies the engine finished") \
-  X(bytes_copied_total, "bytes the engine copied") \
-  X(copy_engine_bytes_total, "bytes moved by DMA copy engines") \
-  X(compute_unit_bytes_total, "bytes moved by compute units (GPU SMs/CUs) or host threads") \
-  X(stream_ready_waits_total, "stream-ordered requests that waited for their caller's stream") \
-  X(stream_ready_wait_us_total, "microseconds they waited in all (entry seen to ready flag)") \
-  X(buffers_registered, "buffers registered now") \
-  X(buffer_bytes_registered, "bytes of the buffers registered now")
+  X(sessions_attached_total, kCounter, "sessions that attached") \
+  X(sessions_lost_total, kCounter, "sessions whose connection dropped without a detach") \
+  X(sessions, kGauge, "sessions attached now") \
+  X(communicators, kGauge, "communicators now") \
+  X(ring_entries_total, kCounter, "ring entries popped") \
+  X(ring_full_total, kCounter, "times irisd found a session's submission ring full (its client waited for room)") \
+  X(collectives_in_flight, kGauge, "collectives matched or waiting now") \
+  X(stream_ready_waits_total, kCounter, "stream-ordered requests that waited for their caller's stream") \
+  X(stream_ready_wait_us_total, kCounter, "time they waited in all (entry seen to ready flag)") \
+  X(registered_buffers, kGauge, "buffers registered now") \
+  X(registered_buffer_bytes, kGauge, "bytes of the buffers registered now")
 // clang-format on
 
+// Labelled families. Collectives are counted by operation (the opcode; 0 when no rank's request
+// was valid) and outcome, and timed (first arrival to the last rank told) by operation and size
+// class; copies by the device they ran for: the GPU the bytes land on, else the GPU they come
+// from, else the host.
+inline constexpr std::size_t kOpSlots = shm::kLastCollectiveOpcode + 1;
+inline constexpr std::size_t kSizeClasses = 4;
+inline constexpr const char* kSizeClassNames[kSizeClasses] = {"0-64KiB", "64KiB-1MiB", "1MiB-16MiB",
+                                                              "16MiB+"};
+// Upper bounds of the latency buckets in microseconds; a last bucket takes the rest (+Inf).
+inline constexpr uint64_t kLatencyBoundsUs[] = {
+    10,    25,    50,     100,    250,    500,     1000,    2500,    5000,    10000,
+    25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000};
+inline constexpr std::size_t kLatencyBuckets = std::size(kLatencyBoundsUs) + 1;
+inline constexpr std::size_t kDeviceSlots = 65;  // host, then engine devices 0..63
+
+enum class Outcome : uint8_t { kCompleted, kFailed };
+inline constexpr const char* kOutcomeNames[] = {"completed", "failed"};
+
+struct LatencyHistogram {
+  std::array<std::atomic<uint64_t>, kLatencyBuckets> buckets{};  // not cumulative
+  std::atomic<uint64_t> count{0};
+  std::atomic<uint64_t> sum_us{0};
+};
+
+struct DeviceCounters {
+  std::atomic<uint64_t> copy_engine_bytes_total{0};   // moved by DMA copy engines
+  std::atomic<uint64_t> compute_unit_bytes_total{0};  // by GPU SMs/CUs or host threads
+  std::atomic<uint64_t> copies_total{0};              // copies finished, well or not
+  std::atomic<uint64_t> copy_errors_total{0};
+  std::atomic<uint64_t> copies_in_flight{0};  // handed to the engine, not finished: its queue
+  // Copies failed since the last that succeeded: what Health judges a device by (no metric).
+  std::atomic<uint64_t> failing_streak{0};
+};
+
+// Which DeviceCounters a copy between these engine devices (kHostMemory = -1) counts in.
+constexpr std::size_t device_slot(int src_device, int dst_device) {
+  const int device = dst_device >= 0 ? dst_device : src_device;
+  if (device < 0) return 0;
+  return device + 1 < static_cast<int>(kDeviceSlots) ? static_cast<std::size_t>(device + 1)
+                                                     : kDeviceSlots - 1;
+}
+
+constexpr std::size_t size_class(uint64_t bytes) {
+  return bytes < (64u << 10) ? 0 : bytes < (1u << 20) ? 1 : bytes < (16u << 20) ? 2 : 3;
+}
+
 struct Stats {
-#define IRIS_STATS_DECLARE(name, help) std::atomic<uint64_t> name{0};
+#define IRIS_STATS_DECLARE(name, kind, help) std::atomic<uint64_t> name{0};
   IRIS_STATS_COUNTERS(IRIS_STATS_DECLARE)
 #undef IRIS_STATS_DECLARE
   std::array<std::atomic<uint64_t>, kErrorCodeCount> errors{};
+  std::array<std::array<std::atomic<uint64_t>, 2>, kOpSlots> collectives{};  // [op][outcome]
+  std::array<std::array<LatencyHistogram, kSizeClasses>, kOpSlots> latency{};
+  std::array<DeviceCounters, kDeviceSlots> devices{};
 
   void count_error(ErrorCode code) {
     const auto i = static_cast<uint32_t>(code);
     if (i < errors.size()) errors[i].fetch_add(1, std::memory_order_relaxed);
   }
+  void count_collective(uint32_t op, Outcome outcome, uint64_t bytes, uint64_t micros) {
+    if (op >= kOpSlots) op = 0;
+    collectives[op][static_cast<std::size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+    LatencyHistogram& h = latency[op][size_class(bytes)];
+    std::size_t b = 0;
+    while (b < std::size(kLatencyBoundsUs) && micros > kLatencyBoundsUs[b]) ++b;
+    h.buckets[b].fetch_add(1, std::memory_order_relaxed);
+    h.count.fetch_add(1, std::memory_order_relaxed);
+    h.sum_us.fetch_add(micros, std::memory_order_relaxed);
+  }
 };
 
-// The counters' names in declaration order, for code that walks them all.
-inline constexpr const char* kStatsCounterNames[] = {
-#define IRIS_STATS_NAME(name, help) #name,
-    IRIS_STATS_COUNTERS(IRIS_STATS_NAME)
-#undef IRIS_STATS_NAME
+struct CounterInfo {
+  const char* name;
+  MetricKind kind;
+  const char* help;
+};
+
+// The unlabelled counters in declaration order, for code that walks them all.
+inline constexpr CounterInfo kStatsCounters[] = {
+#define IRIS_STATS_INFO(name, kind, help) {#name, MetricKind::kind, help},
+    IRIS_STATS_COUNTERS(IRIS_STATS_INFO)
+#undef IRIS_STATS_INFO
 };
 
 }  // namespace iris::daemon

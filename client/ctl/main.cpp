@@ -1,4 +1,6 @@
-// iris-ctl: the operator's view of irisd. `iris-ctl status|stats|sessions|comms [--json]`.
+// iris-ctl: the operator's view of irisd. `iris-ctl status|stats|sessions|comms|top [--json]`.
+// Exit status: 0; 1 a call failed; 2 irisd answered but is unhealthy; 64 usage; 69 irisd not
+// reachable.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   for (const auto& c : commands) {
     CLI::App* sub = app.add_subcommand(c->name(), c->description());
     sub->add_flag("--json", json, "print JSON instead of tables");
+    c->add_options(*sub);
     subcommands.emplace_back(sub, c.get());
   }
   CLI11_PARSE(app, argc, argv);
@@ -52,12 +55,13 @@ int main(int argc, char** argv) {
         identity.emplace(socket);
         channel.set_token(identity->token());
       }
-      const iris::ctl::Report report = command->run(channel);
-      if (json) {
-        iris::ctl::print_json(report, std::cout);
-      } else {
-        iris::ctl::print_text(report, std::cout);
-      }
+      return command->execute(channel, [json](const iris::ctl::Report& report) {
+        if (json) {
+          iris::ctl::print_json(report, std::cout);
+        } else {
+          iris::ctl::print_text(report, std::cout);
+        }
+      });
     } catch (const iris::Error& e) {
       std::cerr << "iris-ctl " << command->name() << ": " << e.what() << '\n';
       return e.code() == iris::ErrorCode::kUnavailable ? 69 : 1;  // 69: EX_UNAVAILABLE

@@ -24,6 +24,9 @@ class Report {
   Section& table(std::string name, std::vector<std::string> columns);
   const std::deque<Section>& sections() const { return sections_; }
 
+  // iris-ctl's exit status after printing it: 0, or 2 when irisd answered but is unhealthy.
+  int exit_code = 0;
+
  private:
   std::deque<Section> sections_;  // stable references while sections are added
 };

@@ -21,6 +21,16 @@ void CollectiveScheduler::trace(Communicator& comm, fmt::format_string<Args...> 
   spdlog::debug("comm '{}' {}{}", comm.key, fmt::format(format, std::forward<Args>(args)...), note);
 }
 
+namespace {
+// The size a collective's latency is classed by: a block, or all a rank sends in all-to-all-v.
+uint64_t block_bytes(const RankArgs& args) {
+  if (args.kind != CollectiveKind::kAllToAllV) return args.bytes;
+  uint64_t sum = 0;
+  for (uint64_t n : args.send_counts) sum += n;
+  return sum;
+}
+}  // namespace
+
 CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete,
                                          uint64_t max_in_flight)
     : engine_(engine),
@@ -121,7 +131,9 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
   const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
   if (!planned) return std::nullopt;
   const uint64_t cookie = next_cookie_++;
-  copies_.emplace(cookie, CopyTag{&comm, &c, src, dst});
+  const std::size_t device = device_slot(from.send->device, to.recv->device);
+  copies_.emplace(cookie, CopyTag{&comm, &c, src, dst, device});
+  stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
   ++from_rank.copies_touching;
   if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
@@ -143,15 +155,19 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   --c.ranks.at(tag.src_rank).copies_touching;
   if (tag.dst_rank != tag.src_rank) --c.ranks.at(tag.dst_rank).copies_touching;
   --c.total_in_flight;
-  stats_.copies_total.fetch_add(1, std::memory_order_relaxed);
+  DeviceCounters& device = stats_.devices[tag.device];
+  device.copies_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  device.copies_total.fetch_add(1, std::memory_order_relaxed);
   if (completion.code == ErrorCode::kOk) {
-    stats_.bytes_copied_total.fetch_add(completion.bytes, std::memory_order_relaxed);
-    auto& by_path = completion.path == TransferPath::kCopyEngine ? stats_.copy_engine_bytes_total
-                                                                 : stats_.compute_unit_bytes_total;
+    device.failing_streak.store(0, std::memory_order_relaxed);
+    auto& by_path = completion.path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
+                                                                 : device.compute_unit_bytes_total;
     by_path.fetch_add(completion.bytes, std::memory_order_relaxed);
     try_deliver(c, tag.dst_rank);
     try_deliver(c, tag.src_rank);
   } else {
+    device.copy_errors_total.fetch_add(1, std::memory_order_relaxed);
+    device.failing_streak.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key, c.seq,
                   tag.src_rank, tag.dst_rank, to_string(completion.code));
     fail(c, completion.code,
@@ -202,16 +218,16 @@ bool CollectiveScheduler::may_still_arrive(const Communicator& comm, const Colle
 void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   if (c.delivered_count != c.arrived() || c.total_in_flight != 0 || may_still_arrive(comm, c))
     return;
+  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - c.started)
+                          .count();
   trace(comm, "seq {}: {} after {} us", c.seq, c.error == ErrorCode::kOk ? "completed" : "failed",
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                              c.started)
-            .count());
-  if (c.error == ErrorCode::kOk) {
-    ++comm.completed;
-    stats_.collectives_completed_total.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    stats_.collectives_failed_total.fetch_add(1, std::memory_order_relaxed);
-  }
+        micros);
+  if (c.error == ErrorCode::kOk) ++comm.completed;
+  const RankArgs* reference = c.reference();
+  stats_.count_collective(reference ? static_cast<uint32_t>(reference->kind) : 0,
+                          c.error == ErrorCode::kOk ? Outcome::kCompleted : Outcome::kFailed,
+                          reference ? block_bytes(*reference) : 0, static_cast<uint64_t>(micros));
   comm.in_flight.erase(c.seq);  // destroys c
   --collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);

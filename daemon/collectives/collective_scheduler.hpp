@@ -49,6 +49,7 @@ class CollectiveScheduler {
     Collective* collective;
     uint32_t src_rank;
     uint32_t dst_rank;
+    std::size_t device;  // its DeviceCounters slot
   };
 
   Collective* find_or_create(Communicator& comm, uint64_t seq, bool& over_limit);

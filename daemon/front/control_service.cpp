@@ -54,8 +54,15 @@ std::string metadata(grpc::ServerContext* ctx, const char* key) {
 }  // namespace
 
 ControlService::ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop,
-                               Stats& stats, const CallerTokens& tokens)
-    : config_(config), runtime_(runtime), loop_(loop), stats_(stats), tokens_(tokens) {}
+                               Stats& stats, const CallerTokens& tokens, const Health& health,
+                               std::string metrics_address)
+    : config_(config),
+      runtime_(runtime),
+      loop_(loop),
+      stats_(stats),
+      tokens_(tokens),
+      health_(health),
+      metrics_address_(std::move(metrics_address)) {}
 
 template <typename Body>
 grpc::Status ControlService::handle(grpc::ServerContext* ctx, Body&& body) {
@@ -86,6 +93,10 @@ Caller ControlService::caller_of(grpc::ServerContext* ctx) const {
 grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                        v1::GetStatusResponse* resp) {
   return handle(ctx, [&] {
+    const Health::Verdict verdict = health_.verdict(Health::Clock::now());
+    resp->set_healthy(verdict.healthy);
+    resp->set_health_reason(verdict.reason);
+    resp->set_metrics_address(metrics_address_);
     resp->set_version(std::string(release_version()));
     resp->set_build(std::string(build_info()));
     resp->set_protocol_version(kProtocolVersion);
@@ -115,11 +126,10 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
         for (uint32_t e : l.engines) link->add_engines(e);
       }
     }
-    const auto [sessions, comms] = loop_.call([&] {
-      return std::pair{runtime_.sessions().size(), runtime_.comms().size()};
-    });
-    resp->set_sessions(static_cast<uint32_t>(sessions));
-    resp->set_communicators(static_cast<uint32_t>(comms));
+    // From the gauges, not the loop: status must answer (unhealthy) when the loop is wedged.
+    resp->set_sessions(static_cast<uint32_t>(stats_.sessions.load(std::memory_order_relaxed)));
+    resp->set_communicators(
+        static_cast<uint32_t>(stats_.communicators.load(std::memory_order_relaxed)));
     resp->set_socket_path(config_.socket_path);
     resp->set_pid(static_cast<uint32_t>(::getpid()));
   });
@@ -127,7 +137,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
 
 grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest*,
                                       v1::GetStatsResponse* resp) {
-  return handle(ctx, [&] { fill_stats(stats_, *resp); });
+  return handle(ctx, [&] { fill_stats(stats_, gpu_count(runtime_.engine_description()), *resp); });
 }
 
 grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "daemon/front/caller_tokens.hpp"
+#include "daemon/operations/health.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
 #include "iris/v1/control.grpc.pb.h"
@@ -16,8 +17,9 @@ namespace iris::daemon {
 
 class ControlService final : public v1::Control::Service {
  public:
+  // `metrics_address`: where /metrics is served (HOST:PORT), empty when off.
   ControlService(const Config& config, Runtime& runtime, ProgressLoop& loop, Stats& stats,
-                 const CallerTokens& tokens);
+                 const CallerTokens& tokens, const Health& health, std::string metrics_address);
 
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::GetStatusResponse*) override;
@@ -40,6 +42,8 @@ class ControlService final : public v1::Control::Service {
   ProgressLoop& loop_;
   Stats& stats_;
   const CallerTokens& tokens_;
+  const Health& health_;
+  std::string metrics_address_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -27,8 +27,8 @@ RegisteredBuffer BufferRegistry::add(Session& s, std::shared_ptr<MappedBuffer> b
                                      net::Fd memfd) {
   s.buffer_bytes += buffer->bytes;
   if (buffer->device == kHostMemory) s.host_buffer_bytes += buffer->bytes;
-  stats_.buffers_registered.fetch_add(1, std::memory_order_relaxed);
-  stats_.buffer_bytes_registered.fetch_add(buffer->bytes, std::memory_order_relaxed);
+  stats_.registered_buffers.fetch_add(1, std::memory_order_relaxed);
+  stats_.registered_buffer_bytes.fetch_add(buffer->bytes, std::memory_order_relaxed);
   RegisteredBuffer out{buffer->id, buffer->bytes, std::move(memfd)};
   s.buffers.emplace(buffer->id, std::move(buffer));
   return out;
@@ -38,8 +38,8 @@ void BufferRegistry::forget(Session& s, const MappedBuffer& buffer) {
   // Copies in flight keep the mapping or import (shared_ptr) until they end.
   s.buffer_bytes -= buffer.bytes;
   if (buffer.device == kHostMemory) s.host_buffer_bytes -= buffer.bytes;
-  stats_.buffers_registered.fetch_sub(1, std::memory_order_relaxed);
-  stats_.buffer_bytes_registered.fetch_sub(buffer.bytes, std::memory_order_relaxed);
+  stats_.registered_buffers.fetch_sub(1, std::memory_order_relaxed);
+  stats_.registered_buffer_bytes.fetch_sub(buffer.bytes, std::memory_order_relaxed);
 }
 
 RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {

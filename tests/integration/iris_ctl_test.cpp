@@ -52,7 +52,7 @@ TEST(IrisCtl, ReportsSessionsCommsStatusAndStats) {
 
   const auto stats = ctl_json(daemon, "stats");
   EXPECT_EQ(stats["stats"]["collectives_in_flight"], 1);
-  EXPECT_EQ(stats["stats"]["buffers_registered"], 4);
+  EXPECT_EQ(stats["stats"]["registered_buffers"], 4);
   EXPECT_EQ(stats["stats"]["ring_entries_total"], 2);
 
   const auto text = run_program({iris_ctl_path(), "--socket", daemon.socket(), "comms"});

@@ -130,8 +130,17 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
     expect_gathered(r, 10000);
   }
   EXPECT_TRUE(comm.in_flight.empty());
-  EXPECT_EQ(stats.collectives_completed_total.load(), 1u);
-  EXPECT_EQ(stats.copies_total.load(), kRanks * kRanks);
+  EXPECT_EQ(stats
+                .collectives[static_cast<uint32_t>(CollectiveKind::kAllGather)]
+                            [static_cast<std::size_t>(Outcome::kCompleted)]
+                .load(),
+            1u);
+  EXPECT_EQ(stats.devices[device_slot(kHostMemory, kHostMemory)].copies_total.load(),
+            kRanks * kRanks);
+  EXPECT_EQ(stats.devices[0].copies_in_flight.load(), 0u);
+  EXPECT_EQ(stats.latency[static_cast<uint32_t>(CollectiveKind::kAllGather)][size_class(10000)]
+                .count.load(),
+            1u);
 }
 
 // An engine that copies only when told to, one copy at a time, in an order the test picks: the
@@ -254,7 +263,11 @@ TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
   drain_until(3);
   EXPECT_EQ(completions[2], ErrorCode::kSizeMismatch);
   EXPECT_TRUE(comm.in_flight.empty());
-  EXPECT_EQ(stats.collectives_failed_total.load(), 1u);
+  EXPECT_EQ(stats
+                .collectives[static_cast<uint32_t>(CollectiveKind::kAllGather)]
+                            [static_cast<std::size_t>(Outcome::kFailed)]
+                .load(),
+            1u);
 }
 
 TEST_F(Scheduler, ALateRankGetsTheCollectivesOwnErrorEvenAfterOthersLeft) {

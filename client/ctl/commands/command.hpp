@@ -1,7 +1,10 @@
 // One iris-ctl subcommand: asks irisd over the control channel and describes the answer as a
-// Report, which main prints as text or JSON.
+// Report, which main prints as text or JSON. Watching commands (stats --watch, top) print a
+// Report per interval through the same printer.
 #pragma once
 
+#include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +22,18 @@ class Command {
   // Whether irisd must know who asks (the session and communicator lists): main attaches as an
   // operator first and the channel carries the token.
   virtual bool needs_identity() const { return false; }
+  // Options of its own, added to its subcommand.
+  virtual void add_options(CLI::App& subcommand) {}
   virtual Report run(const client::ControlChannel& channel) const = 0;
+
+  using Printer = std::function<void(const Report&)>;
+  // What main calls: prints run()'s Report once and returns its exit status; watching commands
+  // print many.
+  virtual int execute(const client::ControlChannel& channel, const Printer& print) const {
+    const Report report = run(channel);
+    print(report);
+    return report.exit_code;
+  }
 };
 
 std::vector<std::unique_ptr<Command>> all_commands();

@@ -15,4 +15,7 @@ class CommsCommand final : public Command {
   Report run(const client::ControlChannel& channel) const override;
 };
 
+// "1: 7/4242 3: not joined": the ranks a collective waits on, with their session and pid.
+std::string describe_missing(const v1::InFlightCollective& collective);
+
 }  // namespace iris::ctl

@@ -11,6 +11,7 @@ Report status_report(const v1::GetStatusResponse& s) {
   Report report;
   auto& daemon = report.fields("irisd");
   daemon.fields = {
+      {"health", s.healthy() ? "SERVING" : "NOT_SERVING: " + s.health_reason()},
       {"version", s.version()},
       {"build", s.build()},
       {"protocol", s.protocol_version()},
@@ -24,7 +25,10 @@ Report status_report(const v1::GetStatusResponse& s) {
       {"runtime_library", s.runtime_library().empty() ? "-" : s.runtime_library()},
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
+      {"metrics",
+       s.metrics_address().empty() ? "off" : "http://" + s.metrics_address() + "/metrics"},
   };
+  if (!s.healthy()) report.exit_code = kExitUnhealthy;
   auto& devices = report.table("devices", {"device", "bus_id", "memory", "copy_engines", "peers"});
   for (const auto& d : s.devices()) {
     nlohmann::json engines = nlohmann::json::array();

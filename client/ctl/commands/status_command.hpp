@@ -4,12 +4,15 @@
 
 namespace iris::ctl {
 
-// `iris-ctl status`: version, uptime, engine and its devices.
+inline constexpr int kExitUnhealthy = 2;
+
+// `iris-ctl status`: health, version, uptime, engine and its devices. Exits 2 when irisd answers
+// but is unhealthy (the liveness probe of the DaemonSet relies on it).
 class StatusCommand final : public Command {
  public:
   std::string name() const override { return "status"; }
   std::string description() const override {
-    return "daemon version, uptime, engine, devices and copy engines";
+    return "health, daemon version, uptime, engine, devices and copy engines (exit 2: unhealthy)";
   }
   Report run(const client::ControlChannel& channel) const override;
 };

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 namespace iris::shm {
 
@@ -84,11 +85,15 @@ class RingConsumer {
   // Whether the producer has published entries not yet popped (no side effects).
   bool has_entries() const { return control_->tail.load(std::memory_order_acquire) != head_; }
 
+  // Whether a pop since the last call found every entry taken (the producer had to wait).
+  bool take_found_full() { return std::exchange(found_full_, false); }
+
   PopResult try_pop(Entry& out) {
     if (cached_tail_ == head_) {
       cached_tail_ = control_->tail.load(std::memory_order_acquire);
       if (cached_tail_ == head_) return PopResult::kEmpty;
       if (cached_tail_ - head_ > depth_) return PopResult::kCorrupt;
+      if (cached_tail_ - head_ == depth_) found_full_ = true;
     }
     std::memcpy(&out, &entries_[head_ & mask_], sizeof(Entry));
     ++head_;
@@ -103,6 +108,7 @@ class RingConsumer {
   uint64_t depth_ = 0;
   uint64_t head_ = 0;
   uint64_t cached_tail_ = 0;
+  bool found_full_ = false;
 };
 
 }  // namespace iris::shm

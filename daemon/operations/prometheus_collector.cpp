@@ -1,0 +1,135 @@
+#include "daemon/operations/prometheus_collector.hpp"
+
+#include <limits>
+
+#include "daemon/front/reports.hpp"
+#include "iris/shared/version.hpp"
+
+namespace iris::daemon {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr std::string_view kMicrosSuffix = "_us_total";
+
+bool in_micros(std::string_view counter) { return counter.ends_with(kMicrosSuffix); }
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  return MetricFamily{std::move(name), std::move(help), type, {}};
+}
+
+ClientMetric& sample(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+  return f.metric.back();
+}
+
+}  // namespace
+
+std::string prometheus_name(std::string_view counter) {
+  if (in_micros(counter))
+    return "iris_" + std::string(counter.substr(0, counter.size() - kMicrosSuffix.size())) +
+           "_seconds_total";
+  return "iris_" + std::string(counter);
+}
+
+PrometheusCollector::PrometheusCollector(const Stats& stats, const EngineDescription& engine,
+                                         const Health& health)
+    : stats_(stats), engine_(engine), health_(health) {}
+
+std::vector<MetricFamily> PrometheusCollector::Collect() const {
+  v1::GetStatsResponse s;
+  fill_stats(stats_, gpu_count(engine_), s);
+  const auto* descriptor = s.GetDescriptor();
+  const auto* reflection = s.GetReflection();
+  std::vector<MetricFamily> out;
+
+  for (const CounterInfo& c : kStatsCounters) {
+    const double raw =
+        static_cast<double>(reflection->GetUInt64(s, descriptor->FindFieldByName(c.name)));
+    auto f = family(prometheus_name(c.name), c.help,
+                    c.kind == MetricKind::kCounter ? MetricType::Counter : MetricType::Gauge);
+    sample(f, {}, in_micros(c.name) ? raw * 1e-6 : raw);
+  }
+
+  auto collectives =
+      family("iris_collectives_total", "collectives that ended, by operation and outcome",
+             MetricType::Counter);
+  for (const auto& c : s.collectives())
+    sample(collectives, {{"op", c.op()}, {"outcome", c.outcome()}}, static_cast<double>(c.count()));
+  out.push_back(std::move(collectives));
+
+  auto latency = family("iris_collective_latency_seconds",
+                        "collective latency, first rank's arrival to the last rank's completion, "
+                        "by operation and size class (bytes per block)",
+                        MetricType::Histogram);
+  for (const auto& l : s.latency()) {
+    ClientMetric m;
+    m.label = {{"op", l.op()}, {"size_class", l.size_class()}};
+    uint64_t cumulative = 0;
+    for (int b = 0; b < l.bucket_counts_size(); ++b) {
+      cumulative += l.bucket_counts(b);
+      const double bound = b < l.upper_bound_us_size() ? l.upper_bound_us(b) * 1e-6
+                                                       : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back({cumulative, bound});
+    }
+    m.histogram.sample_count = l.count();
+    m.histogram.sample_sum = static_cast<double>(l.sum_us()) * 1e-6;
+    latency.metric.push_back(std::move(m));
+  }
+  out.push_back(std::move(latency));
+
+  auto bytes = family("iris_copied_bytes_total",
+                      "bytes copied, by the device the copy ran for and by what moved them "
+                      "(copy_engine: DMA engines; compute_units: GPU SMs/CUs or host threads)",
+                      MetricType::Counter);
+  auto copies = family("iris_copies_total", "copies finished, by device", MetricType::Counter);
+  auto errors =
+      family("iris_copy_errors_total", "copies that failed, by device", MetricType::Counter);
+  auto queue = family("iris_engine_queue_depth",
+                      "copies handed to the engine and not finished, by device", MetricType::Gauge);
+  for (const auto& d : s.devices()) {
+    sample(bytes, {{"device", d.device()}, {"path", "copy_engine"}},
+           static_cast<double>(d.copy_engine_bytes_total()));
+    sample(bytes, {{"device", d.device()}, {"path", "compute_units"}},
+           static_cast<double>(d.compute_unit_bytes_total()));
+    sample(copies, {{"device", d.device()}}, static_cast<double>(d.copies_total()));
+    sample(errors, {{"device", d.device()}}, static_cast<double>(d.copy_errors_total()));
+    sample(queue, {{"device", d.device()}}, static_cast<double>(d.copies_in_flight()));
+  }
+  for (auto* f : {&bytes, &copies, &errors, &queue}) out.push_back(std::move(*f));
+
+  auto by_code =
+      family("iris_errors_total", "errors returned to clients, by code", MetricType::Counter);
+  for (const auto& e : s.errors())
+    sample(by_code, {{"code", e.code()}}, static_cast<double>(e.count()));
+  out.push_back(std::move(by_code));
+
+  const Health::Verdict verdict = health_.verdict(Health::Clock::now());
+  auto healthy = family("iris_healthy",
+                        "1 when irisd serves normally; 0 when its progress loop is wedged or a "
+                        "device's copies keep failing (iris-ctl status says why)",
+                        MetricType::Gauge);
+  sample(healthy, {}, verdict.healthy ? 1.0 : 0.0);
+  out.push_back(std::move(healthy));
+  auto build = family("iris_build_info", "irisd's version, build and copy engine (value 1)",
+                      MetricType::Gauge);
+  sample(build,
+         {{"version", std::string(release_version())},
+          {"build", std::string(build_info())},
+          {"engine", engine_.name}},
+         1.0);
+  out.push_back(std::move(build));
+  return out;
+}
+
+}  // namespace iris::daemon
