@@ -58,7 +58,8 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
         static_cast<double>(reflection->GetUInt64(s, descriptor->FindFieldByName(c.name)));
     auto f = family(prometheus_name(c.name), c.help,
                     c.kind == MetricKind::kCounter ? MetricType::Counter : MetricType::Gauge);
-    sample(f, {}, in_micros(c.name) ? raw * 1e-6 : raw);
+    sample(f, {}, in_micros(c.name) ? raw / 1e6 : raw);
+    out.push_back(std::move(f));
   }
 
   auto collectives =
@@ -78,12 +79,13 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
     uint64_t cumulative = 0;
     for (int b = 0; b < l.bucket_counts_size(); ++b) {
       cumulative += l.bucket_counts(b);
-      const double bound = b < l.upper_bound_us_size() ? l.upper_bound_us(b) * 1e-6
-                                                       : std::numeric_limits<double>::infinity();
+      const double bound = b < l.upper_bound_us_size()
+                               ? static_cast<double>(l.upper_bound_us(b)) / 1e6
+                               : std::numeric_limits<double>::infinity();
       m.histogram.bucket.push_back({cumulative, bound});
     }
     m.histogram.sample_count = l.count();
-    m.histogram.sample_sum = static_cast<double>(l.sum_us()) * 1e-6;
+    m.histogram.sample_sum = static_cast<double>(l.sum_us()) / 1e6;
     latency.metric.push_back(std::move(m));
   }
   out.push_back(std::move(latency));
