@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -111,7 +112,14 @@ std::set<std::string> DaemonProcess::shared_memory() const {
 }
 
 void DaemonProcess::start() {
-  std::vector<std::string> args = {irisd_path(), "--socket", socket_, "--log-level", "debug"};
+  std::vector<std::string> args = {irisd_path(), "--socket", socket_};
+  // Debug logs help a failing test, unless the test sets the level itself (a flag would win
+  // over its --config file).
+  if (std::find(args_.begin(), args_.end(), "--config") == args_.end() &&
+      std::find(args_.begin(), args_.end(), "--log-level") == args_.end()) {
+    args.push_back("--log-level");
+    args.push_back("debug");
+  }
   args.insert(args.end(), args_.begin(), args_.end());
   auto argv = to_argv(args);
   const std::string log_path = dir_ + "/irisd.log";
