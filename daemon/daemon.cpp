@@ -167,11 +167,12 @@ void Daemon::start_metrics() {
   if (config_.metrics_address.empty()) return;
   p.collector = std::make_shared<PrometheusCollector>(p.stats, p.engine->description(), p.health);
   try {
-    // A scrape that stalls mid-request is dropped after 10 s; two threads serve, so slow
-    // scrapers cannot reach the data path (it never waits on them).
+    // A scrape whose socket stalls for 1 s in a read or write is dropped (civetweb's workers
+    // also wait this long at shutdown); two threads serve, and the data path never waits on
+    // them, so a slow scraper delays only other scrapes.
     p.exposer = std::make_unique<prometheus::Exposer>(
         std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "2",
-                                 "request_timeout_ms", "10000"});
+                                 "request_timeout_ms", "1000"});
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot serve metrics on " + config_.metrics_address + ": " +
                              e.what() + " (is the port taken? set metrics-address)");
