@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Every test: installs what is missing, builds, runs the fuzz targets for a bounded time
 # (scripts/fuzz.sh) and the suite under ASan+UBSan and the core under TSan (scripts/sanitize.sh),
-# checks that the installed package builds the example, and last runs the unit and integration
-# tests (real irisd, real client processes) of the plain build with ctest.
+# checks that the installed package builds the example, builds the Debian package and tests it
+# installed (scripts/check-deb.sh), and last runs the unit and integration tests (real irisd,
+# real client processes, a real Prometheus) of the plain build with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 scripts/fuzz.sh
 scripts/sanitize.sh
 scripts/check-install.sh
+scripts/check-deb.sh
 # GPU tests skip where no GPU is usable; say why, once.
 if [ -x build/tests/gpu/gpu_tests ]; then
   build/tests/gpu/gpu_tests --gtest_filter='*TwoRanks*' 2>&1 | grep -m1 -E "no usable|OK \]" || true

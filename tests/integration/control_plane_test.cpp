@@ -3,7 +3,12 @@
 // open attach connection and show only what that uid may see.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include "client/ctl/operator_attach.hpp"
 #include "client/src/control_channel.hpp"
@@ -72,6 +77,36 @@ TEST(ControlPlane, CallsWithoutTheProtocolHeaderAreRefused) {
   grpc::ClientContext ctx;
   v1::GetStatusResponse status;
   EXPECT_EQ(stub->GetStatus(&ctx, {}, &status).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Health probes that speak gRPC (grpc_health_probe, Kubernetes' grpc probes through a proxy)
+// ask the standard health service on the control socket. The request is an empty
+// HealthCheckRequest (service ""); the answer's field 1 is the status, SERVING = 1.
+TEST(ControlPlane, TheStandardGrpcHealthServiceSaysServing) {
+  DaemonProcess daemon;
+  auto channel = grpc::CreateChannel("unix:" + daemon.socket(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // The health thread sets the status within a second of start.
+  std::string answer;
+  for (int attempt = 0; attempt < 50 && answer != std::string("\x08\x01", 2); ++attempt) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Slice empty_message(std::string{});
+    grpc::ByteBuffer request(&empty_message, 1), response;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                   [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    const grpc::Status status = done.get_future().get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(response.Dump(&slices).ok());
+    answer.clear();
+    for (const auto& slice : slices)
+      answer.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    if (answer != std::string("\x08\x01", 2))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(answer, std::string("\x08\x01", 2)) << "not SERVING";
 }
 
 }  // namespace
