@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/engines/host/host_engine.hpp"
+#include "daemon/operations/health.hpp"
 
 namespace iris::daemon {
 namespace {
@@ -163,6 +164,12 @@ class SteppedEngine final : public Engine {
     const CopyRequest c = queued[index];
     std::memcpy(c.dst, c.src, c.bytes);
     finished.push_back({c.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, c.bytes});
+    queued.erase(queued.begin() + static_cast<std::ptrdiff_t>(index));
+  }
+  // Reports the queued copy at `index` failed, as an engine whose DMA broke does.
+  void fail(std::size_t index) {
+    finished.push_back(
+        {queued[index].cookie, ErrorCode::kEngineError, TransferPath::kCopyEngine, 0});
     queued.erase(queued.begin() + static_cast<std::ptrdiff_t>(index));
   }
   std::vector<CopyRequest> queued;
@@ -355,6 +362,36 @@ TEST_F(Scheduler, TheLimitIsPerCommunicator) {
   scheduler->arrive(other, 0, 1, {99, 0, 1}, plan(0, 8), ErrorCode::kOk);
   drain_until(1);
   EXPECT_EQ(completions[99], ErrorCode::kOk) << "another communicator's backlog failed this one";
+}
+
+TEST_F(Scheduler, CopiesThatKeepFailingMakeIrisdUnhealthyUntilOneSucceeds) {
+  SteppedEngine stepped;
+  schedule_on(stepped);
+  Health health(stats, std::chrono::hours(1), 16);
+  auto step = [&](bool ok) {
+    ok ? stepped.run(0) : stepped.fail(0);
+    std::vector<CopyCompletion> done;
+    stepped.poll(done);
+    for (const auto& c : done) scheduler->on_copy_complete(c);
+  };
+  // Two all-gathers of 3 ranks: 18 copies (every rank's block into every rank), all failing.
+  for (uint64_t seq = 1; seq <= 2; ++seq)
+    for (uint32_t r = 0; r < kRanks; ++r) arrive(r, seq, 64);
+  ASSERT_EQ(stepped.queued.size(), 18u);
+  for (int i = 0; i < 15; ++i) step(false);
+  EXPECT_TRUE(health.verdict(Health::Clock::now()).healthy)
+      << "15 failures are not yet a broken device";
+  step(false);
+  const auto verdict = health.verdict(Health::Clock::now());
+  EXPECT_FALSE(verdict.healthy);
+  EXPECT_NE(verdict.reason.find("the last 16 copies for device host all failed"), std::string::npos)
+      << verdict.reason;
+  EXPECT_EQ(stats.devices[0].copy_errors_total.load(), 16u);
+  step(true);  // the device works again
+  EXPECT_TRUE(health.verdict(Health::Clock::now()).healthy);
+  step(false);
+  EXPECT_EQ(completions.size(), kRanks);
+  for (const auto& [rank, code] : completions) EXPECT_EQ(code, ErrorCode::kEngineError) << rank;
 }
 
 }  // namespace

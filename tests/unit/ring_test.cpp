@@ -38,6 +38,23 @@ TEST(Ring, HeadAndTailOnSeparateCacheLines) {
   EXPECT_EQ(tail % kCacheLine, 0u);
 }
 
+// What iris_ring_full_total counts: the consumer saw every entry taken when it looked.
+TEST(Ring, TheConsumerNoticesAFullRingOnce) {
+  Ring ring(4);
+  auto p = ring.producer();
+  auto c = ring.consumer();
+  SubmitEntry out;
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(p.try_push(entry(i)));
+  ASSERT_EQ(c.try_pop(out), PopResult::kEntry);
+  EXPECT_FALSE(c.take_found_full()) << "3 of 4 is not full";
+  while (c.try_pop(out) == PopResult::kEntry) {
+  }
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(p.try_push(entry(i)));
+  ASSERT_EQ(c.try_pop(out), PopResult::kEntry);
+  EXPECT_TRUE(c.take_found_full());
+  EXPECT_FALSE(c.take_found_full()) << "reported once per time it was seen";
+}
+
 TEST(Ring, FullRingRefusesAndKeepsEveryEntry) {
   Ring ring(4);
   auto p = ring.producer();
