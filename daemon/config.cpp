@@ -73,6 +73,11 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "set the descriptor limit (RLIMIT_NOFILE) at start; 0 keeps the inherited one")
       ->check(CLI::Range(0u, 1u << 24))
       ->capture_default_str();
+  app.add_option("--graph-replay-timeout-ms", c.limits.graph_replay_timeout_ms,
+                 "a CUDA graph replay waiting this long for a rank that never replays fails its "
+                 "captured collective on every rank")
+      ->check(CLI::Range(10u, 86'400'000u))
+      ->capture_default_str();
   app.add_option("--operator-group", c.operator_group,
                  "members (and root) see every session and communicator; others their own");
   app.add_option("--max-comms", c.limits.max_comms_per_session,

@@ -29,6 +29,9 @@ struct Limits {
   // The process's descriptor limit (RLIMIT_NOFILE), set at start when not 0 (systemd's
   // LimitNOFILE does the same for the service).
   uint32_t max_open_files = 0;
+  // A graph replay waiting this long for a rank that never replays fails its graph collective
+  // on every rank (the graphs' waits end; the host sees timeout).
+  uint32_t graph_replay_timeout_ms = 60000;
 };
 
 struct Config {

@@ -18,7 +18,8 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
           config.limits.max_inflight),
       sessions_(config),
       buffers_(config, engine, stats, sessions_),
-      comms_(config, scheduler_) {
+      comms_(config, scheduler_),
+      plans_(scheduler_, stats, std::chrono::milliseconds(config.limits.graph_replay_timeout_ms)) {
   loop_.watch(engine_.completion_fd());
 }
 
@@ -46,9 +47,12 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
               "session {} (pid {}) {}: freeing {} buffers, leaving {} communicators", session_id,
               s->peer().pid, lost ? "lost its connection" : "detached", s->buffers.size(),
               s->comm_ranks.size());
-  while (!s->comm_ranks.empty())
-    comms_.leave(*s, s->comm_ranks.begin()->first,
-                 lost ? "died or closed its connection" : "detached");
+  const std::string how = lost ? "died or closed its connection" : "detached";
+  while (!s->comm_ranks.empty()) {
+    const uint64_t comm_id = s->comm_ranks.begin()->first;
+    plans_.release_comm(*s, comm_id, how);
+    comms_.leave(*s, comm_id, how);
+  }
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
@@ -85,8 +89,42 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
 }
 
 void Runtime::comm_destroy(uint64_t session_id, uint64_t comm_id) {
-  comms_.leave(sessions_.get(session_id), comm_id, "left (destroyed its communicator)");
+  Session& s = sessions_.get(session_id);
+  const std::string how = "left (destroyed its communicator)";
+  if (s.comm_ranks.count(comm_id) != 0) plans_.release_comm(s, comm_id, how);
+  comms_.leave(s, comm_id, how);
   count_comms();
+}
+
+void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry,
+                                  uint32_t plan_slot) {
+  Session& s = sessions_.get(session_id);
+  if (!s.device_done_flags)
+    throw Error(ErrorCode::kInvalidArgument,
+                "a graph collective needs the session's GPU done flags, registered with its "
+                "first stream-ordered call (the engine must import GPU memory: not the host one)");
+  auto rank_it = s.comm_ranks.find(entry.comm_id);
+  if (rank_it == s.comm_ranks.end())
+    throw Error(ErrorCode::kNotFound,
+                "communicator " + std::to_string(entry.comm_id) + " unknown to this session");
+  if (entry.opcode < shm::kFirstCollectiveOpcode || entry.opcode > shm::kLastCollectiveOpcode ||
+      entry.opcode == static_cast<uint32_t>(shm::Opcode::kBarrier))
+    throw Error(ErrorCode::kInvalidArgument,
+                "opcode " + std::to_string(entry.opcode) + " cannot be captured into a graph");
+  if ((entry.flags & shm::kStreamOrdered) == 0)
+    throw Error(ErrorCode::kInvalidArgument, "a graph collective must be stream-ordered");
+  const Communicator& comm = *comms_.find(entry.comm_id);
+  auto lookup = [&s](uint64_t id) -> std::shared_ptr<MappedBuffer> {
+    auto it = s.buffers.find(id);
+    return it == s.buffers.end() ? nullptr : it->second;
+  };
+  auto validated = validate_request(entry, comm.nranks, rank_it->second, lookup);
+  if (auto* bad = std::get_if<ValidationError>(&validated)) throw Error(bad->code, bad->message);
+  plans_.add(s, plan_slot, comm, rank_it->second, std::get<ValidatedRequest>(std::move(validated)));
+}
+
+void Runtime::release_graph_plan(uint64_t session_id, uint32_t plan_slot) {
+  plans_.release(sessions_.get(session_id), plan_slot);
 }
 
 void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::string why) {
@@ -98,7 +136,7 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::stri
     try {
       engine_.write_device_word(s->device_done_flags->device,
                                 s->device_done_flags->base + target.slot * sizeof(uint32_t),
-                                target.generation);
+                                target.graph_plan ? 1u : target.generation);
     } catch (const Error& e) {
       spdlog::error("session {} (pid {}): stream done flag of slot {} not written: {}", s->id(),
                     s->peer().pid, target.slot, e.message());
@@ -110,7 +148,7 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::stri
     }
   }
   s->complete(target.slot, target.generation, code, why);
-  --s->pending;
+  if (!target.graph_plan) --s->pending;
 }
 
 template <typename... Args>
@@ -252,6 +290,7 @@ bool Runtime::poll_once() {
     if (s->ring().take_found_full()) stats_.ring_full_total.fetch_add(1, std::memory_order_relaxed);
   }
   if (!awaiting_stream_.empty() && start_ready_stream_arrivals()) worked = true;
+  if (!plans_.idle() && plans_.poll(sessions_)) worked = true;
   completions_.clear();
   if (engine_.poll(completions_) > 0) {
     worked = true;
@@ -277,7 +316,8 @@ void Runtime::set_sleeping(bool sleeping) {
 
 bool Runtime::has_ready_work() {
   // Work no fd announces: copies the engine must poll for, GPU streams' ready flags.
-  if (engine_.needs_polling() || !awaiting_stream_.empty()) return true;
+  // Armed graph plans too: a replay announces itself only by writing its ready flag.
+  if (engine_.needs_polling() || !awaiting_stream_.empty() || !plans_.idle()) return true;
   for (Session* s : sessions_.list())
     if (s->ring_has_entries()) return true;
   return false;

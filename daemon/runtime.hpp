@@ -11,6 +11,7 @@
 
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/collectives/graph_plans.hpp"
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
@@ -46,9 +47,14 @@ class Runtime final : public LoopWork {
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank);
   void comm_destroy(uint64_t session_id, uint64_t comm_id);
+  // A collective captured into a CUDA graph (graph_plans.hpp): `entry` is the ring entry the
+  // call would have submitted. Throws iris::Error naming what is wrong with it.
+  void register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry, uint32_t plan_slot);
+  void release_graph_plan(uint64_t session_id, uint32_t plan_slot);
 
   const SessionRegistry& sessions() const { return sessions_; }
   const CommunicatorRegistry& comms() const { return comms_; }
+  const GraphPlans& graph_plans() const { return plans_; }
   // Immutable after start: safe to read from any thread.
   const EngineDescription& engine_description() const { return engine_.description(); }
 
@@ -79,6 +85,7 @@ class Runtime final : public LoopWork {
   SessionRegistry sessions_;
   BufferRegistry buffers_;
   CommunicatorRegistry comms_;
+  GraphPlans plans_;
 
   std::vector<uint64_t> sessions_to_end_;  // found corrupt while polling
   // A validated stream-ordered request, waiting for its rank's GPU stream to reach the call.

@@ -30,7 +30,9 @@ enum class MetricKind { kCounter, kGauge };
   X(stream_ready_waits_total, kCounter, "stream-ordered requests that waited for their caller's stream") \
   X(stream_ready_wait_us_total, kCounter, "time they waited in all (entry seen to ready flag)") \
   X(registered_buffers, kGauge, "buffers registered now") \
-  X(registered_buffer_bytes, kGauge, "bytes of the buffers registered now")
+  X(registered_buffer_bytes, kGauge, "bytes of the buffers registered now") \
+  X(graph_plans, kGauge, "collectives captured in CUDA graphs, held now") \
+  X(graph_replays_total, kCounter, "graph replays that reached a captured collective")
 // clang-format on
 
 // Labelled families. Collectives are counted by operation (the opcode; 0 when no rank's request

@@ -194,6 +194,11 @@ int iris_scatter(iris_comm* comm, const void* send, void* recv, size_t bytes, ui
   });
 }
 
+int iris_check_graphs(iris_client* client) {
+  if (client == nullptr) return null_argument("client");
+  return guarded([&] { client->client.check_graphs(); });
+}
+
 int iris_request_wait(iris_request* request, int64_t timeout_ns) {
   if (request == nullptr) return null_argument("request");
   int result = IRIS_OK;

@@ -57,6 +57,8 @@ Request Client::nop() {
   return usable(impl_).submit(entry, nullptr);
 }
 
+void Client::check_graphs() { usable(impl_).check_graphs(); }
+
 void Client::detach() {
   if (impl_) impl_->detach();
 }

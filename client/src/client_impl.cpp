@@ -83,7 +83,7 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpi
     throw Error(ErrorCode::kProtocolMismatch, "the session segment has an unknown layout");
   view = *validated;
   stream_flags = std::make_unique<StreamFlagsMapping>(
-      segment.data(), segment.size(), view.flags, view.ring_depth,
+      segment.data(), segment.size(), view.flags, view.slot_count(),
       [this](const v1::RegisterIpcBuffer& flags) {
         v1::SessionRequest request;
         *request.mutable_register_ipc() = flags;
@@ -162,6 +162,10 @@ void Client::Impl::release_stream_waits() {
     if (!slots_[i].in_use) continue;
     stream_flags->release(i, slots_[i].generation);
   }
+  // Graph replays wait for their plans' done flags (1): the next ones go on too.
+  std::lock_guard plans(plans_mutex_);
+  for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
+    if (plan_slot_used_[p]) stream_flags->release(view.ring_depth + p, 1);
 }
 
 void Client::Impl::throw_if_daemon_gone() {
@@ -323,6 +327,18 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     }
   }
   if (stream) {
+    bool captured = false;
+    try {
+      captured = stream_flags->capturing(*stream);
+    } catch (const Error&) {
+      release_slot(slot, true);
+      throw;
+    }
+    if (captured) {
+      release_slot(slot, true);
+      capture_graph_plan(entry, *stream, own_block, v_args);
+      return Request();
+    }
     try {
       if (own_block)
         stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);
@@ -353,6 +369,101 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   Request request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
   if (stream) stream_flags->enqueue_wait_done(*stream, slot, generation);
   return request;
+}
+
+void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
+                                      std::optional<StreamCopy> own_block,
+                                      std::span<const uint64_t> v_args) {
+  uint32_t plan_slot = 0;
+  {
+    std::lock_guard lock(plans_mutex_);
+    while (plan_slot < plan_slot_used_.size() && plan_slot_used_[plan_slot]) ++plan_slot;
+    if (plan_slot == plan_slot_used_.size())
+      throw Error(ErrorCode::kLimitExceeded,
+                  "this client already holds " + std::to_string(shm::kGraphPlanSlots) +
+                      " collectives captured in CUDA graphs; destroy some graphs first");
+    plan_slot_used_[plan_slot] = true;
+  }
+  auto free_plan_slot = [&] {
+    std::lock_guard lock(plans_mutex_);
+    plan_slot_used_[plan_slot] = false;
+  };
+  try {
+    entry.slot = 0;
+    entry.generation = 0;
+    entry.seq = 0;
+    // All-to-all-v's counts: staged in a ring slot's area for irisd to read while it registers
+    // the plan (it keeps a copy), then the slot is free again.
+    std::optional<uint32_t> staging;
+    if (!v_args.empty()) {
+      staging = acquire_slot(deadline_after(options.submit_timeout));
+      try {
+        stage_args(*staging, v_args, entry);
+      } catch (const Error&) {
+        release_slot(*staging, true);
+        throw;
+      }
+    }
+    v1::SessionRequest request;
+    request.mutable_register_plan()->set_entry(
+        std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
+    request.mutable_register_plan()->set_plan_slot(plan_slot);
+    try {
+      session_call(request, "capture a collective into a CUDA graph");
+    } catch (const Error&) {
+      if (staging) release_slot(*staging, true);
+      throw;
+    }
+    if (staging) release_slot(*staging, true);
+  } catch (const Error&) {
+    free_plan_slot();
+    throw;
+  }
+  // From here irisd holds the plan: whatever fails, the graph's release (or this) frees it.
+  try {
+    if (own_block)
+      stream_flags->enqueue_copy(stream, own_block->dst, own_block->src, own_block->bytes);
+    stream_flags->enqueue_graph_plan(stream, view.ring_depth + plan_slot);
+    std::weak_ptr<Impl> self = weak_from_this();
+    stream_flags->on_graph_destroyed(stream, [self, plan_slot] {
+      if (auto impl = self.lock()) impl->release_graph_plan(plan_slot);
+    });
+  } catch (const Error&) {
+    release_graph_plan(plan_slot);
+    throw;
+  }
+}
+
+void Client::Impl::release_graph_plan(uint32_t plan_slot) {
+  v1::SessionRequest request;
+  request.mutable_release_plan()->set_plan_slot(plan_slot);
+  try {
+    if (!detached && !daemon_gone()) session_call(request, "release a CUDA graph's collective");
+  } catch (const Error&) {
+    // The session is ending or irisd is gone: the plan goes with the session.
+  }
+  std::lock_guard lock(plans_mutex_);
+  plan_slot_used_[plan_slot] = false;
+}
+
+void Client::Impl::check_graphs() {
+  std::vector<uint32_t> held;
+  {
+    std::lock_guard lock(plans_mutex_);
+    for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
+      if (plan_slot_used_[p]) held.push_back(p);
+  }
+  for (uint32_t p : held) {
+    const uint32_t index = view.ring_depth + p;
+    const uint64_t word = view.slots[index].word.load(std::memory_order_acquire);
+    const ErrorCode code = shm::completion_code(word);
+    if ((word & 1u) == 0 || code == ErrorCode::kOk) continue;  // no replay yet, or it went well
+    const uint32_t replay = static_cast<uint32_t>(word >> 32);
+    const std::string why = failure_text(index);
+    throw Error(code, "a collective captured into a CUDA graph failed in replay " +
+                          std::to_string(replay) + ": " +
+                          (why.empty() ? describe_failure(code) : why));
+  }
 }
 
 std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t bytes,

@@ -50,6 +50,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                  std::optional<GpuStream> stream = std::nullopt,
                  std::optional<StreamCopy> own_block = std::nullopt,
                  std::span<const uint64_t> v_args = {});
+  // A stream-ordered collective on a capturing stream: registered with irisd as a graph plan
+  // (once), and only the plan's stream memory operations go into the graph. The plan goes when
+  // the graph is destroyed. Throws iris::Error at capture time for anything irisd refuses.
+  void capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
+                          std::optional<StreamCopy> own_block, std::span<const uint64_t> v_args);
+  // Throws the failure of a graph plan's last replay (Client::check_graphs).
+  void check_graphs();
   // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
                                 std::chrono::steady_clock::time_point deadline);
@@ -113,6 +120,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void sleep_for_completions(std::chrono::steady_clock::time_point deadline,
                              const std::function<bool()>& ready) const;
 
+  // The plan's graph was destroyed: tell irisd and free its slot. Runs on a GPU runtime thread.
+  void release_graph_plan(uint32_t plan_slot);
+
   struct SlotState {
     uint32_t generation = 0;
     bool in_use = false;
@@ -124,6 +134,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::mutex slots_mutex_;
   std::vector<SlotState> slots_;
   std::vector<uint32_t> free_slots_;
+  std::mutex plans_mutex_;
+  std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
 
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
   // completion slot, so a request's arguments stay put until it completes (irisd copies them

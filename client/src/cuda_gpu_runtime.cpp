@@ -95,12 +95,57 @@ class CudaRuntime final : public GpuRuntime {
           "cuStreamWaitValue32 (done flag)");
   }
 
+  bool capturing(void* stream) override {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(cu_.cuStreamIsCapturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
+    return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  void on_graph_destroyed(void* stream, std::function<void()> destroyed) override {
+    if (cu_.cuStreamGetCaptureInfo == nullptr)
+      throw Error(ErrorCode::kUnavailable,
+                  "collectives in CUDA graphs need a driver with cuStreamGetCaptureInfo_v3 "
+                  "(CUDA 12.3 or newer)");
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = nullptr;
+    check(cu_.cuStreamGetCaptureInfo(static_cast<CUstream>(stream), &status, nullptr, &graph,
+                                     nullptr, nullptr, nullptr),
+          "cuStreamGetCaptureInfo");
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph == nullptr)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "the stream's capture was invalidated (an earlier call broke it); end it and "
+                  "capture again");
+    auto* callback = new std::function<void()>(std::move(destroyed));
+    CUuserObject object = nullptr;
+    const CUresult created = cu_.cuUserObjectCreate(&object, callback, &run_and_delete, 1,
+                                                    CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+    if (created != CUDA_SUCCESS) delete callback;
+    check(created, "cuUserObjectCreate (releasing the collective with its graph)");
+    // The graph takes our reference: the object (and the callback) go with the graph.
+    check(cu_.cuGraphRetainUserObject(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE),
+          "cuGraphRetainUserObject");
+  }
+  void outside_capture_rules(const std::function<void()>& f) override {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    check(cu_.cuThreadExchangeStreamCaptureMode(&mode), "cuThreadExchangeStreamCaptureMode");
+    struct Restore {
+      const cuda::Driver& cu;
+      CUstreamCaptureMode mode;
+      ~Restore() { cu.cuThreadExchangeStreamCaptureMode(&mode); }
+    } restore{cu_, mode};
+    f();
+  }
+
  private:
   static const cuda::Driver& load() {
     std::string why;
     const cuda::Driver* cu = cuda::load_driver(why);
     if (cu == nullptr) throw Error(ErrorCode::kUnavailable, "CUDA GPU memory or streams: " + why);
     return *cu;
+  }
+  static void CUDA_CB run_and_delete(void* p) {
+    auto* callback = static_cast<std::function<void()>*>(p);
+    (*callback)();
+    delete callback;
   }
   void check(CUresult r, const std::string& what) const {
     if (r != CUDA_SUCCESS) throw Error(ErrorCode::kInvalidArgument, what + ": " + cu_.describe(r));

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,16 @@ class GpuRuntime {
   // Stream memory operations, enqueued on the caller's stream.
   virtual void write_value(void* stream, uint64_t address, uint32_t value) = 0;
   virtual void wait_value_geq(void* stream, uint64_t address, uint32_t value) = 0;
+
+  // CUDA graphs. Whether `stream` is capturing into a graph now.
+  virtual bool capturing(void* stream) = 0;
+  // Calls `destroyed` once the graph `stream` captures into is destroyed (on one of the
+  // runtime's threads, where no GPU call may be made). Throws iris::Error where the runtime
+  // cannot capture collectives.
+  virtual void on_graph_destroyed(void* stream, std::function<void()> destroyed) = 0;
+  // Runs `f` with this thread's capture mode relaxed: set-up that capture forbids (allocating,
+  // pinning) may then run while a stream captures.
+  virtual void outside_capture_rules(const std::function<void()>& f) = 0;
 };
 
 // Throws iris::Error kUnavailable when libiris was built without the vendor's headers or its

@@ -109,6 +109,22 @@ class HipRuntime final : public GpuRuntime {
     check(r, "hipStreamWaitValue32 (done flag)");
   }
 
+  bool capturing(void* stream) override {
+    if (hip_.hipStreamIsCapturing == nullptr) return false;
+    hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+    check(hip_.hipStreamIsCapturing(static_cast<hipStream_t>(stream), &status),
+          "hipStreamIsCapturing");
+    return status != hipStreamCaptureStatusNone;
+  }
+  // Not run on ROCm hardware here: refused with the reason rather than captured untested.
+  void on_graph_destroyed(void*, std::function<void()>) override {
+    throw Error(ErrorCode::kUnavailable,
+                "collectives cannot be captured into HIP graphs yet (the stream memory operations "
+                "they need are untested under hipStreamBeginCapture); call it outside the "
+                "capture, or use the CUDA path");
+  }
+  void outside_capture_rules(const std::function<void()>& f) override { f(); }
+
  public:
   static const hip::Runtime& load() {
     std::string why;

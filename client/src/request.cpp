@@ -21,6 +21,12 @@ void Request::Impl::finish(ErrorCode result) {
 }
 
 Request::Request() = default;
+namespace {
+constexpr const char* kEmptyRequest =
+    "an empty Request: nothing to wait for on the host (a collective captured into a CUDA graph "
+    "is waited for by the graph; synchronize its stream, then check_graphs())";
+}  // namespace
+
 Request::Request(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Request::Request(Request&&) noexcept = default;
 Request& Request::operator=(Request&&) noexcept = default;
@@ -36,7 +42,7 @@ void throw_if_failed(ErrorCode code, const std::string& why) {
 }  // namespace
 
 bool Request::test() {
-  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "test() on an empty Request");
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   impl_->client->check_owner();
   if (!impl_->done) {
     auto code = impl_->client->poll(impl_->slot, impl_->generation);
@@ -48,7 +54,7 @@ bool Request::test() {
 }
 
 bool Request::wait(std::chrono::nanoseconds timeout) {
-  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "wait() on an empty Request");
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   if (!impl_->done) {
     const auto now = std::chrono::steady_clock::now();
     const auto deadline =

@@ -22,8 +22,10 @@ class StreamFlagsMapping {
   using RegisterDoneFlags = std::function<void(const v1::RegisterIpcBuffer&)>;
   using MakeRuntime = std::function<std::unique_ptr<GpuRuntime>(GpuVendor)>;
   // `make_runtime` loads the vendor's runtime on first use (tests pass a fake).
+  // `flag_count`: the segment's ready flags (ring slots, then graph plan slots); as many done
+  // flags are allocated.
   StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,
-                     uint32_t depth, RegisterDoneFlags register_done_flags,
+                     uint32_t flag_count, RegisterDoneFlags register_done_flags,
                      MakeRuntime make_runtime = make_gpu_runtime);
   ~StreamFlagsMapping();
   // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
@@ -39,20 +41,30 @@ class StreamFlagsMapping {
   // Enqueues on `stream`: wait until the slot's done flag >= generation. Throws iris::Error.
   void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
 
+  // CUDA graphs (see daemon/collectives/graph_plans.hpp). Whether `stream` captures now.
+  bool capturing(GpuStream stream);
+  // Enqueues the graph plan at flag `index` on a capturing stream: ready = 1, wait until
+  // done >= 1, done = 0. Constant values: right for any number of replays.
+  void enqueue_graph_plan(GpuStream stream, uint32_t index);
+  // Calls `destroyed` when the graph `stream` captures into is destroyed.
+  void on_graph_destroyed(GpuStream stream, std::function<void()> destroyed);
+
  private:
-  // The session's GPU runtime, set up on first use. Throws iris::Error.
-  GpuRuntime& ready_runtime(GpuVendor vendor);
+  // The session's GPU runtime, set up on first use (also while `stream` captures: the set-up
+  // runs outside capture's rules). Throws iris::Error.
+  GpuRuntime& ready_runtime(GpuStream stream);
+  uint64_t ready_address(uint32_t index) const;
 
   void* base_;
   std::size_t bytes_;
   shm::StreamFlags* flags_;
-  uint32_t depth_;
+  uint32_t flag_count_;
   RegisterDoneFlags register_done_flags_;
   MakeRuntime make_runtime_;
   std::mutex mutex_;  // guards the set-up below
   std::unique_ptr<GpuRuntime> runtime_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it
-  uint64_t done_flags_ = 0;   // GPU memory, depth_ x uint32
+  uint64_t done_flags_ = 0;   // GPU memory, flag_count_ x uint32
 };
 
 }  // namespace iris

@@ -1,5 +1,7 @@
 #include "daemon/front/session_calls.hpp"
 
+#include <cstring>
+
 #include "daemon/front/wire.hpp"
 
 namespace iris::daemon {
@@ -45,6 +47,20 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
       }
       case v1::SessionRequest::kCommDestroy:
         runtime.comm_destroy(id, request.comm_destroy().comm_id());
+        break;
+      case v1::SessionRequest::kRegisterPlan: {
+        const std::string& bytes = request.register_plan().entry();
+        if (bytes.size() != sizeof(shm::SubmitEntry))
+          throw Error(ErrorCode::kInvalidArgument,
+                      "a graph plan's entry must be " + std::to_string(sizeof(shm::SubmitEntry)) +
+                          " bytes, got " + std::to_string(bytes.size()));
+        shm::SubmitEntry entry;
+        std::memcpy(&entry, bytes.data(), sizeof(entry));
+        runtime.register_graph_plan(id, entry, request.register_plan().plan_slot());
+        break;
+      }
+      case v1::SessionRequest::kReleasePlan:
+        runtime.release_graph_plan(id, request.release_plan().plan_slot());
         break;
       case v1::SessionRequest::kDetach:
         runtime.end_session(id, false);

@@ -86,10 +86,12 @@ RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferE
 }
 
 void BufferRegistry::register_done_flags(Session& s, const DeviceBufferExport& exported) {
-  if (exported.bytes < uint64_t{s.ring_depth()} * sizeof(uint32_t))
+  const uint64_t need = (uint64_t{s.ring_depth()} + shm::kGraphPlanSlots) * sizeof(uint32_t);
+  if (exported.bytes < need)
     throw Error(ErrorCode::kInvalidArgument,
-                "stream done flags need " + std::to_string(s.ring_depth() * sizeof(uint32_t)) +
-                    " bytes (ring depth x 4), got " + std::to_string(exported.bytes));
+                "stream done flags need " + std::to_string(need) +
+                    " bytes ((ring depth + graph plan slots) x 4), got " +
+                    std::to_string(exported.bytes));
   if (s.device_done_flags)
     throw Error(ErrorCode::kAlreadyExists, "this session already registered its done flags");
   s.device_done_flags = engine_.import_device_memory(exported);

@@ -44,6 +44,20 @@ bool Session::stream_ready(uint32_t slot, uint32_t generation) const {
                                  generation);
 }
 
+bool Session::take_plan_ready(uint32_t plan_slot) {
+  auto& ready = view_.flags[view_.ring_depth + plan_slot].ready;
+  if (ready.load(std::memory_order_acquire) != 1) return false;
+  // The graph writes 1 again only after this replay's done flag: nothing is lost by the reset.
+  ready.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+void Session::reset_plan_flags(uint32_t plan_slot) {
+  const uint32_t index = view_.ring_depth + plan_slot;
+  view_.flags[index].ready.store(0, std::memory_order_relaxed);
+  view_.slots[index].word.store(0, std::memory_order_release);
+}
+
 void Session::flush_wake() {
   if (!needs_wake_) return;
   needs_wake_ = false;

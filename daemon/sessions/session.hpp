@@ -44,6 +44,10 @@ class Session {
   void complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why);
   // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
   bool stream_ready(uint32_t slot, uint32_t generation) const;
+  // Graph plans: whether a replay wrote the plan's ready flag (1), clearing it if so; and the
+  // plan slot's flag and completion cleared for a new plan.
+  bool take_plan_ready(uint32_t plan_slot);
+  void reset_plan_flags(uint32_t plan_slot);
   // Bumps the completion epoch and wakes sleeping client threads, once per progress iteration.
   void flush_wake();
   void set_daemon_needs_wakeup(bool value);

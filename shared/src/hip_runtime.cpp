@@ -36,6 +36,8 @@ LoadResult load() {
   IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_RESOLVE)
   IRIS_HIP_RESOLVE(hipMalloc)
 #undef IRIS_HIP_RESOLVE
+  r.table.hipStreamIsCapturing = reinterpret_cast<decltype(r.table.hipStreamIsCapturing)>(
+      ::dlsym(lib, "hipStreamIsCapturing"));
   int count = 0;
   const hipError_t e = r.table.hipGetDeviceCount(&count);
   if (e != hipSuccess || count == 0) {

@@ -17,10 +17,11 @@ std::optional<SegmentLayout> SegmentLayout::for_depth(uint32_t depth) {
   l.ring_control_offset = align_up(sizeof(SegmentHeader));
   l.ring_entries_offset = align_up(l.ring_control_offset + sizeof(RingControl));
   l.slots_offset = align_up(l.ring_entries_offset + std::size_t{depth} * sizeof(SubmitEntry));
-  l.flags_offset = align_up(l.slots_offset + std::size_t{depth} * sizeof(CompletionSlot));
-  l.failures_offset = align_up(l.flags_offset + std::size_t{depth} * sizeof(StreamFlags));
+  const std::size_t slots = l.slot_count();
+  l.flags_offset = align_up(l.slots_offset + slots * sizeof(CompletionSlot));
+  l.failures_offset = align_up(l.flags_offset + slots * sizeof(StreamFlags));
   constexpr std::size_t kPage = 4096;
-  const std::size_t end = l.failures_offset + std::size_t{depth} * sizeof(FailureText);
+  const std::size_t end = l.failures_offset + slots * sizeof(FailureText);
   l.total_bytes = (end + kPage - 1) / kPage * kPage;
   return l;
 }
@@ -48,7 +49,7 @@ void initialize_segment(void* base, const SegmentLayout& layout, uint64_t sessio
   header->daemon_state.store(static_cast<uint32_t>(DaemonState::kRunning));
   auto view = SegmentView::at(base, layout);
   new (view.ring_control) RingControl{};
-  for (uint32_t i = 0; i < layout.ring_depth; ++i) {
+  for (uint32_t i = 0; i < layout.slot_count(); ++i) {
     new (&view.slots[i]) CompletionSlot{};
     new (&view.flags[i]) StreamFlags{};
   }

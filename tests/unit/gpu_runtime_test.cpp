@@ -70,6 +70,23 @@ class FakeRuntime final : public GpuRuntime {
   void wait_value_geq(void*, uint64_t address, uint32_t value) override {
     record("wait " + std::to_string(address) + ">=" + std::to_string(value));
   }
+  bool capturing(void*) override { return capturing_now; }
+  void on_graph_destroyed(void*, std::function<void()> destroyed) override {
+    record("graph user object");
+    graph_destroyed = std::move(destroyed);
+  }
+  void outside_capture_rules(const std::function<void()>& f) override {
+    record("relaxed {");
+    try {
+      f();
+    } catch (...) {
+      record("}");
+      throw;
+    }
+    record("}");
+  }
+  bool capturing_now = false;
+  std::function<void()> graph_destroyed;  // what the graph's destruction would run
 
  private:
   void record(const std::string& what) {
@@ -136,6 +153,7 @@ struct FlagsFixture {
   std::vector<std::string> calls;
   std::vector<v1::RegisterIpcBuffer> registered;
   bool fail_allocation = false;
+  FakeRuntime* last_runtime = nullptr;  // the one the mapping made (it owns it)
   alignas(4096) std::byte segment[4096] = {};
   shm::StreamFlags* flags = reinterpret_cast<shm::StreamFlags*>(segment + 1024);
 
@@ -148,6 +166,7 @@ struct FlagsFixture {
         },
         [this](GpuVendor vendor) {
           auto runtime = std::make_unique<FakeRuntime>(vendor, true);
+          last_runtime = runtime.get();
           runtime->calls = &calls;
           runtime->fail_allocation = fail_allocation;
           return runtime;
@@ -168,10 +187,11 @@ TEST(StreamFlags, FirstCallRegistersTheDoneFlagsBeforeEnqueuingAnything) {
     // Ready flag of slot 3: the segment's device address plus its offset in the segment.
     const uint64_t ready = 0x500000 + 1024 + 3 * sizeof(shm::StreamFlags);
     const uint64_t done = 0x900000 + 3 * sizeof(uint32_t);
-    EXPECT_EQ(f.calls, (std::vector<std::string>{"map_host", "allocate_flags", "register", "copy 8",
-                                                 "write " + std::to_string(ready) + "=7",
-                                                 "wait " + std::to_string(done) + ">=7",
-                                                 "store " + std::to_string(done) + "=7"}));
+    EXPECT_EQ(f.calls,
+              (std::vector<std::string>{"relaxed {", "map_host", "allocate_flags", "register", "}",
+                                        "copy 8", "write " + std::to_string(ready) + "=7",
+                                        "wait " + std::to_string(done) + ">=7",
+                                        "store " + std::to_string(done) + "=7"}));
     ASSERT_EQ(f.registered.size(), 1u);
     EXPECT_TRUE(f.registered[0].hip()) << "a HIP stream registers HIP memory";
     EXPECT_TRUE(f.registered[0].stream_done_flags());
@@ -201,14 +221,41 @@ TEST(StreamFlags, AFailedSetUpLeavesNothingAndTheNextCallTriesAgain) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
-  EXPECT_EQ(f.calls, (std::vector<std::string>{"map_host", "unmap_host"}));
+  EXPECT_EQ(f.calls, (std::vector<std::string>{"relaxed {", "map_host", "unmap_host", "}"}));
   m.release(0, 1);  // nothing registered: a no-op
-  EXPECT_EQ(f.calls.size(), 2u);
+  EXPECT_EQ(f.calls.size(), 4u);
   f.fail_allocation = false;
   f.calls.clear();
   m.enqueue_ready({&stream, GpuVendor::kCuda}, 0, 1);
   ASSERT_EQ(f.registered.size(), 1u);
   EXPECT_FALSE(f.registered[0].hip());
+}
+
+// A stream-ordered call on a capturing stream becomes a graph plan: libiris enqueues only the
+// plan's memory operations, with constant values (ready = 1; wait done >= 1; done = 0), and the
+// set-up a first call makes runs outside capture's rules.
+TEST(StreamFlags, AGraphPlanIsReadyOneWaitDoneOneThenResetDone) {
+  FlagsFixture f;
+  StreamFlagsMapping m = f.mapping();
+  int stream = 0;
+  const GpuStream on{&stream, GpuVendor::kCuda};
+  EXPECT_FALSE(m.capturing(on));
+  EXPECT_EQ(f.calls.front(), "relaxed {") << "set-up under capture must be allowed";
+  f.last_runtime->capturing_now = true;
+  EXPECT_TRUE(m.capturing(on));
+  f.calls.clear();
+  m.enqueue_graph_plan(on, 6);
+  bool destroyed = false;
+  m.on_graph_destroyed(on, [&] { destroyed = true; });
+  const uint64_t ready = 0x500000 + 1024 + 6 * sizeof(shm::StreamFlags);
+  const uint64_t done = 0x900000 + 6 * sizeof(uint32_t);
+  EXPECT_EQ(f.calls,
+            (std::vector<std::string>{
+                "write " + std::to_string(ready) + "=1", "wait " + std::to_string(done) + ">=1",
+                "write " + std::to_string(done) + "=0", "graph user object"}));
+  EXPECT_FALSE(destroyed);
+  f.last_runtime->graph_destroyed();
+  EXPECT_TRUE(destroyed) << "the graph's destruction runs the release";
 }
 
 }  // namespace

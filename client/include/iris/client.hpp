@@ -62,6 +62,12 @@ class Client {
   Buffer register_host(void* ptr, std::size_t bytes);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();
+  // Collectives captured into CUDA graphs are waited for by the graph itself, never from the
+  // host: a replay that failed (a rank died or destroyed its graph: peer_lost; a rank that never
+  // replays: timeout) still lets the graph go on, with the receive buffers not (all) written.
+  // This throws that failure (the last replay of any captured collective of this client that
+  // failed); call it after synchronizing the stream a graph ran on.
+  void check_graphs();
   // Ends the session (also done by the destructor).
   void detach();
 

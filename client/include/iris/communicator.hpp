@@ -9,6 +9,14 @@
 // that GPU stream: the copies start once the stream reaches the call (kernels before it have
 // produced the send data), and work queued on the stream after it runs once every block has
 // landed; the Request completes then too and carries errors (the stream itself goes on).
+//
+// CUDA graphs: called while `stream` is capturing (cudaStreamBeginCapture, torch.cuda.graph),
+// a collective becomes part of the graph: irisd keeps it as a persistent plan (communicator,
+// buffers, offsets and sizes fixed at capture) and runs it each time a replay reaches it, with
+// no host call per replay. Every rank must capture the same collectives in the same order and
+// replay its graphs as often as the others. The call returns an empty Request (the graph waits,
+// not the host); Client::check_graphs() reports failed replays. The plan goes when the graph is
+// destroyed. Not yet on HIP streams (refused at capture).
 #pragma once
 
 #include <cstddef>

@@ -121,6 +121,11 @@ int iris_barrier(iris_comm* comm);
 /* *done = 1 once complete (returns the collective's result then), else 0 and IRIS_OK. */
 int iris_request_test(iris_request* request, int* done);
 void iris_request_release(iris_request* request);
+/* Collectives called while their stream captures a CUDA graph become part of the graph (README,
+ * "CUDA graphs"); their iris_request has nothing to wait for. After synchronizing a replay's
+ * stream, this returns the failure of the last failed replay of any of the client's captured
+ * collectives (IRIS_ERROR_PEER_LOST, IRIS_ERROR_TIMEOUT, ...), else IRIS_OK. */
+int iris_check_graphs(iris_client* client);
 
 #ifdef __cplusplus
 }

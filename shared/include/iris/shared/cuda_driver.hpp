@@ -34,6 +34,10 @@ namespace iris::cuda {
   X(cuStreamSynchronize) \
   X(cuStreamWriteValue32) \
   X(cuStreamWaitValue32) \
+  X(cuStreamIsCapturing) \
+  X(cuThreadExchangeStreamCaptureMode) \
+  X(cuUserObjectCreate) \
+  X(cuGraphRetainUserObject) \
   X(cuMemcpyAsync) \
   X(cuIpcGetMemHandle) \
   X(cuIpcOpenMemHandle) \
@@ -61,7 +65,11 @@ namespace iris::cuda {
 // clang-format on
 
 // Entry points of newer drivers only: null where the driver lacks them.
-#define IRIS_CUDA_OPTIONAL_FUNCTIONS(X) X(cuMemcpyBatchAsync)  // CUDA 12.8
+// clang-format off
+#define IRIS_CUDA_OPTIONAL_FUNCTIONS(X) \
+  X(cuMemcpyBatchAsync)  /* CUDA 12.8 */ \
+  X(cuStreamGetCaptureInfo)  /* _v3, CUDA 12.3: the graph a stream captures into */
+// clang-format on
 
 struct Driver {
 #define IRIS_CUDA_DECLARE(name) decltype(&::name) name = nullptr;

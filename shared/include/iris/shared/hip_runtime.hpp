@@ -48,6 +48,8 @@ struct Runtime {
 #define IRIS_HIP_DECLARE(name) decltype(&::name) name = nullptr;
   IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_DECLARE)
 #undef IRIS_HIP_DECLARE
+  // Null where the runtime lacks it (then no stream is taken to be capturing).
+  decltype(&::hipStreamIsCapturing) hipStreamIsCapturing = nullptr;
   // C++ sees hipMalloc overloaded (a template too): the C entry point's type, spelled out.
   hipError_t (*hipMalloc)(void** ptr, size_t size) = nullptr;
 

@@ -50,6 +50,13 @@ struct FailureText {
   char text[kFailureTextBytes];
 };
 
+// Collectives captured into CUDA graphs (persistent plans) a session may hold at once. Each has a
+// slot after the ring's: its ready flag (the graph writes 1, irisd resets it to 0), its
+// completion word (the replay count and the last replay's outcome, for the host to check), its
+// failure text, and a done flag in the client's GPU memory (irisd writes 1, the graph waits for it
+// and resets it to 0). Plan slot p is index ring_depth + p of those arrays.
+inline constexpr uint32_t kGraphPlanSlots = 256;
+
 struct SegmentLayout {
   uint32_t ring_depth;
   std::size_t ring_control_offset;
@@ -61,6 +68,8 @@ struct SegmentLayout {
 
   // nullopt when depth is not a power of two in [2, 65536].
   static std::optional<SegmentLayout> for_depth(uint32_t depth);
+  // Entries of the slot, flag and failure arrays: the ring's, then the graph plans'.
+  uint32_t slot_count() const { return ring_depth + kGraphPlanSlots; }
 };
 
 // Typed view of a mapped segment.
@@ -72,6 +81,7 @@ struct SegmentView {
   StreamFlags* flags = nullptr;
   FailureText* failures = nullptr;
   uint32_t ring_depth = 0;
+  uint32_t slot_count() const { return ring_depth + kGraphPlanSlots; }
 
   static SegmentView at(void* base, const SegmentLayout& layout);
 };

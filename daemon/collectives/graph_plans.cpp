@@ -1,0 +1,143 @@
+#include "daemon/collectives/graph_plans.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "iris/error.hpp"
+
+namespace iris::daemon {
+
+GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
+                       std::chrono::milliseconds replay_timeout)
+    : scheduler_(scheduler), stats_(stats), replay_timeout_(replay_timeout) {}
+
+GraphPlans::~GraphPlans() = default;
+
+void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
+                     ValidatedRequest request) {
+  if (plan_slot >= shm::kGraphPlanSlots)
+    throw Error(ErrorCode::kInvalidArgument,
+                "graph plan slot " + std::to_string(plan_slot) + " is out of range (" +
+                    std::to_string(shm::kGraphPlanSlots) + " per session)");
+  const PlanKey key{s.id(), plan_slot};
+  if (plans_.count(key) != 0)
+    throw Error(ErrorCode::kAlreadyExists,
+                "graph plan slot " + std::to_string(plan_slot) + " already holds a plan");
+  const uint32_t index = captured_[{comm.id, rank}]++;
+  auto& group = groups_[{comm.id, index}];
+  if (!group) {
+    group = std::make_unique<Group>();
+    group->parent_comm = comm.id;
+    Communicator& shadow = group->shadow;
+    shadow.id = next_group_comm_id_++;
+    shadow.key = comm.key + "#graph" + std::to_string(index);
+    shadow.nranks = comm.nranks;
+    shadow.uid = comm.uid;
+    shadow.members.resize(comm.nranks);
+    shadow.next_seq.assign(comm.nranks, 1);
+  }
+  Group& g = *group;
+  if (g.shadow.members[rank] || g.shadow.broken) {
+    // This rank's earlier plan of the same index was released: the group is over for everyone.
+    throw Error(ErrorCode::kPeerLost,
+                "communicator '" + comm.key + "' graph collective #" + std::to_string(index) +
+                    " can no longer be captured: " +
+                    (g.shadow.broken ? g.shadow.broken_why : std::string("rank already holds it")));
+  }
+  g.shadow.members[rank] = s.id();
+  ++g.holders;
+  // The slot's flags start clear: a stale ready flag must not start a replay.
+  s.reset_plan_flags(plan_slot);
+  plans_.emplace(key,
+                 Plan{s.id(), plan_slot, s.ring_depth() + plan_slot, rank, &g, std::move(request)});
+  stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
+  spdlog::debug("session {} captured '{}' graph collective #{} as rank {} (plan slot {})", s.id(),
+                comm.key, index, rank, plan_slot);
+}
+
+void GraphPlans::release(Session& s, uint32_t plan_slot) {
+  auto it = plans_.find({s.id(), plan_slot});
+  if (it == plans_.end())
+    throw Error(ErrorCode::kNotFound,
+                "graph plan slot " + std::to_string(plan_slot) + " holds no plan");
+  release_plan(it, "released it (its CUDA graph was destroyed)");
+}
+
+void GraphPlans::release_comm(const Session& s, uint64_t comm_id, const std::string& how) {
+  for (auto it = plans_.lower_bound({s.id(), 0});
+       it != plans_.end() && it->first.first == s.id();) {
+    auto next = std::next(it);
+    if (it->second.group->parent_comm == comm_id) release_plan(it, how);
+    it = next;
+  }
+  if (auto rank = s.comm_ranks.find(comm_id); rank != s.comm_ranks.end())
+    captured_.erase({comm_id, rank->second});
+}
+
+void GraphPlans::release_plan(std::map<PlanKey, Plan>::iterator it, const std::string& why) {
+  Plan& p = it->second;
+  Group& g = *p.group;
+  g.shadow.members[p.rank].reset();
+  --g.holders;
+  break_group(g, ErrorCode::kPeerLost,
+              "rank " + std::to_string(p.rank) + " of communicator '" + g.shadow.key + "' " + why +
+                  "; capture the graph again on every rank");
+  plans_.erase(it);
+  stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
+}
+
+void GraphPlans::break_group(Group& g, ErrorCode code, const std::string& why) {
+  if (g.shadow.broken) return;
+  spdlog::info("graph collective '{}' ends: {}", g.shadow.key, why);
+  scheduler_.break_comm(g.shadow, code, why);
+}
+
+bool GraphPlans::poll(SessionRegistry& sessions) {
+  bool arrived = false;
+  for (auto& [key, p] : plans_) {
+    Session* s = sessions.find(p.session_id);
+    if (s == nullptr || !s->take_plan_ready(p.plan_slot)) continue;
+    ++p.replays;
+    stats_.graph_replays_total.fetch_add(1, std::memory_order_relaxed);
+    const CompletionTarget target{p.session_id, p.slot_index, static_cast<uint32_t>(p.replays),
+                                  true};
+    scheduler_.arrive(p.group->shadow, p.rank, p.replays, target, p.request);
+    arrived = true;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= next_timeout_check_) {
+    next_timeout_check_ = now + std::chrono::milliseconds(100);
+    fail_overdue(now);
+    remove_idle_groups();
+  }
+  return arrived;
+}
+
+void GraphPlans::fail_overdue(std::chrono::steady_clock::time_point now) {
+  for (auto& [key, g] : groups_) {
+    if (g->shadow.broken || g->shadow.in_flight.empty()) continue;
+    const Collective& oldest = *g->shadow.in_flight.begin()->second;
+    if (oldest.arrived() == g->shadow.nranks || now - oldest.started < replay_timeout_) continue;
+    std::string missing;
+    for (uint32_t r = 0; r < g->shadow.nranks; ++r)
+      if (oldest.ranks.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    break_group(*g, ErrorCode::kTimeout,
+                "replay " + std::to_string(oldest.seq) + " of '" + g->shadow.key +
+                    "' waited more than " + std::to_string(replay_timeout_.count()) +
+                    " ms for rank(s) " + missing +
+                    ": every rank must replay the graphs it captured the same number of times");
+  }
+}
+
+void GraphPlans::remove_idle_groups() {
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    const Group& g = *it->second;
+    // Copies in flight point at the group's communicator: it stays until they are done.
+    if (g.holders == 0 && g.shadow.in_flight.empty()) {
+      it = groups_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace iris::daemon

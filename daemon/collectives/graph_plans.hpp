@@ -1,0 +1,98 @@
+// Collectives captured into CUDA graphs: persistent plans that every replay of the graph runs,
+// with no host call per replay.
+//
+// A rank's libiris, asked for a stream-ordered collective while the stream is capturing,
+// registers the call here once (its buffers, offsets and sizes fixed from then on) in one of the
+// session's plan slots, and puts into the graph only stream memory operations on that slot:
+// write ready = 1, wait until done >= 1, write done = 0. irisd polls the ready flags of every
+// armed plan; a 1 is one replay reaching the collective: irisd stores 0 (the graph writes 1 again
+// only after the replay's done, so no replay is missed), and the rank arrives at replay n of the
+// plan. Constant values and a reset keep the protocol right across any number of replays, with
+// no counter to wrap.
+//
+// Ranks' plans are matched by registration order on the communicator: the k-th plan rank r
+// registers on communicator C meets the k-th of every other rank. Each such group matches its
+// replays through the ordinary scheduler on a communicator of its own (sequence number = replay
+// number), so every plan-based collective works in graphs, and the scheduler's rules (copies as
+// soon as both ends are there, completion only once every block landed, failures to every rank)
+// hold per replay. A group fails for good (every later replay of every rank completes at once
+// with the error) when a rank releases its plan (its graph was destroyed), leaves the
+// communicator or dies, or when a replay waits longer than the replay timeout for a rank that
+// never replays: the graph's wait always ends and the host sees why in the plan's slot, no
+// replay wedges irisd.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/sessions/session_registry.hpp"
+#include "daemon/stats.hpp"
+
+namespace iris::daemon {
+
+class GraphPlans {
+ public:
+  GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
+             std::chrono::milliseconds replay_timeout);
+  ~GraphPlans();
+
+  // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`. Throws
+  // iris::Error (slot out of range or in use).
+  void add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
+           ValidatedRequest request);
+  // The plan's graph is gone. Throws kNotFound for a slot that holds no plan.
+  void release(Session& s, uint32_t plan_slot);
+  // Every plan of a session that ends, or of its rank in a communicator it leaves.
+  void release_session(const Session& s, const std::string& how);
+  void release_comm(const Session& s, uint64_t comm_id, const std::string& how);
+
+  // Replays that reached their collective since the last poll start; groups whose replay waits
+  // too long fail; groups nobody holds and nothing runs in go. True when anything arrived.
+  bool poll(SessionRegistry& sessions);
+
+  std::size_t size() const { return plans_.size(); }
+  // Nothing to poll: no plan held, no group left with collectives to finish.
+  bool idle() const { return plans_.empty() && groups_.empty(); }
+
+ private:
+  struct Group;
+  struct Plan {
+    uint64_t session_id;
+    uint32_t plan_slot;
+    uint32_t slot_index;  // ring depth + plan slot: where its flags and completion live
+    uint32_t rank;
+    Group* group;
+    ValidatedRequest request;
+    uint64_t replays = 0;
+  };
+  struct Group {
+    Communicator shadow;  // matches replays; seq = replay number
+    uint64_t parent_comm;
+    uint32_t holders = 0;  // plans registered and not released
+  };
+  using PlanKey = std::pair<uint64_t, uint32_t>;  // session id, plan slot
+
+  void release_plan(std::map<PlanKey, Plan>::iterator it, const std::string& why);
+  void break_group(Group& g, ErrorCode code, const std::string& why);
+  void fail_overdue(std::chrono::steady_clock::time_point now);
+  void remove_idle_groups();
+
+  CollectiveScheduler& scheduler_;
+  Stats& stats_;
+  std::chrono::milliseconds replay_timeout_;
+  uint64_t next_group_comm_id_ = 1ull << 62;  // apart from the registry's communicator ids
+  std::map<PlanKey, Plan> plans_;
+  // By (communicator, capture index): the k-th plan every rank registers on it.
+  std::map<PlanKey, std::unique_ptr<Group>> groups_;
+  // Plans registered so far by (communicator, rank): the next one's capture index.
+  std::map<PlanKey, uint32_t> captured_;
+  std::chrono::steady_clock::time_point next_timeout_check_{};
+};
+
+}  // namespace iris::daemon

@@ -1,0 +1,296 @@
+// Collectives captured into CUDA graphs, daemon side: the real Runtime with its GraphPlans and
+// scheduler, over an engine that copies plain memory and keeps "GPU" done flags in plain memory
+// (this machine has no GPU); the graphs' memory operations are played by the test through the
+// session segments, as a replay would: write ready = 1, wait for done = 1, write done = 0.
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "daemon/runtime.hpp"
+#include "iris/shared/segment_layout.hpp"
+#include "iris/shared/shm_segment.hpp"
+
+namespace iris::daemon {
+namespace {
+
+// Copies at once on submit (reported on the next poll); imports "GPU memory" as plain memory,
+// one region per import, and writes done flags there.
+class PlainMemoryEngine final : public Engine {
+ public:
+  PlainMemoryEngine() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~PlainMemoryEngine() override { ::close(fd_); }
+  const EngineDescription& description() const override { return description_; }
+  void submit(std::span<const CopyRequest> copies) override {
+    for (const CopyRequest& c : copies) {
+      std::memcpy(c.dst, c.src, c.bytes);
+      done_.push_back({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
+    }
+  }
+  std::size_t poll(std::vector<CopyCompletion>& out) override {
+    const std::size_t n = done_.size();
+    out.insert(out.end(), done_.begin(), done_.end());
+    done_.clear();
+    return n;
+  }
+  int completion_fd() const override { return fd_; }
+  ImportedMemory import_device_memory(const DeviceBufferExport& exported) override {
+    regions_.emplace_back(exported.bytes);
+    return {regions_.back().data(), exported.bytes, 0, nullptr};
+  }
+  void write_device_word(int, std::byte* address, uint32_t value) override {
+    std::memcpy(address, &value, sizeof(value));
+  }
+  // The done flags of the n-th import (each session registers its flags first).
+  uint32_t* flags(std::size_t n) { return reinterpret_cast<uint32_t*>(regions_[n].data()); }
+
+ private:
+  EngineDescription description_{"plain", "test", {}, "", "", ""};
+  std::deque<std::vector<std::byte>> regions_;
+  std::vector<CopyCompletion> done_;
+  int fd_;
+};
+
+struct Rank {
+  AttachResult attached;
+  int peer = -1;  // the client's end of the attach connection
+  shm::ShmSegment segment;
+  shm::SegmentView view;
+  RegisteredBuffer send, recv;
+  uint32_t* done_flags = nullptr;
+  uint64_t comm = 0;
+};
+
+class GraphPlansTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kBytes = 96;
+
+  void SetUp() override {
+    config.socket_path = "/tmp/iris-graph-test-" + std::to_string(::getpid()) + ".sock";
+    config.limits.graph_replay_timeout_ms = 100;
+    runtime = std::make_unique<Runtime>(config, engine, stats, loop);
+  }
+  void TearDown() override {
+    for (Rank& r : ranks) {
+      runtime->end_session(r.attached.session_id, false);
+      ::close(r.peer);
+    }
+    runtime.reset();
+    for (int fd : connections) ::close(fd);
+  }
+
+  Rank& join(uint32_t rank, uint32_t nranks) {
+    int fds[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    connections.push_back(fds[0]);
+    Rank& r = ranks.emplace_back();
+    r.peer = fds[1];
+    r.attached = runtime->attach({::getpid(), ::getuid(), ::getgid()}, "rank", fds[0]);
+    runtime->register_device_done_flags(
+        r.attached.session_id, {DeviceApi::kCuda, "handle", "0000:00:00.0", 0, 4096, {}, {}});
+    r.done_flags = engine.flags(ranks.size() - 1);
+    r.send = runtime->register_buffer(r.attached.session_id, kBytes);
+    r.recv = runtime->register_buffer(r.attached.session_id, kBytes * nranks);
+    r.comm = runtime->comm_init(r.attached.session_id, "graphs", nranks, rank);
+    r.segment = shm::ShmSegment::map(std::move(r.attached.segment));
+    r.view = *shm::validate_segment(r.segment.data(), r.segment.size());
+    return r;
+  }
+
+  // What libiris sends at capture: the ring entry of the call, stream-ordered.
+  shm::SubmitEntry all_gather(const Rank& r) {
+    auto e = shm::collective_entry(
+        {shm::Opcode::kAllGather, r.comm, r.send.id, 0, r.recv.id, 0, kBytes});
+    e.flags = shm::kStreamOrdered;
+    return e;
+  }
+
+  std::byte* memory(const RegisteredBuffer& b) {
+    for (auto& m : mappings)
+      if (m.first == b.id) return static_cast<std::byte*>(m.second.data());
+    return nullptr;
+  }
+  void map_buffers(Rank& r) {
+    mappings.emplace_back(r.send.id, shm::ShmSegment::map(std::move(r.send.memfd)));
+    mappings.emplace_back(r.recv.id, shm::ShmSegment::map(std::move(r.recv.memfd)));
+  }
+
+  uint32_t index(const Rank& r, uint32_t plan_slot) const { return r.view.ring_depth + plan_slot; }
+  // The graph reaches the collective.
+  void replay(Rank& r, uint32_t plan_slot) { r.view.flags[index(r, plan_slot)].ready.store(1); }
+  // The graph's wait: true once irisd wrote done = 1; the graph then writes done = 0.
+  bool take_done(Rank& r, uint32_t plan_slot) {
+    uint32_t& done = r.done_flags[index(r, plan_slot)];
+    if (done != 1) return false;
+    done = 0;
+    return true;
+  }
+  std::pair<uint32_t, ErrorCode> status(const Rank& r, uint32_t plan_slot) {
+    const uint64_t word = r.view.slots[index(r, plan_slot)].word.load();
+    return {static_cast<uint32_t>(word >> 32), shm::completion_code(word)};
+  }
+  void poll(int times = 20) {
+    for (int i = 0; i < times; ++i) runtime->poll_once();
+  }
+
+  Config config;
+  PlainMemoryEngine engine;
+  Stats stats;
+  ProgressLoop loop{std::chrono::microseconds(0)};
+  std::unique_ptr<Runtime> runtime;
+  std::deque<Rank> ranks;
+  std::vector<int> connections;
+  std::vector<std::pair<uint64_t, shm::ShmSegment>> mappings;
+};
+
+TEST_F(GraphPlansTest, EveryReplayRunsTheCapturedCollectiveWithConstantFlags) {
+  Rank& a = join(0, 2);
+  Rank& b = join(1, 2);
+  map_buffers(a);
+  map_buffers(b);
+  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 5);
+  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 9);
+  EXPECT_EQ(stats.graph_plans.load(), 2u);
+  // Many replays, new data each time (as kernels in the graph would make): the flags' values
+  // never grow, so nothing wraps however long the graph lives.
+  for (uint32_t n = 1; n <= 1000; ++n) {
+    std::memset(memory(a.send), static_cast<int>(n), kBytes);
+    std::memset(memory(b.send), static_cast<int>(n + 100), kBytes);
+    replay(a, 5);
+    poll(2);
+    EXPECT_FALSE(take_done(a, 5)) << "replay " << n << " done before rank 1 came";
+    replay(b, 9);
+    poll(4);
+    ASSERT_TRUE(take_done(a, 5)) << "replay " << n;
+    ASSERT_TRUE(take_done(b, 9)) << "replay " << n;
+    for (Rank* r : {&a, &b}) {
+      const std::byte* recv = memory(r->recv);
+      ASSERT_EQ(recv[0], std::byte(n & 0xff)) << "replay " << n;
+      ASSERT_EQ(recv[kBytes], std::byte((n + 100) & 0xff)) << "replay " << n;
+      EXPECT_EQ(status(*r, r == &a ? 5 : 9), (std::pair{n, ErrorCode::kOk}));
+    }
+  }
+  EXPECT_EQ(stats.graph_replays_total.load(), 2000u);
+  // A stale or garbage ready value is no replay.
+  a.view.flags[index(a, 5)].ready.store(7);
+  poll();
+  EXPECT_EQ(stats.graph_replays_total.load(), 2000u);
+}
+
+TEST_F(GraphPlansTest, AReleasedGraphFailsTheOtherRanksReplaysInsteadOfHangingThem) {
+  Rank& a = join(0, 2);
+  Rank& b = join(1, 2);
+  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 0);
+  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 0);
+  replay(a, 0);
+  poll();
+  runtime->release_graph_plan(b.attached.session_id, 0);  // b's graph destroyed
+  poll();
+  ASSERT_TRUE(take_done(a, 0)) << "the waiting replay must end";
+  EXPECT_EQ(status(a, 0).second, ErrorCode::kPeerLost);
+  replay(a, 0);  // and every later one ends at once
+  poll();
+  ASSERT_TRUE(take_done(a, 0));
+  EXPECT_EQ(status(a, 0), (std::pair{2u, ErrorCode::kPeerLost}));
+  EXPECT_EQ(stats.graph_plans.load(), 1u);
+  runtime->release_graph_plan(a.attached.session_id, 0);
+  EXPECT_EQ(stats.graph_plans.load(), 0u);
+}
+
+TEST_F(GraphPlansTest, ARankThatNeverReplaysTimesTheReplayOut) {
+  Rank& a = join(0, 2);
+  Rank& b = join(1, 2);
+  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 3);
+  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 3);
+  replay(a, 3);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!take_done(a, 3) && std::chrono::steady_clock::now() < give_up) poll(1);
+  EXPECT_EQ(status(a, 3).second, ErrorCode::kTimeout);
+  replay(b, 3);  // too late: the graph collective is over for every rank
+  poll();
+  ASSERT_TRUE(take_done(b, 3));
+  EXPECT_EQ(status(b, 3).second, ErrorCode::kTimeout);
+}
+
+TEST_F(GraphPlansTest, ADeadRankFailsThePlanAndItsSessionTakesItsPlans) {
+  Rank& a = join(0, 2);
+  Rank& b = join(1, 2);
+  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 1);
+  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 1);
+  runtime->end_session(b.attached.session_id, true);
+  ::close(b.peer);
+  ranks.pop_back();
+  EXPECT_EQ(stats.graph_plans.load(), 1u);
+  replay(a, 1);
+  poll();
+  ASSERT_TRUE(take_done(a, 1));
+  EXPECT_EQ(status(a, 1).second, ErrorCode::kPeerLost);
+}
+
+TEST_F(GraphPlansTest, PlansAreMatchedByCaptureOrderAndRecapturedAfterRelease) {
+  Rank& a = join(0, 2);
+  Rank& b = join(1, 2);
+  map_buffers(a);
+  map_buffers(b);
+  // Destroyed and captured again many times: nothing accumulates.
+  for (int round = 0; round < 100; ++round) {
+    runtime->register_graph_plan(a.attached.session_id, all_gather(a), 2);
+    runtime->register_graph_plan(b.attached.session_id, all_gather(b), 7);
+    std::memset(memory(a.send), round, kBytes);
+    replay(a, 2);
+    replay(b, 7);
+    poll();
+    ASSERT_TRUE(take_done(a, 2) && take_done(b, 7)) << "round " << round;
+    ASSERT_EQ(status(b, 7).second, ErrorCode::kOk) << "round " << round;
+    ASSERT_EQ(memory(b.recv)[0], std::byte(round));
+    runtime->release_graph_plan(a.attached.session_id, 2);
+    runtime->release_graph_plan(b.attached.session_id, 7);
+  }
+  EXPECT_EQ(stats.graph_plans.load(), 0u);
+  // Finished groups are swept every 100 ms of polling.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!runtime->graph_plans().idle() && std::chrono::steady_clock::now() < give_up) {
+    poll(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(runtime->graph_plans().idle()) << "groups left behind";
+}
+
+TEST_F(GraphPlansTest, BadCapturesAreRefusedWithAReason) {
+  Rank& a = join(0, 1);
+  const uint64_t id = a.attached.session_id;
+  auto code_of = [&](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, all_gather(a), shm::kGraphPlanSlots); }),
+            ErrorCode::kInvalidArgument);
+  auto host_waited = all_gather(a);
+  host_waited.flags = 0;
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, host_waited, 0); }),
+            ErrorCode::kInvalidArgument);
+  auto too_big = all_gather(a);
+  too_big.bytes = kBytes * 2;
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, too_big, 0); }), ErrorCode::kOutOfRange);
+  auto foreign = all_gather(a);
+  foreign.comm_id = 12345;
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, foreign, 0); }), ErrorCode::kNotFound);
+  runtime->register_graph_plan(id, all_gather(a), 0);
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, all_gather(a), 0); }),
+            ErrorCode::kAlreadyExists);
+  EXPECT_EQ(code_of([&] { runtime->release_graph_plan(id, 1); }), ErrorCode::kNotFound);
+  EXPECT_EQ(stats.graph_plans.load(), 1u);
+}
+
+}  // namespace
+}  // namespace iris::daemon
