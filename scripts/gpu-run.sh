@@ -34,6 +34,8 @@ if want readme; then
   # The README's torch example, as it stands, on the cuda engine.
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
     timeout 120 python3 scripts/one_gpu/readme_example.py python-torch >"$out/readme.txt" 2>&1
+  IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
+    timeout 120 python3 scripts/one_gpu/readme_example.py python-graph >>"$out/readme.txt" 2>&1
 fi
 
 # Benchmarks (not tests): 8 ranks on the one GPU; rank 0 prints markdown tables.
@@ -53,6 +55,7 @@ if want bench; then
   bench host --max-bytes $((64 << 20)) --host-recv 1
   bench alltoall_host --collective all_to_all --max-bytes $((64 << 20)) --host-recv 1
   bench gemm --mode gemm --gemm-seconds 3
+  bench graph --mode graph --min-bytes 4096 --max-bytes $((64 << 20))
 fi
 if want probe; then
   timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
@@ -60,6 +63,9 @@ fi
 if want torch; then
   IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python timeout 300 \
     python3 scripts/one_gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
+  IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
+    timeout 300 python3 scripts/one_gpu/graph_ranks.py --replays 200 >"$out/graph_torch.txt" 2>&1
+  echo "graph_ranks exit $?" >>"$out/graph_torch.txt"
 fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
@@ -72,8 +78,9 @@ echo "gpu tests exit: $tests_rc"
 cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
 if want bench; then
-  for name in device host alltoall_host gemm; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
+  for name in device host alltoall_host gemm graph; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
 fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
+if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out/graph_torch.txt"; fi

@@ -5,6 +5,9 @@
 //          (cudaMemcpyAsync of the nranks x nranks blocks by one process) measured in the run;
 //          then throughput back to back (kBurst collectives submitted before waiting, as
 //          nccl-tests times its iterations) against the ceiling for kBurst batches of copies.
+//   graph: per size, an all-gather issued stream-ordered (kGraphCalls back to back on one
+//          stream, then one synchronize) against the same all-gather captured into a CUDA graph
+//          and replayed kGraphCalls times: time per call / per replay (the slowest rank's).
 //   gemm:  throughput of a bf16 GEMM kernel alone, while irisd runs all-gathers into host memory
 //          back to back, and while an SM-kernel gather of the same layout runs beside it.
 #include <cuda_bf16.h>
@@ -348,6 +351,67 @@ void gemm(const Options& o) {
   }
 }
 
+constexpr int kGraphCalls = 50;
+
+void graph_vs_eager(const Options& o) {
+  Rank rank(o);
+  CUDA_CHECK(cudaSetDevice(0));
+  void *send = nullptr, *recv = nullptr;
+  CUDA_CHECK(cudaMalloc(&send, o.max_bytes));
+  CUDA_CHECK(cudaMalloc(&recv, o.max_bytes * o.nranks));
+  CUDA_CHECK(cudaMemset(send, 1, o.max_bytes));
+  auto send_buf = rank.client.register_cuda_buffer(send, o.max_bytes);
+  auto recv_buf = rank.client.register_cuda_buffer(recv, o.max_bytes * o.nranks);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  if (o.rank == 0)
+    std::printf(
+        "| bytes/rank | eager us/call | graph us/replay | graph / eager |\n| ---: | ---: | ---: "
+        "| ---: |\n");
+  auto timed = [&](auto&& issue) {
+    rank.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    issue();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return rank.slowest(us / kGraphCalls);
+  };
+  for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+    std::vector<double> eager, replayed;
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    rank.comm.all_gather(send, recv, bytes, st);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int sample = 0; sample < 4; ++sample) {  // the first of each warms up
+      const double e = timed([&] {
+        std::vector<iris::Request> requests;
+        for (int i = 0; i < kGraphCalls; ++i)
+          requests.push_back(rank.comm.all_gather(send, recv, bytes, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        for (iris::Request& r : requests) r.wait();
+      });
+      const double g = timed([&] {
+        for (int i = 0; i < kGraphCalls; ++i) CUDA_CHECK(cudaGraphLaunch(exec, st));
+      });
+      if (sample > 0) {
+        eager.push_back(e);
+        replayed.push_back(g);
+      }
+    }
+    rank.client.check_graphs();
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    const double e = percentile(eager, 0.5), g = percentile(replayed, 0.5);
+    if (o.rank == 0)
+      std::printf("| %llu | %.1f | %.1f | %.2f |\n", static_cast<unsigned long long>(bytes), e, g,
+                  g / e);
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -378,6 +442,8 @@ int main(int argc, char** argv) {
   try {
     if (o.mode == "gemm") {
       gemm(o);
+    } else if (o.mode == "graph") {
+      graph_vs_eager(o);
     } else {
       sweep(o);
     }

@@ -6,6 +6,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,6 +41,29 @@ __global__ void check_kernel(const uint8_t* src, uint64_t bytes, uint64_t seed, 
     if (src[i] != pattern_byte(seed, rank, iteration, i)) atomicMin(first_bad, i);
 }
 
+// Graph mode: the data depends on a replay counter in GPU memory that the graph itself advances,
+// so that every replay moves new data with no host involvement.
+__global__ void fill_replay_kernel(uint8_t* dst, uint64_t bytes, uint64_t seed, uint32_t tag,
+                                   const uint64_t* replay, uint8_t invert) {
+  const uint64_t it = *replay;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < bytes;
+       i += uint64_t{gridDim.x} * blockDim.x)
+    dst[i] = pattern_byte(seed, tag, it, i) ^ invert;
+}
+
+__global__ void count_mismatches_kernel(const uint8_t* src, uint64_t bytes, uint64_t seed,
+                                        uint32_t tag, const uint64_t* replay,
+                                        unsigned long long* mismatches) {
+  const uint64_t it = *replay;
+  unsigned long long bad = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < bytes;
+       i += uint64_t{gridDim.x} * blockDim.x)
+    bad += src[i] != pattern_byte(seed, tag, it, i);
+  if (bad != 0) atomicAdd(mismatches, bad);
+}
+
+__global__ void next_replay_kernel(uint64_t* replay) { ++*replay; }
+
 struct Options {
   std::string socket;
   std::string key = "gpu";
@@ -46,6 +72,12 @@ struct Options {
   bool host_recv = false, inplace = false, time_only = false, stream = false;
   bool vmm = false;  // GPU buffers from the VMM API, several allocations each
   std::string collective = "all_gather";
+  // Graph mode: captured once, replayed `iterations` times; `graphs` times over (captured,
+  // replayed, destroyed), pausing after each round of `pause_every` graphs when `pause_dir` is
+  // set (the test reads irisd's state meanwhile); `die_after` replays, then this rank is killed.
+  bool graph = false;
+  uint32_t graphs = 1, pause_every = 0, die_after = 0;
+  std::string pause_dir;
 };
 
 // `bytes` (rounded up) of GPU 0's memory as PyTorch's expandable segments make it: one reserved
@@ -323,6 +355,112 @@ int run_collective(const Options& o) {
   return 0;
 }
 
+// Waits for the test at a pause point: says it is there (DIR/paused-K-RANK), goes on once
+// DIR/resume-K exists.
+void pause_for_test(const Options& o, uint32_t point) {
+  const std::string prefix = o.pause_dir + "/";
+  std::FILE* f = std::fopen(
+      (prefix + "paused-" + std::to_string(point) + "-" + std::to_string(o.rank)).c_str(), "w");
+  if (f != nullptr) std::fclose(f);
+  const std::string resume = prefix + "resume-" + std::to_string(point);
+  for (int i = 0; i < 6000; ++i) {
+    if (std::FILE* r = std::fopen(resume.c_str(), "r")) {
+      std::fclose(r);
+      return;
+    }
+    usleep(10000);
+  }
+  std::fprintf(stderr, "rank %u: not resumed at pause %u\n", o.rank, point);
+  std::exit(4);
+}
+
+// A producer kernel, the collective and a checking kernel captured into a CUDA graph and
+// replayed: each replay's data comes from a replay counter in GPU memory that the graph
+// advances; mismatches are counted in GPU memory and read once at the end.
+int run_graph(const Options& o) {
+  CUDA_CHECK(cudaSetDevice(0));
+  auto client = connect(o);
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  CUDA_CHECK(cudaFree(nullptr));
+  const bool all_to_all = o.collective == "all_to_all";
+  const uint64_t bytes = o.max_bytes;  // per block
+  const uint64_t send_bytes = bytes * (all_to_all ? o.nranks : 1);
+  const uint64_t recv_bytes = bytes * o.nranks;
+  uint8_t* send = gpu_alloc(o, send_bytes);
+  uint8_t* recv = gpu_alloc(o, recv_bytes);
+  auto send_buffer = client.register_cuda_buffer(send, send_bytes);
+  auto recv_buffer = client.register_cuda_buffer(recv, recv_bytes);
+  uint64_t* replay = nullptr;
+  unsigned long long* mismatches = nullptr;
+  CUDA_CHECK(cudaMalloc(&replay, sizeof(*replay)));
+  CUDA_CHECK(cudaMalloc(&mismatches, sizeof(*mismatches)));
+  CUDA_CHECK(cudaMemset(replay, 0, sizeof(*replay)));
+  CUDA_CHECK(cudaMemset(mismatches, 0, sizeof(*mismatches)));
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  // Tags: all-gather block r is rank r's; all-to-all block (s -> d) is s * 64 + d.
+  auto send_tag = [&](uint32_t peer) { return all_to_all ? o.rank * 64 + peer : o.rank; };
+  auto recv_tag = [&](uint32_t src) { return all_to_all ? src * 64 + o.rank : src; };
+  uint64_t replays = 0;
+  for (uint32_t g = 0; g < o.graphs; ++g) {
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (uint32_t src = 0; src < o.nranks; ++src)
+      fill_replay_kernel<<<kBlocks, kThreads, 0, st>>>(recv + src * bytes, bytes, o.seed,
+                                                       recv_tag(src), replay, 0xff);
+    for (uint32_t peer = 0; peer < (all_to_all ? o.nranks : 1); ++peer)
+      fill_replay_kernel<<<kBlocks, kThreads, 0, st>>>(send + peer * bytes, bytes, o.seed,
+                                                       send_tag(peer), replay, 0);
+    iris::Request none = all_to_all ? comm.all_to_all(send, recv, bytes, st)
+                                    : comm.all_gather(send, recv, bytes, st);
+    for (uint32_t src = 0; src < o.nranks; ++src)
+      count_mismatches_kernel<<<kBlocks, kThreads, 0, st>>>(recv + src * bytes, bytes, o.seed,
+                                                            recv_tag(src), replay, mismatches);
+    next_replay_kernel<<<1, 1, 0, st>>>(replay);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    if (none.valid()) {
+      std::fprintf(stderr, "rank %u: a captured collective returned a request to wait on\n",
+                   o.rank);
+      return 5;
+    }
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (uint32_t i = 0; i < o.iterations; ++i) {
+      if (o.die_after != 0 && replays == o.die_after) {
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        std::printf("rank %u dies after %llu replays\n", o.rank,
+                    static_cast<unsigned long long>(replays));
+        std::fflush(stdout);
+        raise(SIGKILL);
+      }
+      CUDA_CHECK(cudaGraphLaunch(exec, st));
+      ++replays;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    if (!o.pause_dir.empty() && o.pause_every != 0 && (g + 1) % o.pause_every == 0) {
+      comm.barrier();  // every rank has destroyed this round's graphs
+      pause_for_test(o, (g + 1) / o.pause_every);
+    }
+  }
+  unsigned long long bad = 0;
+  uint64_t replayed = 0;
+  CUDA_CHECK(cudaMemcpy(&bad, mismatches, sizeof(bad), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(&replayed, replay, sizeof(replayed), cudaMemcpyDeviceToHost));
+  client.check_graphs();  // throws the failure of a replay whose collective failed
+  if (bad != 0 || replayed != replays) {
+    std::fprintf(stderr, "rank %u: %llu mismatched bytes over %llu replays (%llu counted)\n",
+                 o.rank, bad, static_cast<unsigned long long>(replays),
+                 static_cast<unsigned long long>(replayed));
+    return 2;
+  }
+  std::printf("ok rank %u %s graph replays %llu\n", o.rank, o.collective.c_str(),
+              static_cast<unsigned long long>(replays));
+  CUDA_CHECK(cudaStreamDestroy(st));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -356,12 +494,23 @@ int main(int argc, char** argv) {
       o.stream = true;
     else if (a == "--collective")
       o.collective = next();
+    else if (a == "--graph")
+      o.graph = true;
+    else if (a == "--graphs")
+      o.graphs = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--pause-every")
+      o.pause_every = static_cast<uint32_t>(std::stoul(next()));
+    else if (a == "--pause-dir")
+      o.pause_dir = next();
+    else if (a == "--die-after")
+      o.die_after = static_cast<uint32_t>(std::stoul(next()));
     else {
       std::fprintf(stderr, "iris-gpu-rank: unknown argument %s\n", a.c_str());
       return 64;
     }
   }
   try {
+    if (o.graph) return run_graph(o);
     return o.collective == "all_gather" ? run(o) : run_collective(o);
   } catch (const iris::Error& e) {
     std::fprintf(stderr, "rank %u: %s\n", o.rank, e.what());

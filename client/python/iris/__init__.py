@@ -76,6 +76,7 @@ def _load():
         "iris_barrier": ([p], ctypes.c_int),
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
+        "iris_check_graphs": ([p], ctypes.c_int),
     }
     for name, (args, result) in signatures.items():
         fn = getattr(lib, name)
@@ -192,6 +193,13 @@ class Client:
             register = self.register_hip if self.engine == "hsa" else self.register_cuda
             self._tensors[key] = register(*key)
         return self._tensors[key]
+
+    def check_graphs(self):
+        """Collectives called on a stream under CUDA graph capture (torch.cuda.graph) become part
+        of the graph: each replay runs them in irisd with no Python call, and the graph waits for
+        them. After synchronizing, this raises the failure of the last failed replay (a rank died
+        or destroyed its graph: peer_lost; a rank never replayed: timeout)."""
+        _check(_lib.iris_check_graphs(self._handle))
 
     def close(self):
         if self._handle:

@@ -1,0 +1,150 @@
+// Collectives captured into CUDA graphs on the GPU, through a real irisd with the cuda engine:
+// producer kernel -> collective -> checking kernel captured once and replayed with new data each
+// time (a replay counter the graph advances), mismatches counted on the GPU; graphs destroyed and
+// captured again with irisd's plans and memory back to baseline; a rank killed between replays
+// failing the others' next replay instead of hanging it. Without an NVIDIA GPU each test skips.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "iris/error_code.hpp"
+#include "tests/gpu/gpu_test.hpp"
+
+namespace iris::testing {
+namespace {
+
+class GpuGraph : public GpuTest {
+ protected:
+  nlohmann::json stats() {
+    const auto r = run_program({iris_ctl_path(), "--socket", daemon->socket(), "stats", "--json"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output)["stats"];
+  }
+  // irisd's resident memory, from /proc.
+  uint64_t daemon_rss_kib() {
+    std::ifstream status("/proc/" + std::to_string(daemon->pid()) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+    return 0;
+  }
+};
+
+struct Shape {
+  std::string collective;
+  uint32_t nranks;
+};
+
+class GpuGraphReplays : public GpuGraph, public ::testing::WithParamInterface<Shape> {};
+
+TEST_P(GpuGraphReplays, AThousandReplaysMoveEveryReplaysDataWithNoMismatch) {
+  const Shape& s = GetParam();
+  expect_ok(run_ranks(s.nranks,
+                      {"--graph", "--collective", s.collective, "--key", "graph-" + s.collective,
+                       "--iterations", "1000", "--max-bytes", "65537"}));
+  EXPECT_EQ(stats()["graph_replays_total"], 1000 * s.nranks);
+  EXPECT_EQ(stats()["graph_plans"], 0) << "plans outlived their ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Graphs, GpuGraphReplays,
+                         ::testing::Values(Shape{"all_gather", 2}, Shape{"all_gather", 3},
+                                           Shape{"all_gather", 8}, Shape{"all_to_all", 2},
+                                           Shape{"all_to_all", 3}, Shape{"all_to_all", 8}),
+                         [](const auto& info) {
+                           return info.param.collective + "_" + std::to_string(info.param.nranks) +
+                                  "ranks";
+                         });
+
+TEST_F(GpuGraph, GraphsDestroyedAndCapturedAgainLeaveNoPlanOrMemoryBehind) {
+  const std::string dir = daemon->directory() + "/pauses";
+  std::filesystem::create_directories(dir);
+  constexpr uint32_t kRanks = 2, kRound = 50;
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < kRanks; ++r)
+    pids.push_back(spawn({gpu_rank_program_path(),
+                          "--socket",
+                          daemon->socket(),
+                          "--nranks",
+                          std::to_string(kRanks),
+                          "--rank",
+                          std::to_string(r),
+                          "--seed",
+                          std::to_string(seed),
+                          "--graph",
+                          "--key",
+                          "churn",
+                          "--iterations",
+                          "3",
+                          "--max-bytes",
+                          "4096",
+                          "--graphs",
+                          std::to_string(2 * kRound),
+                          "--pause-every",
+                          std::to_string(kRound),
+                          "--pause-dir",
+                          dir}));
+  auto wait_paused = [&](uint32_t point) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (;;) {
+      uint32_t there = 0;
+      for (uint32_t r = 0; r < kRanks; ++r)
+        there += std::filesystem::exists(dir + "/paused-" + std::to_string(point) + "-" +
+                                         std::to_string(r));
+      if (there == kRanks) return true;
+      if (std::chrono::steady_clock::now() > give_up) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  };
+  // After 50 graphs each: the plans are gone with their graphs (the ranks still run).
+  ASSERT_TRUE(wait_paused(1)) << daemon->log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // releases run on CUDA's thread
+  auto first = stats();
+  EXPECT_EQ(first["graph_plans"], 0);
+  EXPECT_EQ(first["graph_replays_total"], kRound * 3 * kRanks);
+  EXPECT_EQ(first["sessions"], kRanks);
+  const uint64_t rss_after_first = daemon_rss_kib();
+  std::ofstream(dir + "/resume-1").flush();
+  // After 50 more: still none held, and irisd's memory did not grow with them.
+  ASSERT_TRUE(wait_paused(2)) << daemon->log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto second = stats();
+  EXPECT_EQ(second["graph_plans"], 0);
+  EXPECT_EQ(second["graph_replays_total"], 2 * kRound * 3 * kRanks);
+  const uint64_t rss_after_second = daemon_rss_kib();
+  EXPECT_LT(rss_after_second, rss_after_first + 2048)
+      << "irisd grew by " << (rss_after_second - rss_after_first) << " KiB over 50 graphs";
+  std::ofstream(dir + "/resume-2").flush();
+  for (pid_t p : pids) EXPECT_EQ(wait_for(p), 0) << daemon->log();
+}
+
+TEST_F(GpuGraph, ARankKilledBetweenReplaysFailsTheOthersNextReplayInsteadOfHangingIt) {
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < 3; ++r) {
+    std::vector<std::string> argv = {
+        gpu_rank_program_path(), "--socket", daemon->socket(),     "--nranks", "3",     "--rank",
+        std::to_string(r),       "--seed",   std::to_string(seed), "--graph",  "--key", "die",
+        "--iterations",          "200",      "--max-bytes",        "8192"};
+    if (r == 1) {
+      argv.push_back("--die-after");
+      argv.push_back("50");
+    }
+    pids.push_back(spawn(argv));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const int survivor0 = wait_for(pids[0]);
+  const int killed = wait_for(pids[1]);
+  const int survivor2 = wait_for(pids[2]);
+  EXPECT_EQ(killed, 128 + SIGKILL);
+  // The survivors ran all their replays (none hung) and check_graphs reported peer_lost.
+  const int peer_lost = 10 + static_cast<int>(ErrorCode::kPeerLost);
+  EXPECT_EQ(survivor0, peer_lost) << daemon->log();
+  EXPECT_EQ(survivor2, peer_lost) << daemon->log();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+}
+
+}  // namespace
+}  // namespace iris::testing
