@@ -374,6 +374,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
 void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
                                       std::optional<StreamCopy> own_block,
                                       std::span<const uint64_t> v_args) {
+  stream_flags->check_capture_supported(stream);  // before irisd holds anything
   uint32_t plan_slot = 0;
   {
     std::lock_guard lock(plans_mutex_);

@@ -100,11 +100,14 @@ class CudaRuntime final : public GpuRuntime {
     check(cu_.cuStreamIsCapturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
     return status != CU_STREAM_CAPTURE_STATUS_NONE;
   }
-  void on_graph_destroyed(void* stream, std::function<void()> destroyed) override {
+  void check_capture_supported() override {
     if (cu_.cuStreamGetCaptureInfo == nullptr)
       throw Error(ErrorCode::kUnavailable,
                   "collectives in CUDA graphs need a driver with cuStreamGetCaptureInfo_v3 "
                   "(CUDA 12.3 or newer)");
+  }
+  void on_graph_destroyed(void* stream, std::function<void()> destroyed) override {
+    check_capture_supported();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     CUgraph graph = nullptr;
     check(cu_.cuStreamGetCaptureInfo(static_cast<CUstream>(stream), &status, nullptr, &graph,

@@ -63,6 +63,8 @@ class GpuRuntime {
 
   // CUDA graphs. Whether `stream` is capturing into a graph now.
   virtual bool capturing(void* stream) = 0;
+  // Throws iris::Error, saying why, where collectives cannot be captured (before anything is).
+  virtual void check_capture_supported() = 0;
   // Calls `destroyed` once the graph `stream` captures into is destroyed (on one of the
   // runtime's threads, where no GPU call may be made). Throws iris::Error where the runtime
   // cannot capture collectives.

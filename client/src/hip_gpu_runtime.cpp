@@ -117,12 +117,13 @@ class HipRuntime final : public GpuRuntime {
     return status != hipStreamCaptureStatusNone;
   }
   // Not run on ROCm hardware here: refused with the reason rather than captured untested.
-  void on_graph_destroyed(void*, std::function<void()>) override {
+  void check_capture_supported() override {
     throw Error(ErrorCode::kUnavailable,
                 "collectives cannot be captured into HIP graphs yet (the stream memory operations "
                 "they need are untested under hipStreamBeginCapture); call it outside the "
                 "capture, or use the CUDA path");
   }
+  void on_graph_destroyed(void*, std::function<void()>) override { check_capture_supported(); }
   void outside_capture_rules(const std::function<void()>& f) override { f(); }
 
  public:

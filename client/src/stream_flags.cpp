@@ -91,6 +91,10 @@ bool StreamFlagsMapping::capturing(GpuStream stream) {
   return ready_runtime(stream).capturing(stream.handle);
 }
 
+void StreamFlagsMapping::check_capture_supported(GpuStream stream) {
+  ready_runtime(stream).check_capture_supported();
+}
+
 void StreamFlagsMapping::enqueue_graph_plan(GpuStream stream, uint32_t index) {
   GpuRuntime& runtime = ready_runtime(stream);
   const uint64_t done = done_flags_ + std::size_t{index} * sizeof(uint32_t);

@@ -41,8 +41,10 @@ class StreamFlagsMapping {
   // Enqueues on `stream`: wait until the slot's done flag >= generation. Throws iris::Error.
   void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
 
-  // CUDA graphs (see daemon/collectives/graph_plans.hpp). Whether `stream` captures now.
+  // CUDA graphs (see daemon/collectives/graph_plans.hpp). Whether `stream` captures now; and
+  // throws the reason where its runtime cannot capture collectives.
   bool capturing(GpuStream stream);
+  void check_capture_supported(GpuStream stream);
   // Enqueues the graph plan at flag `index` on a capturing stream: ready = 1, wait until
   // done >= 1, done = 0. Constant values: right for any number of replays.
   void enqueue_graph_plan(GpuStream stream, uint32_t index);

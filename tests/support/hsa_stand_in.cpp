@@ -297,6 +297,11 @@ hipError_t h_runtime_version(int* v) {
 hipError_t h_stream_wait(hipStream_t, void*, uint32_t, unsigned, uint32_t) {
   return hip::streamops_cp_wait_requested() ? hipErrorInvalidValue : hipSuccess;
 }
+hipError_t h_is_capturing(hipStream_t stream, hipStreamCaptureStatus* status) {
+  *status = stream == HsaStandIn::capturing_stream() ? hipStreamCaptureStatusActive
+                                                     : hipStreamCaptureStatusNone;
+  return hipSuccess;
+}
 hipError_t h_device_count(int* count) {
   *count = g->node.gpus;
   return hipSuccess;
@@ -492,6 +497,7 @@ HsaStandIn::HsaStandIn(StandInNode node) {
   hip_.hipMemUnmap = h_unmap;
   hip_.hipMemSetAccess = h_set_access;
   hip_.hipStreamWaitValue32 = h_stream_wait;
+  hip_.hipStreamIsCapturing = h_is_capturing;
 }
 
 HsaStandIn::~HsaStandIn() {

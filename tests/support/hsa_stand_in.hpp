@@ -53,6 +53,8 @@ class HsaStandIn {
 
   const daemon::hsa::Runtime& hsa() const { return hsa_; }
   const hip::Runtime& hip() const { return hip_; }
+  // The one stream hipStreamIsCapturing reports as capturing.
+  static hipStream_t capturing_stream() { return reinterpret_cast<hipStream_t>(0xCA97); }
 
   // GPU memory of `device` and the IPC handle hipIpcGetMemHandle would give for it.
   std::byte* gpu_alloc(int device, std::size_t bytes);

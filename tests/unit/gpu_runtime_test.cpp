@@ -71,6 +71,7 @@ class FakeRuntime final : public GpuRuntime {
     record("wait " + std::to_string(address) + ">=" + std::to_string(value));
   }
   bool capturing(void*) override { return capturing_now; }
+  void check_capture_supported() override {}
   void on_graph_destroyed(void*, std::function<void()> destroyed) override {
     record("graph user object");
     graph_destroyed = std::move(destroyed);

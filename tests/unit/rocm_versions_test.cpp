@@ -104,6 +104,22 @@ TEST_P(VmmExport, LeavesTheOwnersAllocationAlive) {
 }
 INSTANTIATE_TEST_SUITE_P(Releases, VmmExport, ::testing::Values(kRocm52, kRocm62, kRocm71));
 
+// Collectives in HIP graphs are not supported yet: a capturing HIP stream is recognised and the
+// capture refused with the reason, never captured half-way.
+TEST(HipGraphs, ACapturingStreamIsRefusedWithTheReason) {
+  HsaStandIn rocm(node_of(kRocm62));
+  const auto runtime = make_hip_runtime(rocm.hip());
+  EXPECT_TRUE(runtime->capturing(HsaStandIn::capturing_stream()));
+  EXPECT_FALSE(runtime->capturing(reinterpret_cast<void*>(0x1234)));
+  try {
+    runtime->check_capture_supported();
+    ADD_FAILURE() << "a HIP capture was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(e.message().find("HIP graphs"), std::string::npos) << e.message();
+  }
+}
+
 TEST(HsaSignals, PooledSignalsAreGpuOnlyNotInterrupts) {
   HsaStandIn rocm(node_of(kRocm62));
   HsaEngine engine(rocm.hsa(), &rocm.hip(), {}, "test");
