@@ -222,33 +222,25 @@ TEST(JsonLogs, EveryLineIsAJsonObject) {
 
 TEST(IrisCtlLive, TopShowsSessionsRatesAndWhatAWaitingCollectiveWaitsOn) {
   DaemonProcess daemon;
-  ClientOptions o;
-  o.socket_path = daemon.socket();
-  o.client_name = "top-test";
-  auto a = Client::connect(o);
-  auto b = Client::connect(o);
-  auto ca = Communicator::init(a, "top", 2, 0);
-  auto cb = Communicator::init(b, "top", 2, 1);
-  auto sa = a.allocate(4096), ra = a.allocate(8192);
-  auto sb = b.allocate(4096), rb = b.allocate(8192);
+  TwoRanks t(daemon, "top", 4096);
   for (int i = 0; i < 10; ++i) {
-    auto r1 = ca.all_gather(sa.data(), ra.data(), 4096);
-    auto r2 = cb.all_gather(sb.data(), rb.data(), 4096);
+    auto r1 = t.ca.all_gather(t.sa.data(), t.ra.data(), 4096);
+    auto r2 = t.cb.all_gather(t.sb.data(), t.rb.data(), 4096);
     r1.wait();
     r2.wait();
   }
-  auto pending = ca.all_gather(sa.data(), ra.data(), 4096);  // rank 1 never comes
+  auto pending = t.ca.all_gather(t.sa.data(), t.ra.data(), 4096);  // rank 1 never comes
   // Piped: one snapshot over one interval, then exit.
   const auto top = ctl_json(daemon, {"top", "--interval", "0.2"});
   EXPECT_EQ(top["irisd"]["health"], "SERVING");
   EXPECT_EQ(top["irisd"]["sessions"], 2);
   EXPECT_EQ(top["irisd"]["collectives_in_flight"], 1);
   ASSERT_EQ(top["sessions"].size(), 2u);
-  EXPECT_EQ(top["sessions"][0]["name"], "top-test");
+  EXPECT_EQ(top["sessions"][0]["name"], "top-a");
   ASSERT_EQ(top["waiting"].size(), 1u);
   EXPECT_EQ(top["waiting"][0]["key"], "top");
   EXPECT_NE(top["waiting"][0]["waits_on (rank: session/pid)"].get<std::string>().find(
-                "1: " + std::to_string(b.session_id()) + "/" + std::to_string(::getpid())),
+                "1: " + std::to_string(t.b.session_id()) + "/" + std::to_string(::getpid())),
             std::string::npos)
       << top.dump();
   const auto text =

@@ -103,6 +103,15 @@ class GraphPlansTest : public ::testing::Test {
     return r;
   }
 
+  // Two ranks that captured an all-gather each, into plan slots `slot_a` and `slot_b`.
+  std::pair<Rank*, Rank*> two_ranks_captured(uint32_t slot_a, uint32_t slot_b) {
+    Rank& a = join(0, 2);
+    Rank& b = join(1, 2);
+    runtime->register_graph_plan(a.attached.session_id, all_gather(a), slot_a);
+    runtime->register_graph_plan(b.attached.session_id, all_gather(b), slot_b);
+    return {&a, &b};
+  }
+
   // What libiris sends at capture: the ring entry of the call, stream-ordered.
   shm::SubmitEntry all_gather(const Rank& r) {
     auto e = shm::collective_entry(
@@ -150,12 +159,11 @@ class GraphPlansTest : public ::testing::Test {
 };
 
 TEST_F(GraphPlansTest, EveryReplayRunsTheCapturedCollectiveWithConstantFlags) {
-  Rank& a = join(0, 2);
-  Rank& b = join(1, 2);
+  auto [pa, pb] = two_ranks_captured(5, 9);
+  Rank& a = *pa;
+  Rank& b = *pb;
   map_buffers(a);
   map_buffers(b);
-  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 5);
-  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 9);
   EXPECT_EQ(stats.graph_plans.load(), 2u);
   // Many replays, new data each time (as kernels in the graph would make): the flags' values
   // never grow, so nothing wraps however long the graph lives.
@@ -184,10 +192,9 @@ TEST_F(GraphPlansTest, EveryReplayRunsTheCapturedCollectiveWithConstantFlags) {
 }
 
 TEST_F(GraphPlansTest, AReleasedGraphFailsTheOtherRanksReplaysInsteadOfHangingThem) {
-  Rank& a = join(0, 2);
-  Rank& b = join(1, 2);
-  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 0);
-  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 0);
+  auto [pa, pb] = two_ranks_captured(0, 0);
+  Rank& a = *pa;
+  Rank& b = *pb;
   replay(a, 0);
   poll();
   runtime->release_graph_plan(b.attached.session_id, 0);  // b's graph destroyed
@@ -204,10 +211,9 @@ TEST_F(GraphPlansTest, AReleasedGraphFailsTheOtherRanksReplaysInsteadOfHangingTh
 }
 
 TEST_F(GraphPlansTest, ARankThatNeverReplaysTimesTheReplayOut) {
-  Rank& a = join(0, 2);
-  Rank& b = join(1, 2);
-  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 3);
-  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 3);
+  auto [pa, pb] = two_ranks_captured(3, 3);
+  Rank& a = *pa;
+  Rank& b = *pb;
   replay(a, 3);
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!take_done(a, 3) && std::chrono::steady_clock::now() < give_up) poll(1);
@@ -219,10 +225,9 @@ TEST_F(GraphPlansTest, ARankThatNeverReplaysTimesTheReplayOut) {
 }
 
 TEST_F(GraphPlansTest, ADeadRankFailsThePlanAndItsSessionTakesItsPlans) {
-  Rank& a = join(0, 2);
-  Rank& b = join(1, 2);
-  runtime->register_graph_plan(a.attached.session_id, all_gather(a), 1);
-  runtime->register_graph_plan(b.attached.session_id, all_gather(b), 1);
+  auto [pa, pb] = two_ranks_captured(1, 1);
+  Rank& a = *pa;
+  Rank& b = *pb;
   runtime->end_session(b.attached.session_id, true);
   ::close(b.peer);
   ranks.pop_back();
