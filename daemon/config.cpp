@@ -78,6 +78,10 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "captured collective on every rank")
       ->check(CLI::Range(10u, 86'400'000u))
       ->capture_default_str();
+  app.add_option("--max-graph-plans-per-uid", c.limits.max_graph_plans_per_uid,
+                 "collectives captured in CUDA graphs that one user's sessions may hold")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--operator-group", c.operator_group,
                  "members (and root) see every session and communicator; others their own");
   app.add_option("--max-comms", c.limits.max_comms_per_session,

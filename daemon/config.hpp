@@ -32,6 +32,9 @@ struct Limits {
   // A graph replay waiting this long for a rank that never replays fails its graph collective
   // on every rank (the graphs' waits end; the host sees timeout).
   uint32_t graph_replay_timeout_ms = 60000;
+  // Collectives captured in CUDA graphs that all of one user's sessions may hold (the progress
+  // loop looks at each one's ready flag every pass).
+  uint32_t max_graph_plans_per_uid = 1024;
 };
 
 struct Config {

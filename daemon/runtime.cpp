@@ -19,7 +19,8 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       sessions_(config),
       buffers_(config, engine, stats, sessions_),
       comms_(config, scheduler_),
-      plans_(scheduler_, stats, std::chrono::milliseconds(config.limits.graph_replay_timeout_ms)) {
+      plans_(scheduler_, stats, std::chrono::milliseconds(config.limits.graph_replay_timeout_ms),
+             config.limits.max_graph_plans_per_uid) {
   loop_.watch(engine_.completion_fd());
 }
 
@@ -290,7 +291,7 @@ bool Runtime::poll_once() {
     if (s->ring().take_found_full()) stats_.ring_full_total.fetch_add(1, std::memory_order_relaxed);
   }
   if (!awaiting_stream_.empty() && start_ready_stream_arrivals()) worked = true;
-  if (!plans_.idle() && plans_.poll(sessions_)) worked = true;
+  if (!plans_.idle() && plans_.poll()) worked = true;
   completions_.clear();
   if (engine_.poll(completions_) > 0) {
     worked = true;

@@ -7,8 +7,11 @@
 namespace iris::daemon {
 
 GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
-                       std::chrono::milliseconds replay_timeout)
-    : scheduler_(scheduler), stats_(stats), replay_timeout_(replay_timeout) {}
+                       std::chrono::milliseconds replay_timeout, uint32_t max_per_uid)
+    : scheduler_(scheduler),
+      stats_(stats),
+      replay_timeout_(replay_timeout),
+      max_per_uid_(max_per_uid) {}
 
 GraphPlans::~GraphPlans() = default;
 
@@ -22,6 +25,12 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
   if (plans_.count(key) != 0)
     throw Error(ErrorCode::kAlreadyExists,
                 "graph plan slot " + std::to_string(plan_slot) + " already holds a plan");
+  uint32_t& held = per_uid_[s.peer().uid];
+  if (held >= max_per_uid_)
+    throw Error(ErrorCode::kLimitExceeded,
+                "uid " + std::to_string(s.peer().uid) + " already holds " + std::to_string(held) +
+                    " collectives captured in CUDA graphs (max_graph_plans_per_uid); destroy "
+                    "some graphs or ask the operator to raise the limit");
   const uint32_t index = captured_[{comm.id, rank}]++;
   auto& group = groups_[{comm.id, index}];
   if (!group) {
@@ -45,10 +54,11 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
   }
   g.shadow.members[rank] = s.id();
   ++g.holders;
+  ++held;
   // The slot's flags start clear: a stale ready flag must not start a replay.
   s.reset_plan_flags(plan_slot);
-  plans_.emplace(key,
-                 Plan{s.id(), plan_slot, s.ring_depth() + plan_slot, rank, &g, std::move(request)});
+  plans_.emplace(
+      key, Plan{&s, s.id(), plan_slot, s.ring_depth() + plan_slot, rank, &g, std::move(request)});
   stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
   spdlog::debug("session {} captured '{}' graph collective #{} as rank {} (plan slot {})", s.id(),
                 comm.key, index, rank, plan_slot);
@@ -78,6 +88,9 @@ void GraphPlans::release_plan(std::map<PlanKey, Plan>::iterator it, const std::s
   Group& g = *p.group;
   g.shadow.members[p.rank].reset();
   --g.holders;
+  if (auto held = per_uid_.find(p.session->peer().uid);
+      held != per_uid_.end() && --held->second == 0)
+    per_uid_.erase(held);
   break_group(g, ErrorCode::kPeerLost,
               "rank " + std::to_string(p.rank) + " of communicator '" + g.shadow.key + "' " + why +
                   "; capture the graph again on every rank");
@@ -91,11 +104,10 @@ void GraphPlans::break_group(Group& g, ErrorCode code, const std::string& why) {
   scheduler_.break_comm(g.shadow, code, why);
 }
 
-bool GraphPlans::poll(SessionRegistry& sessions) {
+bool GraphPlans::poll() {
   bool arrived = false;
   for (auto& [key, p] : plans_) {
-    Session* s = sessions.find(p.session_id);
-    if (s == nullptr || !s->take_plan_ready(p.plan_slot)) continue;
+    if (!p.session->take_plan_ready(p.plan_slot)) continue;
     ++p.replays;
     stats_.graph_replays_total.fetch_add(1, std::memory_order_relaxed);
     const CompletionTarget target{p.session_id, p.slot_index, static_cast<uint32_t>(p.replays),

@@ -31,15 +31,17 @@
 #include <vector>
 
 #include "daemon/collectives/collective_scheduler.hpp"
-#include "daemon/sessions/session_registry.hpp"
+#include "daemon/sessions/session.hpp"
 #include "daemon/stats.hpp"
 
 namespace iris::daemon {
 
 class GraphPlans {
  public:
-  GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
-             std::chrono::milliseconds replay_timeout);
+  // `max_per_uid`: plans all of one user's sessions may hold; every pass of the progress loop
+  // looks at every plan's ready flag, so one tenant's plans must not slow everyone's pass.
+  GraphPlans(CollectiveScheduler& scheduler, Stats& stats, std::chrono::milliseconds replay_timeout,
+             uint32_t max_per_uid);
   ~GraphPlans();
 
   // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`. Throws
@@ -54,7 +56,7 @@ class GraphPlans {
 
   // Replays that reached their collective since the last poll start; groups whose replay waits
   // too long fail; groups nobody holds and nothing runs in go. True when anything arrived.
-  bool poll(SessionRegistry& sessions);
+  bool poll();
 
   std::size_t size() const { return plans_.size(); }
   // Nothing to poll: no plan held, no group left with collectives to finish.
@@ -63,6 +65,7 @@ class GraphPlans {
  private:
   struct Group;
   struct Plan {
+    Session* session;  // valid while the plan is: a session's plans go before it does
     uint64_t session_id;
     uint32_t plan_slot;
     uint32_t slot_index;  // ring depth + plan slot: where its flags and completion live
@@ -86,6 +89,8 @@ class GraphPlans {
   CollectiveScheduler& scheduler_;
   Stats& stats_;
   std::chrono::milliseconds replay_timeout_;
+  uint32_t max_per_uid_;
+  std::map<uid_t, uint32_t> per_uid_;
   uint64_t next_group_comm_id_ = 1ull << 62;  // apart from the registry's communicator ids
   std::map<PlanKey, Plan> plans_;
   // By (communicator, capture index): the k-th plan every rank registers on it.

@@ -297,5 +297,27 @@ TEST_F(GraphPlansTest, BadCapturesAreRefusedWithAReason) {
   EXPECT_EQ(stats.graph_plans.load(), 1u);
 }
 
+// Every progress-loop pass looks at every plan: one user cannot pile up plans that slow it for
+// everyone.
+TEST_F(GraphPlansTest, OneUserHoldsAtMostItsQuotaOfPlans) {
+  runtime.reset();
+  config.limits.max_graph_plans_per_uid = 2;
+  runtime = std::make_unique<Runtime>(config, engine, stats, loop);
+  Rank& a = join(0, 1);
+  const uint64_t id = a.attached.session_id;
+  runtime->register_graph_plan(id, all_gather(a), 0);
+  runtime->register_graph_plan(id, all_gather(a), 1);
+  try {
+    runtime->register_graph_plan(id, all_gather(a), 2);
+    ADD_FAILURE() << "a third plan was accepted over a quota of 2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kLimitExceeded);
+    EXPECT_NE(e.message().find("max_graph_plans_per_uid"), std::string::npos) << e.message();
+  }
+  runtime->release_graph_plan(id, 0);
+  runtime->register_graph_plan(id, all_gather(a), 2);  // room again
+  EXPECT_EQ(stats.graph_plans.load(), 2u);
+}
+
 }  // namespace
 }  // namespace iris::daemon
