@@ -7,7 +7,10 @@
     comm.all_gather(x, y, x.numel() * x.element_size(),
                     stream=torch.cuda.current_stream()).wait()
 
-libiris is found through $IRIS_LIBRARY (a path) or the loader's search path (libiris.so.0).
+libiris is found without settings: next to this package (a bundled copy), in the prefix the
+package is installed in (`cmake --install` puts it in <prefix>/share/iris/python, pip in
+<prefix>/lib/pythonX.Y/site-packages; libiris in <prefix>/lib), then on the loader's search
+path (libiris.so.0, as the Debian package installs it). $IRIS_LIBRARY (a path) overrides all.
 Pointers may be ints, Buffers, writable buffers inside a Buffer (memoryview, bytearray views),
 or objects with data_ptr() (torch tensors); streams may be ints (cudaStream_t, or hipStream_t on
 AMD) or objects with cuda_stream (torch.cuda.Stream, which is a HIP stream in ROCm builds of
@@ -21,6 +24,8 @@ timeout can be interrupted with Ctrl-C."""
 
 import ctypes
 import os
+import pathlib
+import sysconfig
 import time
 
 __all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request", "wait_all"]
@@ -45,8 +50,41 @@ class _IrisStream(ctypes.Structure):
 _STREAM_CUDA, _STREAM_HIP = 1, 2
 
 
+_LIBRARY = "libiris.so.0"
+
+
+def _library_candidates():
+    """Where libiris may be, in the order tried (see the module's docstring)."""
+    override = os.environ.get("IRIS_LIBRARY")
+    if override:
+        return [override]
+    here = pathlib.Path(__file__).resolve().parent
+    candidates = [here / _LIBRARY]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    libdirs = ["lib", "lib64"] + ([f"lib/{multiarch}"] if multiarch else [])
+    # <prefix>/share/iris/python/iris, <prefix>/lib/pythonX.Y/site-packages/iris and the like.
+    for prefix in here.parents[1:5]:
+        candidates += [prefix / d / _LIBRARY for d in libdirs]
+    candidates.append(_LIBRARY)  # the loader's search path
+    return candidates
+
+
+def _open_library():
+    tried = []
+    for candidate in _library_candidates():
+        if isinstance(candidate, pathlib.Path) and not candidate.exists():
+            continue
+        try:
+            return ctypes.CDLL(str(candidate))
+        except OSError as e:
+            tried.append(f"{candidate}: {e}")
+    raise ImportError("iris: cannot load libiris (" + "; ".join(tried) + "). Install irisd's "
+                      "package, or `cmake --install` into this package's prefix, or set "
+                      "IRIS_LIBRARY to the library's path")
+
+
 def _load():
-    lib = ctypes.CDLL(os.environ.get("IRIS_LIBRARY", "libiris.so.0"))
+    lib = _open_library()
     p, size, u32, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int64
     out = ctypes.POINTER(ctypes.c_void_p)
     stream = ctypes.POINTER(_IrisStream)

@@ -1,0 +1,388 @@
+"""irisd's Python client: ctypes over libiris's C interface (client/include/iris/iris.h).
+
+    import iris
+    client = iris.Client(name="trainer")          # $IRIS_SOCKET, else /run/irisd/irisd.sock
+    comm = iris.Communicator(client, "job-42", nranks=8, rank=rank)
+    client.register_tensor(x); client.register_tensor(y)   # torch CUDA tensors, kept registered
+    comm.all_gather(x, y, x.numel() * x.element_size(),
+                    stream=torch.cuda.current_stream()).wait()
+
+libiris is found without settings: next to this package (a bundled copy), in the prefix the
+package is installed in (`cmake --install` puts it in <prefix>/share/iris/python, pip in
+<prefix>/lib/pythonX.Y/site-packages; libiris in <prefix>/lib), then on the loader's search
+path (libiris.so.0, as the Debian package installs it). $IRIS_LIBRARY (a path) overrides all.
+Pointers may be ints, Buffers, writable buffers inside a Buffer (memoryview, bytearray views),
+or objects with data_ptr() (torch tensors); streams may be ints (cudaStream_t, or hipStream_t on
+AMD) or objects with cuda_stream (torch.cuda.Stream, which is a HIP stream in ROCm builds of
+PyTorch). With irisd's hsa engine (AMD GPUs) GPU memory and streams go through HIP, otherwise
+through CUDA.
+
+Registrations live as long as the Client: a Buffer the caller drops stays registered until
+`buffer.release()` or `client.close()`. `Request.wait(timeout)` returns False when the time ran
+out (as in C++), True once done, and raises IrisError when the collective failed; waits without a
+timeout can be interrupted with Ctrl-C."""
+
+import ctypes
+import os
+import pathlib
+import sysconfig
+import time
+
+__all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request", "wait_all"]
+
+# How long one wait in C lasts before Python looks for signals (Ctrl-C) again.
+_WAIT_SLICE_NS = 100_000_000
+
+
+class IrisError(RuntimeError):
+    """A failed libiris call: `code` is the iris::ErrorCode value, `name` its name, `message`
+    what happened and what to do."""
+
+    def __init__(self, code, name, message):
+        super().__init__(f"{name}: {message}")
+        self.code, self.name, self.message = code, name, message
+
+
+class _IrisStream(ctypes.Structure):
+    _fields_ = [("handle", ctypes.c_void_p), ("kind", ctypes.c_int)]
+
+
+_STREAM_CUDA, _STREAM_HIP = 1, 2
+
+
+_LIBRARY = "libiris.so.0"
+
+
+def _library_candidates():
+    """Where libiris may be, in the order tried (see the module's docstring)."""
+    override = os.environ.get("IRIS_LIBRARY")
+    if override:
+        return [override]
+    here = pathlib.Path(__file__).resolve().parent
+    candidates = [here / _LIBRARY]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    libdirs = ["lib", "lib64"] + ([f"lib/{multiarch}"] if multiarch else [])
+    # <prefix>/share/iris/python/iris, <prefix>/lib/pythonX.Y/site-packages/iris and the like.
+    for prefix in here.parents[1:5]:
+        candidates += [prefix / d / _LIBRARY for d in libdirs]
+    candidates.append(_LIBRARY)  # the loader's search path
+    return candidates
+
+
+def _open_library():
+    tried = []
+    for candidate in _library_candidates():
+        if isinstance(candidate, pathlib.Path) and not candidate.exists():
+            continue
+        try:
+            return ctypes.CDLL(str(candidate))
+        except OSError as e:
+            tried.append(f"{candidate}: {e}")
+    raise ImportError("iris: cannot load libiris (" + "; ".join(tried) + "). Install irisd's "
+                      "package, or `cmake --install` into this package's prefix, or set "
+                      "IRIS_LIBRARY to the library's path")
+
+
+def _load():
+    lib = _open_library()
+    p, size, u32, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.c_int64
+    out = ctypes.POINTER(ctypes.c_void_p)
+    stream = ctypes.POINTER(_IrisStream)
+    u64s = ctypes.POINTER(ctypes.c_uint64)
+    signatures = {
+        "iris_last_error": ([], ctypes.c_char_p),
+        "iris_error_name": ([ctypes.c_int], ctypes.c_char_p),
+        "iris_connect": ([ctypes.c_char_p, ctypes.c_char_p, out], ctypes.c_int),
+        "iris_client_release": ([p], None),
+        "iris_client_engine": ([p], ctypes.c_char_p),
+        "iris_allocate": ([p, size, out], ctypes.c_int),
+        "iris_register_cuda": ([p, p, size, out], ctypes.c_int),
+        "iris_register_host": ([p, p, size, out], ctypes.c_int),
+        "iris_register_hip": ([p, p, size, out], ctypes.c_int),
+        "iris_buffer_data": ([p], p),
+        "iris_buffer_size": ([p], size),
+        "iris_buffer_release": ([p], None),
+        "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
+        "iris_comm_destroy": ([p], ctypes.c_int),
+        "iris_all_gather": ([p, p, p, size, stream, out], ctypes.c_int),
+        "iris_all_to_all": ([p, p, p, size, stream, out], ctypes.c_int),
+        "iris_all_to_all_v": ([p, p, u64s, u64s, p, u64s, u64s, stream, out], ctypes.c_int),
+        "iris_broadcast": ([p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_gather": ([p, p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_scatter": ([p, p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_request_wait": ([p, i64], ctypes.c_int),
+        "iris_barrier": ([p], ctypes.c_int),
+        "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
+        "iris_request_release": ([p], None),
+        "iris_check_graphs": ([p], ctypes.c_int),
+    }
+    for name, (args, result) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, result
+    return lib
+
+
+_lib = _load()
+
+
+def _check(code):
+    if code != 0:
+        raise IrisError(code, _lib.iris_error_name(code).decode(),
+                        _lib.iris_last_error().decode())
+
+
+def _created(call, *args):
+    handle = ctypes.c_void_p()
+    _check(call(*args, ctypes.byref(handle)))
+    return handle
+
+
+def _address(x):
+    if x is None:
+        return None
+    if isinstance(x, Buffer):
+        return x.data
+    if hasattr(x, "data_ptr"):
+        return x.data_ptr()
+    if isinstance(x, int):
+        return x
+    if isinstance(x, bytes):
+        raise IrisError(1, "invalid_argument",
+                        "a bytes object lives in Python's own memory, which irisd cannot reach: "
+                        "copy it into a Buffer from client.allocate() (buffer.view()[:] = data)")
+    try:
+        view = memoryview(x)
+    except TypeError:
+        raise IrisError(1, "invalid_argument",
+                        f"cannot use a {type(x).__name__} as a pointer: pass a Buffer, a view "
+                        "of one, an int address or a torch tensor") from None
+    if view.readonly:
+        raise IrisError(1, "invalid_argument", "a read-only buffer cannot take part in a collective")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B")))
+
+
+def _stream(s, hip):
+    if s is None:
+        return None
+    handle = int(getattr(s, "cuda_stream", s))
+    if handle == 0:
+        raise IrisError(1, "invalid_argument",
+                        "the legacy default stream (0) cannot order a collective: pass a "
+                        "created stream (torch.cuda.Stream()), or no stream to wait from the host")
+    return ctypes.byref(_IrisStream(handle, _STREAM_HIP if hip else _STREAM_CUDA))
+
+
+def _u64_array(values, nranks, what):
+    values = [int(v) for v in values]
+    if len(values) != nranks:
+        raise IrisError(1, "invalid_argument",
+                        f"all_to_all_v: {what} needs {nranks} entries (one per rank), "
+                        f"got {len(values)}")
+    return (ctypes.c_uint64 * nranks)(*values)
+
+
+class Client:
+    """An attached session of irisd. Buffers it registers stay registered while it lives, also
+    when the caller drops them (release() or close() ends them)."""
+
+    def __init__(self, socket_path=None, name=None):
+        self._handle = None
+        self._buffers = {}  # id -> Buffer: registrations live as long as the client
+        self._tensors = {}  # (address, bytes) -> Buffer, so a tensor registers once
+        self._handle = _created(_lib.iris_connect,
+                                socket_path.encode() if socket_path else None,
+                                name.encode() if name else None)
+
+    @property
+    def engine(self):
+        return _lib.iris_client_engine(self._handle).decode()
+
+    def _keep(self, handle):
+        buffer = Buffer(handle, self)
+        self._buffers[id(buffer)] = buffer
+        return buffer
+
+    def allocate(self, nbytes):
+        """Host memory shared with irisd."""
+        return self._keep(_created(_lib.iris_allocate, self._handle, nbytes))
+
+    def register_host(self, address, nbytes):
+        """Existing host memory shared with irisd in place: page-aligned, private anonymous
+        memory (an mmap.mmap(-1, n) or a page-aligned numpy array); its pages are moved onto
+        memory irisd can reach, contents copied once."""
+        return self._keep(_created(_lib.iris_register_host, self._handle, _address(address),
+                                   nbytes))
+
+    def register_cuda(self, device_ptr, nbytes):
+        """GPU memory of this process; it must outlive its registration."""
+        return self._keep(_created(_lib.iris_register_cuda, self._handle, device_ptr, nbytes))
+
+    def register_hip(self, device_ptr, nbytes):
+        """GPU memory from hipMalloc (hsa engine); it must outlive its registration."""
+        return self._keep(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
+
+    def register_tensor(self, tensor):
+        """A contiguous torch GPU tensor's storage range (HIP memory under the hsa engine),
+        registered once per range and kept until release() or close()."""
+        if not tensor.is_contiguous():
+            raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
+        key = (tensor.data_ptr(), tensor.numel() * tensor.element_size())
+        if key not in self._tensors or self._tensors[key]._handle is None:
+            register = self.register_hip if self.engine == "hsa" else self.register_cuda
+            self._tensors[key] = register(*key)
+        return self._tensors[key]
+
+    def check_graphs(self):
+        """Collectives called on a stream under CUDA graph capture (torch.cuda.graph) become part
+        of the graph: each replay runs them in irisd with no Python call, and the graph waits for
+        them. After synchronizing, this raises the failure of the last failed replay (a rank died
+        or destroyed its graph: peer_lost; a rank never replayed: timeout)."""
+        _check(_lib.iris_check_graphs(self._handle))
+
+    def close(self):
+        if self._handle:
+            for buffer in list(self._buffers.values()):
+                buffer.release()
+            _lib.iris_client_release(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+
+class Buffer:
+    """A registered buffer; `view()` gives host buffers' bytes as a memoryview; len() is its
+    size in bytes."""
+
+    def __init__(self, handle, client=None):
+        self._handle = handle
+        self._client = client
+        self.data = _lib.iris_buffer_data(handle)
+        self.size = _lib.iris_buffer_size(handle)
+
+    def __len__(self):
+        return self.size
+
+    def view(self):
+        return memoryview((ctypes.c_ubyte * self.size).from_address(self.data)).cast("B")
+
+    def release(self):
+        """Ends the registration (irisd stops using the memory)."""
+        if self._handle:
+            _lib.iris_buffer_release(self._handle)
+            self._handle = None
+        if self._client is not None:
+            self._client._buffers.pop(id(self), None)
+            self._client = None
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self.release()
+
+
+class Request:
+    """A submitted collective."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def wait(self, timeout=None):
+        """Waits `timeout` seconds (None: without limit). Returns True once complete, False if
+        the time ran out; raises IrisError if the collective failed. Ctrl-C interrupts it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE_NS if deadline is None else \
+                max(0, min(_WAIT_SLICE_NS, int((deadline - time.monotonic()) * 1e9)))
+            code = _lib.iris_request_wait(self._handle, left)
+            if code != 12:  # not a timeout of this slice
+                _check(code)
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def test(self):
+        done = ctypes.c_int(0)
+        _check(_lib.iris_request_test(self._handle, ctypes.byref(done)))
+        return bool(done.value)
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _lib.iris_request_release(self._handle)
+            self._handle = None
+
+
+def wait_all(requests):
+    """Waits for every request, then raises the first failure (by position), if any."""
+    first = None
+    for request in requests:
+        try:
+            request.wait()
+        except IrisError as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+class Communicator:
+    """Rank `rank` of `nranks` in the communicator `key`."""
+
+    def __init__(self, client, key, nranks, rank):
+        self._handle = None
+        self._client = client  # the connection outlives the communicator
+        self.rank, self.nranks = rank, nranks
+        self._hip = client.engine == "hsa"
+        self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks, rank)
+
+    def _submit(self, call, *args, stream=None):
+        return Request(_created(call, self._handle, *args, _stream(stream, self._hip)))
+
+    def all_gather(self, send, recv, nbytes, stream=None):
+        """ncclAllGather: `nbytes` from each rank's send land at recv + rank * nbytes. With
+        `stream` (every collective takes one), ordered on that CUDA (or, under the hsa engine,
+        HIP) stream."""
+        return self._submit(_lib.iris_all_gather, _address(send), _address(recv), nbytes,
+                            stream=stream)
+
+    def all_to_all(self, send, recv, nbytes_per_peer, stream=None):
+        """Block j of send goes to rank j, landing at its recv + rank * nbytes_per_peer."""
+        return self._submit(_lib.iris_all_to_all, _address(send), _address(recv),
+                            nbytes_per_peer, stream=stream)
+
+    def all_to_all_v(self, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                     stream=None):
+        """MPI_Alltoallv in bytes: send_counts[j] bytes at send + send_displs[j] go to rank j,
+        landing at its recv + recv_displs[rank]; lists of nranks integers."""
+        n = self.nranks
+        return self._submit(_lib.iris_all_to_all_v, _address(send),
+                            _u64_array(send_counts, n, "send_counts"),
+                            _u64_array(send_displs, n, "send_displs"), _address(recv),
+                            _u64_array(recv_counts, n, "recv_counts"),
+                            _u64_array(recv_displs, n, "recv_displs"), stream=stream)
+
+    def broadcast(self, buf, nbytes, root, stream=None):
+        """Root's `nbytes` at buf land in every rank's buf."""
+        return self._submit(_lib.iris_broadcast, _address(buf), nbytes, root, stream=stream)
+
+    def gather(self, send, recv, nbytes, root, stream=None):
+        """Each rank's send lands at root's recv + rank * nbytes (recv: root only, else None)."""
+        return self._submit(_lib.iris_gather, _address(send), _address(recv), nbytes, root,
+                            stream=stream)
+
+    def scatter(self, send, recv, nbytes, root, stream=None):
+        """Root's send + rank * nbytes lands in each rank's recv (send: root only, else None)."""
+        return self._submit(_lib.iris_scatter, _address(send), _address(recv), nbytes, root,
+                            stream=stream)
+
+    def barrier(self):
+        """Returns once every rank has called barrier()."""
+        _check(_lib.iris_barrier(self._handle))
+
+    def destroy(self):
+        if self._handle:
+            handle, self._handle = self._handle, None
+            _check(_lib.iris_comm_destroy(handle))
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _lib.iris_comm_destroy(self._handle)
+            self._handle = None

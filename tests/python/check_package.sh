@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Python package as a user installs it, with no settings: Debian's python3 in a fresh virtual
+# environment (its setuptools and wheel, offline), libiris installed into the same prefix by
+# `cmake --install`, the package by `pip install --no-build-isolation ./client/python`; then a
+# real irisd and an all-gather through the installed package, which must have found libiris in
+# its prefix (not through IRIS_LIBRARY, LD_LIBRARY_PATH or PYTHONPATH, all unset). The same for
+# the copy `cmake --install` puts under <prefix>/share/iris/python.
+# Usage: check_package.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+python=/usr/bin/python3
+"$python" -c "import venv, setuptools, wheel" 2>/dev/null ||
+  { echo "check_package: Debian's python3 with venv, setuptools and wheel is needed (packages python3-venv python3-setuptools python3-wheel)"; exit 1; }
+scratch=$(mktemp -d)
+daemon=
+cleanup() {
+  [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+unset IRIS_LIBRARY LD_LIBRARY_PATH PYTHONPATH
+
+"$python" -m venv --system-site-packages "$scratch/venv"
+cmake --install "$build" --prefix "$scratch/venv" >/dev/null
+"$scratch/venv/bin/pip" install --no-index --no-build-isolation -q "$src/client/python"
+
+"$build/daemon/irisd" --socket "$scratch/irisd.sock" --engine host >"$scratch/irisd.log" 2>&1 &
+daemon=$!
+for _ in $(seq 100); do [ -S "$scratch/irisd.sock.attach" ] && break; sleep 0.1; done
+
+check='
+import sys, iris
+where = sys.argv[1]
+assert iris.__file__.startswith(where), (iris.__file__, where)
+assert iris._lib._name.startswith(sys.argv[2]), iris._lib._name
+client = iris.Client(sys.argv[3], name="check_package")
+comm = iris.Communicator(client, "check_package", nranks=1, rank=0)
+send, recv = client.allocate(4096), client.allocate(4096)
+send.view()[:] = bytes(range(256)) * 16
+comm.all_gather(send, recv, 4096).wait()
+assert bytes(recv.view()) == bytes(send.view())
+print("check_package:", iris.__file__, "->", iris._lib._name)
+'
+cd "$scratch"  # not the source tree: its client/python must not be what imports
+site=$("$scratch/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+"$scratch/venv/bin/python" -c "$check" "$site/iris" "$scratch/venv/lib" "$scratch/irisd.sock"
+# cmake --install's copy, found by its path (as a user would put it on sys.path).
+PYTHONPATH="$scratch/venv/share/iris/python" "$python" -c "$check" \
+  "$scratch/venv/share/iris/python/iris" "$scratch/venv/lib" "$scratch/irisd.sock"
+# IRIS_LIBRARY still overrides, and a wrong one is a clear import error.
+if IRIS_LIBRARY=/nonexistent/libiris.so.0 "$scratch/venv/bin/python" -c "import iris" 2>"$scratch/err"; then
+  echo "check_package: a missing IRIS_LIBRARY was accepted"; exit 1
+fi
+grep -q "cannot load libiris" "$scratch/err" || { cat "$scratch/err"; exit 1; }
+echo "check_package: all good"
