@@ -163,14 +163,16 @@ TEST(Heartbeat, BeatsOnTheLoopThreadAndStopsWhileTheLoopIsBlocked) {
   IdleWork work;
   ProgressLoop loop(std::chrono::microseconds(0));
   std::atomic<int> beats{0};
-  std::atomic<bool> on_loop_thread{true};
-  std::thread::id loop_thread;
+  std::atomic<std::thread::id> beat_thread{};  // the thread of the first beat
+  std::atomic<bool> one_thread{true};          // every beat on that thread
   loop.set_heartbeat(std::chrono::milliseconds(10), [&] {
-    if (std::this_thread::get_id() != loop_thread) on_loop_thread = false;
+    std::thread::id none{};
+    const std::thread::id me = std::this_thread::get_id();
+    if (!beat_thread.compare_exchange_strong(none, me) && none != me) one_thread = false;
     ++beats;
   });
   loop.start(work);
-  loop_thread = loop.call([] { return std::this_thread::get_id(); });
+  const std::thread::id loop_thread = loop.call([] { return std::this_thread::get_id(); });
   const auto wait_for_beats = [&](int n) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (beats.load() < n && std::chrono::steady_clock::now() < deadline)
@@ -192,7 +194,8 @@ TEST(Heartbeat, BeatsOnTheLoopThreadAndStopsWhileTheLoopIsBlocked) {
   release.set_value();
   EXPECT_TRUE(wait_for_beats(while_blocked + 3)) << "beats did not resume";
   loop.stop();
-  EXPECT_TRUE(on_loop_thread.load());
+  EXPECT_TRUE(one_thread.load());
+  EXPECT_EQ(beat_thread.load(), loop_thread) << "the beat ran off the loop thread";
 }
 
 TEST(JsonLog, EachLineIsOneObjectWhateverTheMessageHolds) {
