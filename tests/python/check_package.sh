@@ -20,6 +20,10 @@ cleanup() {
 }
 trap cleanup EXIT
 unset IRIS_LIBRARY LD_LIBRARY_PATH PYTHONPATH
+# Under scripts/sanitize.sh libiris is instrumented and python3 is not: the sanitizer runtime
+# must come first (python's own allocations are no leaks of ours).
+run_python=(env)
+[ -n "${IRIS_TEST_PRELOAD:-}" ] && run_python=(env "LD_PRELOAD=$IRIS_TEST_PRELOAD" ASAN_OPTIONS=detect_leaks=0)
 
 "$python" -m venv --system-site-packages "$scratch/venv"
 cmake --install "$build" --prefix "$scratch/venv" >/dev/null
@@ -44,9 +48,10 @@ print("check_package:", iris.__file__, "->", iris._lib._name)
 '
 cd "$scratch"  # not the source tree: its client/python must not be what imports
 site=$("$scratch/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-"$scratch/venv/bin/python" -c "$check" "$site/iris" "$scratch/venv/lib" "$scratch/irisd.sock"
+"${run_python[@]}" "$scratch/venv/bin/python" -c "$check" "$site/iris" "$scratch/venv/lib" \
+  "$scratch/irisd.sock"
 # cmake --install's copy, found by its path (as a user would put it on sys.path).
-PYTHONPATH="$scratch/venv/share/iris/python" "$python" -c "$check" \
+"${run_python[@]}" PYTHONPATH="$scratch/venv/share/iris/python" "$python" -c "$check" \
   "$scratch/venv/share/iris/python/iris" "$scratch/venv/lib" "$scratch/irisd.sock"
 # IRIS_LIBRARY still overrides, and a wrong one is a clear import error.
 if IRIS_LIBRARY=/nonexistent/libiris.so.0 "$scratch/venv/bin/python" -c "import iris" 2>"$scratch/err"; then
