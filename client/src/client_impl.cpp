@@ -205,13 +205,18 @@ void Client::Impl::count_rejection() {
 }
 
 std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
-                                            clock::time_point deadline) {
+                                            clock::time_point deadline, const Outcome* outcome) {
   check_owner();
+  // Taken back while we waited: the slot may already hold another request's completion.
+  auto result = [&]() -> std::optional<ErrorCode> {
+    if (outcome != nullptr && outcome->ready.load(std::memory_order_acquire)) return outcome->code;
+    return poll(slot, generation);
+  };
   const auto start = clock::now();
   const auto spin_until = std::min(deadline, start + kSpinBeforeSleep);
   const auto yield_after = start + kPureSpin;
   for (auto now = start; now < spin_until; now = clock::now()) {
-    if (auto code = poll(slot, generation)) return code;
+    if (auto code = result()) return code;
     // Past the first microseconds, give the core away on each turn: on a busy node the daemon
     // (or a peer rank) may be runnable on this very core, and a pure spin would hold it off
     // until our time slice ends.
@@ -222,10 +227,10 @@ std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
     }
   }
   for (;;) {
-    if (auto code = poll(slot, generation)) return code;
+    if (auto code = result()) return code;
     throw_if_daemon_gone();
     if (clock::now() >= deadline) return std::nullopt;
-    sleep_for_completions(deadline, [&] { return poll(slot, generation).has_value(); });
+    sleep_for_completions(deadline, [&] { return result().has_value(); });
   }
 }
 
@@ -234,13 +239,12 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
     {
       std::lock_guard lock(slots_mutex_);
       if (free_slots_.empty()) {
+        // Every slot is held: take back those whose request completed, whether or not its
+        // Request has looked yet (it finds the result in its outcome).
         for (uint32_t i = 0; i < slots_.size(); ++i) {
           SlotState& s = slots_[i];
-          if (s.abandoned && poll(i, s.generation)) {
-            s.abandoned = false;
-            s.in_use = false;
-            free_slots_.push_back(i);
-          }
+          if (!s.in_use) continue;
+          if (auto code = poll(i, s.generation)) take_back_completed(i, *code);
         }
       }
       if (!free_slots_.empty()) {
@@ -248,6 +252,8 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
         free_slots_.pop_back();
         SlotState& s = slots_[slot];
         s.in_use = true;
+        s.abandoned = false;
+        s.outcome = std::make_shared<Outcome>();
         s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
         return slot;
       }
@@ -261,22 +267,51 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
     sleep_for_completions(deadline, [this] {
       std::lock_guard lock(slots_mutex_);
       for (uint32_t i = 0; i < slots_.size(); ++i)
-        if (!slots_[i].in_use || (slots_[i].abandoned && poll(i, slots_[i].generation)))
-          return true;
+        if (!slots_[i].in_use || poll(i, slots_[i].generation)) return true;
       return false;
     });
   }
 }
 
-void Client::Impl::release_slot(uint32_t slot, bool completed) {
+void Client::Impl::release_slot(uint32_t slot) {
   std::lock_guard lock(slots_mutex_);
   SlotState& s = slots_[slot];
-  if (completed) {
-    s.in_use = false;
-    free_slots_.push_back(slot);
-  } else {
-    s.abandoned = true;
+  s.in_use = false;
+  s.outcome.reset();
+  free_slots_.push_back(slot);
+}
+
+void Client::Impl::take_back_completed(uint32_t slot, ErrorCode code) {
+  SlotState& s = slots_[slot];
+  if (s.outcome && !s.abandoned) {
+    s.outcome->code = code;
+    // Read now: the next request in this slot overwrites the text.
+    if (code != ErrorCode::kOk) s.outcome->why = failure_text(slot);
+    s.outcome->ready.store(true, std::memory_order_release);
   }
+  s.outcome.reset();
+  s.abandoned = false;
+  s.in_use = false;
+  free_slots_.push_back(slot);
+}
+
+std::pair<ErrorCode, std::string> Client::Impl::collect(uint32_t slot, const Outcome& outcome,
+                                                        ErrorCode code) {
+  std::lock_guard lock(slots_mutex_);
+  if (outcome.ready.load(std::memory_order_acquire)) return {outcome.code, outcome.why};
+  std::string why = code != ErrorCode::kOk ? failure_text(slot) : std::string();
+  SlotState& s = slots_[slot];
+  s.in_use = false;
+  s.outcome.reset();
+  free_slots_.push_back(slot);
+  return {code, std::move(why)};
+}
+
+void Client::Impl::abandon(uint32_t slot, const Outcome& outcome) {
+  std::lock_guard lock(slots_mutex_);
+  // Taken back already (the outcome is ready, the slot may hold another request): nothing to do.
+  if (outcome.ready.load(std::memory_order_acquire)) return;
+  slots_[slot].abandoned = true;
 }
 
 void Client::Impl::ring_doorbell() {
@@ -322,7 +357,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     try {
       stage_args(slot, v_args, entry);
     } catch (const Error&) {
-      release_slot(slot, true);
+      release_slot(slot);
       throw;
     }
   }
@@ -331,11 +366,11 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     try {
       captured = stream_flags->capturing(*stream);
     } catch (const Error&) {
-      release_slot(slot, true);
+      release_slot(slot);
       throw;
     }
     if (captured) {
-      release_slot(slot, true);
+      release_slot(slot);
       capture_graph_plan(entry, *stream, own_block, v_args);
       return Request();
     }
@@ -344,7 +379,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
         stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);
       stream_flags->enqueue_ready(*stream, slot, generation);
     } catch (const Error&) {
-      release_slot(slot, true);
+      release_slot(slot);
       throw;
     }
   }
@@ -355,7 +390,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     // daemon is slow to pop; then this waits, never overwrites.
     while (!producer_.try_push(entry)) {
       if (daemon_gone() || clock::now() >= deadline) {
-        release_slot(slot, true);
+        release_slot(slot);
         throw_if_daemon_gone();
         throw Error(ErrorCode::kBusy, "submission ring full: irisd is not keeping up");
       }
@@ -366,7 +401,8 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   ring_doorbell();
   // After the push: the request is in flight whatever happens here, and a failure to enqueue
   // the wait is reported while the Request still tracks the slot.
-  Request request(std::make_shared<Request::Impl>(shared_from_this(), slot, generation));
+  Request request(
+      std::make_shared<Request::Impl>(shared_from_this(), slot, generation, slots_[slot].outcome));
   if (stream) stream_flags->enqueue_wait_done(*stream, slot, generation);
   return request;
 }
@@ -401,7 +437,7 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
       try {
         stage_args(*staging, v_args, entry);
       } catch (const Error&) {
-        release_slot(*staging, true);
+        release_slot(*staging);
         throw;
       }
     }
@@ -412,10 +448,10 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
     try {
       session_call(request, "capture a collective into a CUDA graph");
     } catch (const Error&) {
-      if (staging) release_slot(*staging, true);
+      if (staging) release_slot(*staging);
       throw;
     }
-    if (staging) release_slot(*staging, true);
+    if (staging) release_slot(*staging);
   } catch (const Error&) {
     free_plan_slot();
     throw;

@@ -35,6 +35,15 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   Impl(const ClientOptions& options);
   ~Impl();
 
+  // A request's result once its completion slot went back to the pool before its Request looked
+  // (acquire_slot takes back completed slots when none is free, so that Requests kept unwaited
+  // never block later calls); shared by the slot's state and the Request.
+  struct Outcome {
+    std::atomic<bool> ready{false};  // release: code and why are set
+    ErrorCode code = ErrorCode::kOk;
+    std::string why;
+  };
+
   // Submits one entry; `seq_counter`, when given, supplies entry.seq under the submission lock
   // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
   // request is ordered on it: ready flag written by the stream, the stream waits for done.
@@ -57,15 +66,24 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                           std::optional<StreamCopy> own_block, std::span<const uint64_t> v_args);
   // Throws the failure of a graph plan's last replay (Client::check_graphs).
   void check_graphs();
-  // Waits for a slot's completion until `deadline`; nullopt on timeout. Throws kDaemonGone.
+  // Waits for a slot's completion until `deadline`, or until `outcome` is ready (its slot was
+  // taken back); nullopt on timeout. Throws kDaemonGone.
   std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
-                                std::chrono::steady_clock::time_point deadline);
+                                std::chrono::steady_clock::time_point deadline,
+                                const Outcome* outcome = nullptr);
   std::optional<ErrorCode> poll(uint32_t slot, uint32_t generation) const;
   // The daemon's reason for the failure completed in `slot` (empty when it gave none).
   std::string failure_text(uint32_t slot) const;
   // Counts a request libiris refused before it reached irisd (shown by `iris-ctl sessions`).
   void count_rejection();
-  void release_slot(uint32_t slot, bool completed);
+  // A slot whose request never reached the ring (or only staged arguments) back to the pool.
+  void release_slot(uint32_t slot);
+  // The Request saw `code` in its slot (or found its outcome ready): its result, and the slot
+  // back in the pool unless acquire_slot already took it.
+  std::pair<ErrorCode, std::string> collect(uint32_t slot, const Outcome& outcome, ErrorCode code);
+  // The Request went away before its completion: the slot is taken back once it completes
+  // (unless it was already).
+  void abandon(uint32_t slot, const Outcome& outcome);
 
   Buffer allocate(std::size_t bytes);
   // Moves the pages of [ptr, ptr + bytes) onto memory irisd allocated (see Client::register_host).
@@ -126,8 +144,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   struct SlotState {
     uint32_t generation = 0;
     bool in_use = false;
-    bool abandoned = false;  // its Request went away before the completion arrived
+    bool abandoned = false;            // its Request went away before the completion arrived
+    std::shared_ptr<Outcome> outcome;  // its Request's, while the request is in flight
   };
+  // With slots_mutex_ held: a completed slot back to the pool, its result kept in its outcome.
+  void take_back_completed(uint32_t slot, ErrorCode code);
 
   std::mutex submit_mutex_;  // process-local: the ring has one producer per session
   shm::RingProducer<shm::SubmitEntry> producer_;
@@ -162,8 +183,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 };
 
 struct Request::Impl {
-  Impl(std::shared_ptr<Client::Impl> c, uint32_t s, uint32_t g)
-      : client(std::move(c)), slot(s), generation(g) {}
+  Impl(std::shared_ptr<Client::Impl> c, uint32_t s, uint32_t g,
+       std::shared_ptr<Client::Impl::Outcome> o)
+      : client(std::move(c)), slot(s), generation(g), outcome(std::move(o)) {}
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
   ~Impl();
@@ -171,6 +193,7 @@ struct Request::Impl {
   std::shared_ptr<Client::Impl> client;
   uint32_t slot;
   uint32_t generation;
+  std::shared_ptr<Client::Impl::Outcome> outcome;
   bool done = false;
   ErrorCode code = ErrorCode::kOk;
   std::string why;  // the daemon's reason for a failure

@@ -5,19 +5,17 @@
 #include <unistd.h>
 
 #include <optional>
+#include <tuple>
 
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (!done && ::getpid() == client->owner_pid) client->release_slot(slot, false);
+  if (!done && ::getpid() == client->owner_pid) client->abandon(slot, *outcome);
 }
 
 void Request::Impl::finish(ErrorCode result) {
   done = true;
-  code = result;
-  // Read before the slot goes back: the next request in it would overwrite the text.
-  if (code != ErrorCode::kOk) why = client->failure_text(slot);
-  client->release_slot(slot, true);
+  std::tie(code, why) = client->collect(slot, *outcome, result);
 }
 
 Request::Request() = default;
@@ -45,7 +43,12 @@ bool Request::test() {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   impl_->client->check_owner();
   if (!impl_->done) {
-    auto code = impl_->client->poll(impl_->slot, impl_->generation);
+    std::optional<ErrorCode> code;
+    if (impl_->outcome->ready.load(std::memory_order_acquire)) {
+      code = impl_->outcome->code;
+    } else {
+      code = impl_->client->poll(impl_->slot, impl_->generation);
+    }
     if (!code) return false;
     impl_->finish(*code);
   }
@@ -61,7 +64,7 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
         timeout >= std::chrono::steady_clock::time_point::max() - now
             ? std::chrono::steady_clock::time_point::max()
             : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-    auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline);
+    auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline, impl_->outcome.get());
     if (!code) return false;
     impl_->finish(*code);
   }

@@ -187,6 +187,43 @@ TEST(FaultsRing, FullRingIsBackPressureNotLoss) {
   }
 }
 
+// Requests kept without waiting do not hold their completion slots for ever: once irisd
+// completed them, the next call takes their slots back, and each Request still reports its own
+// result, the daemon's reason for a failure included.
+TEST(FaultsRing, UnwaitedCompletedRequestsDoNotBlockLaterCalls) {
+  DaemonProcess daemon({"--ring-depth", "4"});
+  TwoRanks pair(daemon, "unwaited", 4096);
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
+  std::vector<Request> kept_a, kept_b;
+  for (int i = 0; i < 12; ++i) {  // three times the ring depth, none waited
+    const std::size_t bytes_b = i % 3 == 0 ? 2048 : 4096;  // every third disagrees
+    kept_a.push_back(ca.all_gather(sa.data(), ra.data(), 4096));
+    kept_b.push_back(cb.all_gather(sb.data(), rb.data(), bytes_b));
+  }
+  for (int i = 0; i < 12; ++i) {
+    const ErrorCode expected = i % 3 == 0 ? ErrorCode::kSizeMismatch : ErrorCode::kOk;
+    for (Request* r : {&kept_a[i], &kept_b[i]}) {
+      try {
+        r->wait();
+        EXPECT_EQ(expected, ErrorCode::kOk) << "request " << i << " succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), expected) << "request " << i << ": " << e.what();
+        // The daemon's own words, kept when the slot was taken back.
+        EXPECT_NE(std::string(e.what()).find("2048"), std::string::npos) << e.what();
+      }
+    }
+  }
+  // Dropped Requests give their slots back too.
+  for (int i = 0; i < 12; ++i) {
+    ca.all_gather(sa.data(), ra.data(), 4096);
+    cb.all_gather(sb.data(), rb.data(), 4096);
+  }
+  auto last_a = ca.all_gather(sa.data(), ra.data(), 4096);
+  auto last_b = cb.all_gather(sb.data(), rb.data(), 4096);
+  EXPECT_EQ(wait_code(last_a), ErrorCode::kOk);
+  EXPECT_EQ(wait_code(last_b), ErrorCode::kOk);
+}
+
 TEST_F(Faults, CorruptRingIndicesEndOnlyThatSession) {
   auto bad = Client::connect(options_for(daemon, "bad"));
   auto good = Client::connect(options_for(daemon, "good"));

@@ -4,10 +4,9 @@
 //
 // Every collective returns a Request at once (wait() on it for the blocking form). It blocks
 // only while this client has ring_depth requests in flight (then up to
-// ClientOptions::submit_timeout, after which it throws kBusy). A request holds its completion
-// slot until its Request has seen it complete (wait() or test() returned) or is dropped: a
-// caller keeping more than ring_depth Requests it has not waited for blocks on the next call,
-// even when irisd completed them all. Pointers must lie in buffers
+// ClientOptions::submit_timeout, after which it throws kBusy). In flight means not completed by
+// irisd: Requests kept without waiting hold nothing once their collective completed (the next
+// call takes their slots back, and each Request keeps its result). Pointers must lie in buffers
 // from Client::allocate or registered GPU memory. With a `stream`, the collective is ordered on
 // that GPU stream: the copies start once the stream reaches the call (kernels before it have
 // produced the send data), and work queued on the stream after it runs once every block has
