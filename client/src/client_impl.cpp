@@ -479,28 +479,41 @@ void Client::Impl::release_graph_plan(uint32_t plan_slot) {
   } catch (const Error&) {
     // The session is ending or irisd is gone: the plan goes with the session.
   }
+  // irisd no longer writes the slot: a failure of its last replay stays reported by
+  // check_graphs although the graph is gone (it is often destroyed right after its stream's
+  // synchronize, before the host looks).
+  std::optional<Error> failed = plan_failure(plan_slot);
   std::lock_guard lock(plans_mutex_);
+  if (failed && !released_failure_) released_failure_ = std::move(failed);
   plan_slot_used_[plan_slot] = false;
+}
+
+std::optional<Error> Client::Impl::plan_failure(uint32_t plan_slot) const {
+  const uint32_t index = view.ring_depth + plan_slot;
+  const uint64_t word = view.slots[index].word.load(std::memory_order_acquire);
+  const ErrorCode code = shm::completion_code(word);
+  if ((word & 1u) == 0 || code == ErrorCode::kOk) return std::nullopt;  // none yet, or it went well
+  const std::string why = failure_text(index);
+  return Error(code, "a collective captured into a CUDA graph failed in replay " +
+                         std::to_string(static_cast<uint32_t>(word >> 32)) + ": " +
+                         (why.empty() ? describe_failure(code) : why));
 }
 
 void Client::Impl::check_graphs() {
   std::vector<uint32_t> held;
   {
     std::lock_guard lock(plans_mutex_);
+    if (released_failure_) {
+      // Reported once: the graph that failed is gone.
+      const Error failed = *released_failure_;
+      released_failure_.reset();
+      throw failed;
+    }
     for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
       if (plan_slot_used_[p]) held.push_back(p);
   }
-  for (uint32_t p : held) {
-    const uint32_t index = view.ring_depth + p;
-    const uint64_t word = view.slots[index].word.load(std::memory_order_acquire);
-    const ErrorCode code = shm::completion_code(word);
-    if ((word & 1u) == 0 || code == ErrorCode::kOk) continue;  // no replay yet, or it went well
-    const uint32_t replay = static_cast<uint32_t>(word >> 32);
-    const std::string why = failure_text(index);
-    throw Error(code, "a collective captured into a CUDA graph failed in replay " +
-                          std::to_string(replay) + ": " +
-                          (why.empty() ? describe_failure(code) : why));
-  }
+  for (uint32_t p : held)
+    if (auto failed = plan_failure(p)) throw *failed;
 }
 
 std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t bytes,

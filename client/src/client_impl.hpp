@@ -15,6 +15,7 @@
 #include "client/src/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
+#include "iris/error.hpp"
 #include "iris/request.hpp"
 #include "iris/shared/descriptor.hpp"
 #include "iris/shared/segment_layout.hpp"
@@ -140,6 +141,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   // The plan's graph was destroyed: tell irisd and free its slot. Runs on a GPU runtime thread.
   void release_graph_plan(uint32_t plan_slot);
+  // The failure of a plan slot's last replay, if it failed.
+  std::optional<Error> plan_failure(uint32_t plan_slot) const;
 
   struct SlotState {
     uint32_t generation = 0;
@@ -157,6 +160,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::vector<uint32_t> free_slots_;
   std::mutex plans_mutex_;
   std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
+  std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
 
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
   // completion slot, so a request's arguments stay put until it completes (irisd copies them

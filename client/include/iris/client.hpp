@@ -66,7 +66,8 @@ class Client {
   // host: a replay that failed (a rank died or destroyed its graph: peer_lost; a rank that never
   // replays: timeout) still lets the graph go on, with the receive buffers not (all) written.
   // This throws that failure (the last replay of any captured collective of this client that
-  // failed); call it after synchronizing the stream a graph ran on.
+  // failed, also when its graph has been destroyed since; that one is reported once); call it
+  // after synchronizing the stream a graph ran on.
   void check_graphs();
   // Ends the session (also done by the destructor).
   void detach();
