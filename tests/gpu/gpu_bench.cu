@@ -8,6 +8,9 @@
 //   graph: per size, an all-gather issued stream-ordered (kGraphCalls back to back on one
 //          stream, then one synchronize) against the same all-gather captured into a CUDA graph
 //          and replayed kGraphCalls times: time per call / per replay (the slowest rank's).
+//   submit: the host's cost of one stream-ordered all-gather call (kSubmitCalls calls of
+//          min-bytes enqueued on one stream, timed on the host, then synchronized): the C++
+//          figure scripts/one_gpu/call_overhead.py compares the Python binding with.
 //   gemm:  throughput of a bf16 GEMM kernel alone, while irisd runs all-gathers into host memory
 //          back to back, and while an SM-kernel gather of the same layout runs beside it.
 #include <cuda_bf16.h>
@@ -352,6 +355,34 @@ void gemm(const Options& o) {
 }
 
 constexpr int kGraphCalls = 50;
+constexpr int kSubmitCalls = 2000;
+
+void submit_cost(const Options& o) {
+  Rank rank(o);
+  CUDA_CHECK(cudaSetDevice(0));
+  void *send = nullptr, *recv = nullptr;
+  CUDA_CHECK(cudaMalloc(&send, o.min_bytes));
+  CUDA_CHECK(cudaMalloc(&recv, o.min_bytes * o.nranks));
+  auto send_buf = rank.client.register_cuda_buffer(send, o.min_bytes);
+  auto recv_buf = rank.client.register_cuda_buffer(recv, o.min_bytes * o.nranks);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int sample = 0; sample < 3; ++sample) {  // the first warms up
+    std::vector<iris::Request> requests;
+    requests.reserve(kSubmitCalls);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kSubmitCalls; ++i)
+      requests.push_back(rank.comm.all_gather(send, recv, o.min_bytes, st));
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    for (iris::Request& r : requests) r.wait();
+    if (sample > 0 && o.rank == 0)
+      std::printf("C++: %d stream-ordered %llu-byte all-gathers, host time per call %.2f us\n",
+                  kSubmitCalls, static_cast<unsigned long long>(o.min_bytes), us / kSubmitCalls);
+  }
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
 
 void graph_vs_eager(const Options& o) {
   Rank rank(o);
@@ -444,6 +475,8 @@ int main(int argc, char** argv) {
       gemm(o);
     } else if (o.mode == "graph") {
       graph_vs_eager(o);
+    } else if (o.mode == "submit") {
+      submit_cost(o);
     } else {
       sweep(o);
     }
