@@ -192,8 +192,9 @@ void Daemon::start_health_watch() {
     std::unique_lock lock(p.health_mutex);
     do {
       const Health::Verdict v = p.health.verdict(Health::Clock::now());
-      if (service != nullptr) service->SetServingStatus(v.healthy);
+      // gRPC's health service starts SERVING: only a change is news to it.
       if (v.healthy != was_healthy) {
+        if (service != nullptr) service->SetServingStatus(v.healthy);
         if (v.healthy) {
           spdlog::info("healthy again");
         } else {

@@ -115,10 +115,7 @@ void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& e
   if ((entry.flags & shm::kStreamOrdered) == 0)
     throw Error(ErrorCode::kInvalidArgument, "a graph collective must be stream-ordered");
   const Communicator& comm = *comms_.find(entry.comm_id);
-  auto lookup = [&s](uint64_t id) -> std::shared_ptr<MappedBuffer> {
-    auto it = s.buffers.find(id);
-    return it == s.buffers.end() ? nullptr : it->second;
-  };
+  auto lookup = [&s](uint64_t id) { return s.buffer(id); };
   auto validated = validate_request(entry, comm.nranks, rank_it->second, lookup);
   if (auto* bad = std::get_if<ValidationError>(&validated)) throw Error(bad->code, bad->message);
   plans_.add(s, plan_slot, comm, rank_it->second, std::get<ValidatedRequest>(std::move(validated)));
@@ -210,10 +207,7 @@ void Runtime::handle_collective(Session& s, const shm::SubmitEntry& e) {
                       (e.seq < expected ? " (reused)" : " (skipped)"));
   comm.next_seq[rank] = expected + 1;
 
-  auto lookup = [&s](uint64_t id) -> std::shared_ptr<MappedBuffer> {
-    auto it = s.buffers.find(id);
-    return it == s.buffers.end() ? nullptr : it->second;
-  };
+  auto lookup = [&s](uint64_t id) { return s.buffer(id); };
   auto validated = validate_request(e, comm.nranks, rank, lookup);
   if (auto* bad = std::get_if<ValidationError>(&validated)) {
     session_warn(s, "comm '{}' seq {} rank {}: {}; failing the collective on every rank", comm.key,

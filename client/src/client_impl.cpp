@@ -348,6 +348,11 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   if (detached || daemon_stopped())
     throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
                                                  : "irisd stopped; attach again once it is back");
+  // Under capture the call becomes a graph plan: no ring slot, no ring entry.
+  if (stream && stream_flags->capturing(*stream)) {
+    capture_graph_plan(entry, *stream, own_block, v_args);
+    return Request();
+  }
   const auto deadline = deadline_after(options.submit_timeout);
   const uint32_t slot = acquire_slot(deadline);
   const uint32_t generation = slots_[slot].generation;
@@ -362,18 +367,6 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     }
   }
   if (stream) {
-    bool captured = false;
-    try {
-      captured = stream_flags->capturing(*stream);
-    } catch (const Error&) {
-      release_slot(slot);
-      throw;
-    }
-    if (captured) {
-      release_slot(slot);
-      capture_graph_plan(entry, *stream, own_block, v_args);
-      return Request();
-    }
     try {
       if (own_block)
         stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);

@@ -57,8 +57,7 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
   ++held;
   // The slot's flags start clear: a stale ready flag must not start a replay.
   s.reset_plan_flags(plan_slot);
-  plans_.emplace(
-      key, Plan{&s, s.id(), plan_slot, s.ring_depth() + plan_slot, rank, &g, std::move(request)});
+  plans_.emplace(key, Plan{&s, plan_slot, rank, &g, std::move(request)});
   stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
   spdlog::debug("session {} captured '{}' graph collective #{} as rank {} (plan slot {})", s.id(),
                 comm.key, index, rank, plan_slot);
@@ -110,8 +109,9 @@ bool GraphPlans::poll() {
     if (!p.session->take_plan_ready(p.plan_slot)) continue;
     ++p.replays;
     stats_.graph_replays_total.fetch_add(1, std::memory_order_relaxed);
-    const CompletionTarget target{p.session_id, p.slot_index, static_cast<uint32_t>(p.replays),
-                                  true};
+    // The plan's flags and completion are at ring depth + plan slot.
+    const CompletionTarget target{p.session->id(), p.session->ring_depth() + p.plan_slot,
+                                  static_cast<uint32_t>(p.replays), true};
     scheduler_.arrive(p.group->shadow, p.rank, p.replays, target, p.request);
     arrived = true;
   }

@@ -66,9 +66,7 @@ class GraphPlans {
   struct Group;
   struct Plan {
     Session* session;  // valid while the plan is: a session's plans go before it does
-    uint64_t session_id;
     uint32_t plan_slot;
-    uint32_t slot_index;  // ring depth + plan slot: where its flags and completion live
     uint32_t rank;
     Group* group;
     ValidatedRequest request;

@@ -62,6 +62,7 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
   }
   out.set_collectives_completed_total(outcomes[static_cast<std::size_t>(Outcome::kCompleted)]);
   out.set_collectives_failed_total(outcomes[static_cast<std::size_t>(Outcome::kFailed)]);
+  uint64_t copy_engine = 0, compute_units = 0, copies = 0;
   const std::size_t slots = std::min(devices + 1, kDeviceSlots);
   for (std::size_t slot = 0; slot < slots; ++slot) {
     const DeviceCounters& d = stats.devices[slot];
@@ -72,12 +73,14 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
     dev->set_copies_total(load(d.copies_total));
     dev->set_copy_errors_total(load(d.copy_errors_total));
     dev->set_copies_in_flight(load(d.copies_in_flight));
-    out.set_copy_engine_bytes_total(out.copy_engine_bytes_total() + dev->copy_engine_bytes_total());
-    out.set_compute_unit_bytes_total(out.compute_unit_bytes_total() +
-                                     dev->compute_unit_bytes_total());
-    out.set_copies_total(out.copies_total() + dev->copies_total());
+    copy_engine += dev->copy_engine_bytes_total();
+    compute_units += dev->compute_unit_bytes_total();
+    copies += dev->copies_total();
   }
-  out.set_bytes_copied_total(out.copy_engine_bytes_total() + out.compute_unit_bytes_total());
+  out.set_copy_engine_bytes_total(copy_engine);
+  out.set_compute_unit_bytes_total(compute_units);
+  out.set_copies_total(copies);
+  out.set_bytes_copied_total(copy_engine + compute_units);
 }
 
 void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,

@@ -59,6 +59,11 @@ class Session {
   }
 
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
+  // The registered buffer `id`, or null.
+  std::shared_ptr<MappedBuffer> buffer(uint64_t id) const {
+    auto it = buffers.find(id);
+    return it == buffers.end() ? nullptr : it->second;
+  }
   uint64_t buffer_bytes = 0;                // every registered buffer
   uint64_t host_buffer_bytes = 0;           // those irisd allocated in host memory
   std::map<uint64_t, uint32_t> comm_ranks;  // comm id -> this session's rank
