@@ -199,6 +199,16 @@ int iris_check_graphs(iris_client* client) {
   return guarded([&] { client->client.check_graphs(); });
 }
 
+int iris_client_gpu_registrations(const iris_client* client, size_t* held, size_t* retiring) {
+  if (client == nullptr) return null_argument("client");
+  if (held == nullptr || retiring == nullptr) return null_argument("held or retiring");
+  return guarded([&] {
+    const auto now = client->client.gpu_registrations();
+    *held = now.held;
+    *retiring = now.retiring;
+  });
+}
+
 int iris_request_wait(iris_request* request, int64_t timeout_ns) {
   if (request == nullptr) return null_argument("request");
   int result = IRIS_OK;

@@ -1,5 +1,8 @@
 #include "iris/client.hpp"
 
+#include <mutex>
+#include <vector>
+
 #include "client/src/client_impl.hpp"
 #include "iris/shared/default_socket.hpp"
 
@@ -18,10 +21,30 @@ Client::Impl& usable(const std::shared_ptr<Client::Impl>& impl) {
 }
 }  // namespace
 
+namespace {
+// Every session of this process, for memory freed by the pool allocator (torch_allocator.cpp).
+std::mutex live_mutex;
+std::vector<std::weak_ptr<Client::Impl>> live;
+}  // namespace
+
 Client Client::connect(const ClientOptions& options) {
   Client c;
   c.impl_ = std::make_shared<Impl>(options);
+  std::lock_guard lock(live_mutex);
+  std::erase_if(live, [](const auto& w) { return w.expired(); });
+  live.push_back(c.impl_);
   return c;
+}
+
+void forget_freed_gpu_memory(uintptr_t begin, uintptr_t end) {
+  std::vector<std::shared_ptr<Client::Impl>> sessions;
+  {
+    std::lock_guard lock(live_mutex);
+    for (const auto& w : live)
+      if (auto impl = w.lock()) sessions.push_back(std::move(impl));
+  }
+  for (const auto& impl : sessions)
+    if (GpuRegistrationCache* cache = impl->existing_gpu_cache()) cache->forget_range(begin, end);
 }
 
 Client::Client() = default;
@@ -58,6 +81,12 @@ Request Client::nop() {
 }
 
 void Client::check_graphs() { usable(impl_).check_graphs(); }
+
+Client::GpuRegistrations Client::gpu_registrations() const {
+  GpuRegistrationCache* cache = usable(impl_).existing_gpu_cache();
+  if (cache == nullptr) return {};
+  return {cache->registrations(), cache->retiring()};
+}
 
 void Client::detach() {
   if (impl_) impl_->detach();

@@ -342,7 +342,7 @@ void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
 
 Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
                              std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
-                             std::span<const uint64_t> v_args) {
+                             std::span<const uint64_t> v_args, HeldRegistrations* held) {
   check_owner();
   // Only the cheap check here: a crashed daemon is noticed by the wait.
   if (detached || daemon_stopped())
@@ -351,6 +351,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   // Under capture the call becomes a graph plan: no ring slot, no ring entry.
   if (stream && stream_flags->capturing(*stream)) {
     capture_graph_plan(entry, *stream, own_block, v_args);
+    if (held != nullptr) held->submitted(std::nullopt);  // the graph replays them
     return Request();
   }
   const auto deadline = deadline_after(options.submit_timeout);
@@ -391,6 +392,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     }
     if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
   }
+  if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});
   ring_doorbell();
   // After the push: the request is in flight whatever happens here, and a failure to enqueue
   // the wait is reported while the Request still tracks the slot.
@@ -597,9 +599,9 @@ Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
   return add_buffer(id, ptr, size, nullptr, false);
 }
 
-Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
-  const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
-  ExportedGpuBuffer exported = export_gpu_buffer(*runtime, device_ptr, bytes);
+uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr,
+                                    std::size_t bytes) {
+  ExportedGpuBuffer exported = export_gpu_buffer(runtime, device_ptr, bytes);
   v1::SessionRequest request;
   std::vector<int> fds;
   if (exported.ipc) {
@@ -608,8 +610,52 @@ Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std
     *request.mutable_register_vmm() = exported.vmm;
     for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
   }
-  const auto response = session_call(request, "register GPU buffer", fds);
-  return add_buffer(response.registered().buffer_id(), device_ptr, bytes, nullptr, true);
+  return session_call(request, "register GPU buffer", fds).registered().buffer_id();
+}
+
+Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
+  const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
+  const uint64_t id = register_gpu(*runtime, vendor, device_ptr, bytes);
+  return add_buffer(id, device_ptr, bytes, nullptr, true);
+}
+
+GpuRegistrationCache* Client::Impl::gpu_cache() {
+  std::lock_guard lock(gpu_cache_mutex_);
+  if (!gpu_cache_tried_) {
+    gpu_cache_tried_ = true;
+    if (engine == "cuda" && options.gpu_registration_cache > 0) {
+      try {
+        gpu_cache_runtime_ = make_gpu_runtime(GpuVendor::kCuda);
+        gpu_cache_ = std::make_unique<GpuRegistrationCache>(*gpu_cache_runtime_, *this,
+                                                            options.gpu_registration_cache);
+      } catch (const Error&) {
+        // No CUDA driver here: no GPU memory to register either.
+      }
+    }
+  }
+  return gpu_cache_.get();
+}
+
+GpuRegistrationCache* Client::Impl::existing_gpu_cache() {
+  std::lock_guard lock(gpu_cache_mutex_);
+  return gpu_cache_.get();
+}
+
+uint64_t Client::Impl::register_range(void* base, std::size_t bytes) {
+  return register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, base, bytes);
+}
+
+void Client::Impl::deregister(uint64_t buffer_id) {
+  if (detached || daemon_gone()) return;
+  v1::SessionRequest request;
+  request.mutable_deregister()->set_buffer_id(buffer_id);
+  session_call(request, "free buffer");
+}
+
+bool Client::Impl::finished(uint32_t slot, uint32_t generation) const {
+  if (poll(slot, generation)) return true;
+  std::lock_guard lock(slots_mutex_);
+  return slots_[slot].generation != generation || !slots_[slot].in_use;
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
@@ -627,11 +673,8 @@ void Client::Impl::forget_buffer(uint64_t id, void* base) {
     std::lock_guard lock(buffers_mutex_);
     buffers_.erase(reinterpret_cast<uintptr_t>(base));
   }
-  if (detached || daemon_gone()) return;
-  v1::SessionRequest request;
-  request.mutable_deregister()->set_buffer_id(id);
   try {
-    session_call(request, "free buffer");
+    deregister(id);
   } catch (const Error&) {
     // The session's end frees it anyway.
   }

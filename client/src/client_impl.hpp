@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "client/src/gpu_registration_cache.hpp"
 #include "client/src/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
@@ -32,9 +33,9 @@ struct BufferLocation {
   bool gpu;            // memory of the caller's GPU (not a buffer from allocate)
 };
 
-struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistrationCache::Session {
   Impl(const ClientOptions& options);
-  ~Impl();
+  ~Impl() override;
 
   // A request's result once its completion slot went back to the pool before its Request looked
   // (acquire_slot takes back completed slots when none is free, so that Requests kept unwaited
@@ -56,10 +57,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     const void* src;
     std::size_t bytes;
   };
+  // `held`: registrations made on first use that the entry names, kept while it is in flight.
   Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
                  std::optional<GpuStream> stream = std::nullopt,
                  std::optional<StreamCopy> own_block = std::nullopt,
-                 std::span<const uint64_t> v_args = {});
+                 std::span<const uint64_t> v_args = {}, HeldRegistrations* held = nullptr);
   // A stream-ordered collective on a capturing stream: registered with irisd as a graph plan
   // (once), and only the plan's stream memory operations go into the graph. The plan goes when
   // the graph is destroyed. Throws iris::Error at capture time for anything irisd refuses.
@@ -91,6 +93,15 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   Buffer register_host(void* ptr, std::size_t bytes);
   // Registers GPU memory of this process through the vendor's runtime (IPC handle or VMM fds).
   Buffer register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes);
+  // GPU memory the caller did not register, registered on first use (GpuRegistrationCache);
+  // null when this session cannot (the engine takes no CUDA memory, no driver, turned off).
+  GpuRegistrationCache* gpu_cache();
+  // The cache if a lookup made it already, else null (never makes it).
+  GpuRegistrationCache* existing_gpu_cache();
+  // GpuRegistrationCache::Session.
+  uint64_t register_range(void* base, std::size_t bytes) override;
+  void deregister(uint64_t buffer_id) override;
+  bool finished(uint32_t slot, uint32_t generation) const override;
   void forget_buffer(uint64_t id, void* base);
   // Records a registered range for locate(); `mapping` is null for memory the caller owns,
   // `gpu` true for the caller's GPU memory.
@@ -155,7 +166,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   std::mutex submit_mutex_;  // process-local: the ring has one producer per session
   shm::RingProducer<shm::SubmitEntry> producer_;
-  std::mutex slots_mutex_;
+  mutable std::mutex slots_mutex_;
   std::vector<SlotState> slots_;
   std::vector<uint32_t> free_slots_;
   std::mutex plans_mutex_;
@@ -181,6 +192,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     std::size_t bytes;
     bool gpu;
   };
+  // Buffer ids irisd gave for GPU memory of this process (IPC handle or VMM fds).
+  uint64_t register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr, std::size_t bytes);
+
+  std::mutex gpu_cache_mutex_;  // creating the cache
+  bool gpu_cache_tried_ = false;
+  std::unique_ptr<GpuRuntime> gpu_cache_runtime_;
+  std::unique_ptr<GpuRegistrationCache> gpu_cache_;
+
   mutable std::mutex buffers_mutex_;
   std::mutex attach_mutex_;                  // one session request at a time on attach_fd
   std::map<uintptr_t, Registered> buffers_;  // by base address
@@ -227,6 +246,10 @@ struct ClientInternals {
   }
   static Client::Impl& impl(Client& c) { return *c.impl_; }
 };
+
+// GPU memory [begin, end) is about to be freed: every session of this process drops its
+// first-use registrations of it (PyTorch's pool allocator, iris_torch_free).
+void forget_freed_gpu_memory(uintptr_t begin, uintptr_t end);
 
 // The message a rank sees for a failed collective: what happened and what to do.
 std::string describe_failure(ErrorCode code);

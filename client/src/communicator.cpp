@@ -270,19 +270,28 @@ void Communicator::barrier() {
 
 namespace {
 
-// Where a significant pointer lies; throws naming the argument when no registered buffer holds
-// it or the range runs past that buffer's end.
-BufferLocation locate_range(const Client::Impl& client, const char* name, const char* what,
-                            const void* ptr, uint64_t bytes) {
+// Where a significant pointer lies: in a Buffer, else in GPU memory registered on first use
+// (held in `held` until the request is submitted). Throws naming the argument when neither
+// holds it or the range runs past the buffer's end.
+BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const char* name,
+                            const char* what, const void* ptr, uint64_t bytes) {
   if (ptr == nullptr)
     throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": the " + what +
                                                  " pointer is null but significant on this rank");
-  const auto at = client.locate(ptr);
+  auto at = client.locate(ptr);
+  if (!at) {
+    if (GpuRegistrationCache* cache = client.gpu_cache()) {
+      if (auto found = cache->locate(reinterpret_cast<uintptr_t>(ptr), bytes)) {
+        held.add(*found);
+        at = BufferLocation{found->buffer_id, found->offset, found->available, true};
+      }
+    }
+  }
   if (!at)
     throw Error(ErrorCode::kNotFound,
                 std::string(name) + ": " + what +
-                    " pointer is not inside a buffer from Client::allocate or registered GPU "
-                    "memory");
+                    " pointer is not inside a buffer from Client::allocate, registered memory, "
+                    "or (with irisd's cuda engine) GPU memory of this process");
   if (bytes > at->available)
     throw Error(ErrorCode::kOutOfRange, std::string(name) + ": " + what + " range of " +
                                             std::to_string(bytes) + " bytes runs " +
@@ -312,18 +321,19 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
                            shm::kNoBuffer, 0,         call.bytes,     call.root};
   std::optional<BufferLocation> from, to;
+  HeldRegistrations held(client.gpu_cache());
   if (call.send_significant) {
-    from = locate_range(client, call.name, "send", call.send, call.send_bytes);
+    from = locate_range(client, held, call.name, "send", call.send, call.send_bytes);
     args.send_buffer = from->buffer_id;
     args.send_offset = from->offset;
   }
   if (call.recv_significant) {
-    to = locate_range(client, call.name, "receive", call.recv, call.recv_bytes);
+    to = locate_range(client, held, call.name, "receive", call.recv, call.recv_bytes);
     args.recv_buffer = to->buffer_id;
     args.recv_offset = to->offset;
   }
   shm::SubmitEntry entry = shm::collective_entry(args);
-  if (!stream) return client.submit(entry, &impl_->next_seq, std::nullopt, {}, call.v_args);
+  if (!stream) return client.submit(entry, &impl_->next_seq, std::nullopt, {}, call.v_args, &held);
   entry.flags |= shm::kStreamOrdered;
   // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
   // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
@@ -337,7 +347,7 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   }
   const GpuStream on{stream.handle(),
                      stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
-  return client.submit(entry, &impl_->next_seq, on, own_block, call.v_args);
+  return client.submit(entry, &impl_->next_seq, on, own_block, call.v_args, &held);
 }
 
 void Communicator::destroy() {

@@ -57,6 +57,21 @@ class CudaRuntime final : public GpuRuntime {
           "requestedHandleTypes including CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)");
     return fd;
   }
+  std::optional<GpuChunk> chunk_of(uintptr_t ptr) override {
+    unsigned memory_type = 0;
+    CUdeviceptr base = 0;
+    size_t bytes = 0;
+    unsigned long long block_id = 0;
+    CUpointer_attribute attributes[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+        CU_POINTER_ATTRIBUTE_MAPPING_SIZE, CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID};
+    void* values[] = {&memory_type, &base, &bytes, &block_id};
+    // Memory the driver does not know answers success with a zero memory type.
+    if (cu_.cuPointerGetAttributes(4, attributes, values, ptr) != CUDA_SUCCESS ||
+        memory_type != CU_MEMORYTYPE_DEVICE || bytes == 0)
+      return std::nullopt;
+    return GpuChunk{base, bytes, block_id};
+  }
 
   uint64_t map_host(void* base, std::size_t bytes) override {
     check(cu_.cuMemHostRegister(base, bytes,

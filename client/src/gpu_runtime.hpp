@@ -23,6 +23,15 @@ namespace iris {
 
 enum class GpuVendor : uint8_t { kCuda, kHip };
 
+// One physical allocation of GPU memory: a cudaMalloc allocation, or one VMM allocation mapped
+// at `base`; `block_id` is the driver's process-wide unique id of the allocation, so memory
+// freed and allocated again at the same address has a new one.
+struct GpuChunk {
+  uintptr_t base;
+  std::size_t bytes;
+  uint64_t block_id;
+};
+
 // A caller's stream: a CUstream / cudaStream_t, or a hipStream_t.
 struct GpuStream {
   void* handle;
@@ -45,6 +54,10 @@ class GpuRuntime {
   virtual std::optional<std::string> ipc_handle(uintptr_t allocation) = 0;
   // A POSIX file descriptor for a VMM allocation.
   virtual int export_fd(uintptr_t allocation) = 0;
+  // The physical allocation mapped at `ptr`, in one driver query; nullopt when `ptr` is no GPU
+  // memory of this process, or the runtime cannot name allocations (then nothing is registered
+  // on first use).
+  virtual std::optional<GpuChunk> chunk_of(uintptr_t ptr) = 0;
 
   // Stream ordering.
   // Pins host memory and maps it for the GPU; returns the device address of `base`.

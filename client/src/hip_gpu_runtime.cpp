@@ -59,6 +59,9 @@ class HipRuntime final : public GpuRuntime {
           "requestedHandleType hipMemHandleTypePosixFileDescriptor)");
     return static_cast<int>(shareable);
   }
+  // HIP names no physical allocation per address that this code relies on across ROCm 5 and 6:
+  // under the hsa engine GPU memory is registered explicitly (Client::register_hip_buffer).
+  std::optional<GpuChunk> chunk_of(uintptr_t) override { return std::nullopt; }
 
   uint64_t map_host(void* base, std::size_t bytes) override {
     check(hip_.hipHostRegister(base, bytes, hipHostRegisterMapped | hipHostRegisterPortable),

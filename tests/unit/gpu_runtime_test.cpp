@@ -14,88 +14,10 @@
 
 #include "client/src/gpu_runtime.hpp"
 #include "iris/error.hpp"
+#include "tests/unit/fake_gpu_runtime.hpp"
 
 namespace iris {
 namespace {
-
-class FakeRuntime final : public GpuRuntime {
- public:
-  FakeRuntime(GpuVendor vendor, bool ipc) : vendor_(vendor), ipc_(ipc) {}
-  std::map<uintptr_t, std::size_t> allocations;  // base -> bytes
-  int exported = 0;
-  std::vector<std::string>* calls = nullptr;  // what the stream side did, in order
-  bool fail_allocation = false;
-  uintptr_t next_flags = 0x900000;
-
-  GpuVendor vendor() const override { return vendor_; }
-  int version() const override { return 60200000; }
-  std::string bus_id_of(const void*) override { return "0000:0c:00.0"; }
-  std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
-    for (const auto& [base, bytes] : allocations)
-      if (ptr >= base && ptr < base + bytes) return {base, bytes};
-    throw Error(ErrorCode::kInvalidArgument, "no allocation there");
-  }
-  std::optional<std::string> ipc_handle(uintptr_t allocation) override {
-    if (!ipc_) return std::nullopt;
-    return "handle-" + std::to_string(allocation);
-  }
-  int export_fd(uintptr_t) override {
-    ++exported;
-    return ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  }
-  uint64_t map_host(void*, std::size_t) override {
-    record("map_host");
-    return 0x500000;
-  }
-  void unmap_host(void*) override { record("unmap_host"); }
-  uint64_t allocate_flags(std::size_t bytes) override {
-    if (fail_allocation) throw Error(ErrorCode::kInvalidArgument, "out of GPU memory");
-    record("allocate_flags");
-    allocations[next_flags] = bytes;
-    return next_flags;
-  }
-  void free_flags(uint64_t address) override {
-    record("free_flags");
-    allocations.erase(address);
-  }
-  void store_flag(uint64_t address, uint32_t value) override {
-    record("store " + std::to_string(address) + "=" + std::to_string(value));
-  }
-  void copy_async(void*, void*, const void*, std::size_t bytes) override {
-    record("copy " + std::to_string(bytes));
-  }
-  void write_value(void*, uint64_t address, uint32_t value) override {
-    record("write " + std::to_string(address) + "=" + std::to_string(value));
-  }
-  void wait_value_geq(void*, uint64_t address, uint32_t value) override {
-    record("wait " + std::to_string(address) + ">=" + std::to_string(value));
-  }
-  bool capturing(void*) override { return capturing_now; }
-  void check_capture_supported() override {}
-  void on_graph_destroyed(void*, std::function<void()> destroyed) override {
-    record("graph user object");
-    graph_destroyed = std::move(destroyed);
-  }
-  void outside_capture_rules(const std::function<void()>& f) override {
-    record("relaxed {");
-    try {
-      f();
-    } catch (...) {
-      record("}");
-      throw;
-    }
-    record("}");
-  }
-  bool capturing_now = false;
-  std::function<void()> graph_destroyed;  // what the graph's destruction would run
-
- private:
-  void record(const std::string& what) {
-    if (calls != nullptr) calls->push_back(what);
-  }
-  GpuVendor vendor_;
-  bool ipc_;
-};
 
 ErrorCode code_of(GpuRuntime& runtime, uintptr_t ptr, std::size_t bytes) {
   try {
@@ -107,7 +29,7 @@ ErrorCode code_of(GpuRuntime& runtime, uintptr_t ptr, std::size_t bytes) {
 }
 
 TEST(GpuBufferExport, IpcAllocationGivesOneHandleAndTheRange) {
-  FakeRuntime hip(GpuVendor::kHip, true);
+  FakeGpuRuntime hip(GpuVendor::kHip, true);
   hip.allocations[0x10000] = 0x4000;
   const ExportedGpuBuffer e = export_gpu_buffer(hip, reinterpret_cast<void*>(0x10100), 0x200);
   ASSERT_TRUE(e.ipc);
@@ -123,7 +45,7 @@ TEST(GpuBufferExport, IpcAllocationGivesOneHandleAndTheRange) {
 }
 
 TEST(GpuBufferExport, VmmRangeIsWalkedAllocationByAllocation) {
-  FakeRuntime cuda(GpuVendor::kCuda, false);
+  FakeGpuRuntime cuda(GpuVendor::kCuda, false);
   cuda.allocations[0x100000] = 0x20000;  // three allocations mapped back to back
   cuda.allocations[0x120000] = 0x10000;
   cuda.allocations[0x130000] = 0x20000;
@@ -143,7 +65,7 @@ TEST(GpuBufferExport, VmmRangeIsWalkedAllocationByAllocation) {
 }
 
 TEST(GpuBufferExport, HipVmmRangesSayTheyAreHip) {
-  FakeRuntime hip(GpuVendor::kHip, false);
+  FakeGpuRuntime hip(GpuVendor::kHip, false);
   hip.allocations[0x200000] = 0x10000;
   const ExportedGpuBuffer e = export_gpu_buffer(hip, reinterpret_cast<void*>(0x200000), 0x10000);
   EXPECT_TRUE(e.vmm.hip());
@@ -154,7 +76,7 @@ struct FlagsFixture {
   std::vector<std::string> calls;
   std::vector<v1::RegisterIpcBuffer> registered;
   bool fail_allocation = false;
-  FakeRuntime* last_runtime = nullptr;  // the one the mapping made (it owns it)
+  FakeGpuRuntime* last_runtime = nullptr;  // the one the mapping made (it owns it)
   alignas(4096) std::byte segment[4096] = {};
   shm::StreamFlags* flags = reinterpret_cast<shm::StreamFlags*>(segment + 1024);
 
@@ -166,7 +88,7 @@ struct FlagsFixture {
           registered.push_back(r);
         },
         [this](GpuVendor vendor) {
-          auto runtime = std::make_unique<FakeRuntime>(vendor, true);
+          auto runtime = std::make_unique<FakeGpuRuntime>(vendor, true);
           last_runtime = runtime.get();
           runtime->calls = &calls;
           runtime->fail_allocation = fail_allocation;

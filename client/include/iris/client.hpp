@@ -21,6 +21,10 @@ struct ClientOptions {
   std::string client_name;  // shown by `iris-ctl sessions`
   // How long a submission may wait for a free ring slot before throwing kBusy.
   std::chrono::nanoseconds submit_timeout = std::chrono::nanoseconds::max();
+  // With irisd's cuda engine, GPU memory a collective names that no Buffer covers is registered
+  // on first use, once per allocation, and kept while that allocation lives: at most this many
+  // registrations (least recently used go first; 0 turns first-use registration off).
+  std::size_t gpu_registration_cache = 1024;
 };
 
 // A Client belongs to the process that attached: after fork(), the child gets kInvalidArgument
@@ -69,6 +73,13 @@ class Client {
   // failed, also when its graph has been destroyed since; that one is reported once); call it
   // after synchronizing the stream a graph ran on.
   void check_graphs();
+  // Registrations made on first use (ClientOptions::gpu_registration_cache): those held, and
+  // those retiring (going once the requests naming them finish).
+  struct GpuRegistrations {
+    std::size_t held = 0;
+    std::size_t retiring = 0;
+  };
+  GpuRegistrations gpu_registrations() const;
   // Ends the session (also done by the destructor).
   void detach();
 

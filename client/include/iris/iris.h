@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,6 +127,19 @@ void iris_request_release(iris_request* request);
  * stream, this returns the failure of the last failed replay of any of the client's captured
  * collectives (IRIS_ERROR_PEER_LOST, IRIS_ERROR_TIMEOUT, ...), else IRIS_OK. */
 int iris_check_graphs(iris_client* client);
+
+/* With irisd's cuda engine, GPU memory a collective names that no buffer covers (a torch tensor)
+ * is registered on first use, once per allocation, and kept while that allocation lives
+ * (iris::ClientOptions::gpu_registration_cache). These are the registrations held now and those
+ * retiring (ending once the requests naming them finish). */
+int iris_client_gpu_registrations(const iris_client* client, size_t* held, size_t* retiring);
+
+/* An allocator for PyTorch's torch.cuda.memory.CUDAPluggableAllocator (the Python package's
+ * iris.memory.mem_pool() uses it): cuMemAlloc on `device`'s primary context; the free first ends
+ * every first-use registration of the memory in every client of this process, then cuMemFree.
+ * NULL when the memory cannot be allocated. */
+void* iris_torch_alloc(ssize_t bytes, int device, void* stream);
+void iris_torch_free(void* ptr, ssize_t bytes, int device, void* stream);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,7 @@ namespace iris::cuda {
   X(cuMemHostGetDevicePointer) \
   X(cuMemGetAddressRange) \
   X(cuPointerGetAttribute) \
+  X(cuPointerGetAttributes) \
   X(cuMemAlloc) \
   X(cuMemFree) \
   X(cuMemsetD32) \

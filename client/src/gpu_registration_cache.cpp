@@ -1,0 +1,193 @@
+#include "client/src/gpu_registration_cache.hpp"
+
+#include <algorithm>
+
+#include "iris/error.hpp"
+
+namespace iris {
+
+GpuRegistrationCache::GpuRegistrationCache(GpuRuntime& runtime, Session& session,
+                                           std::size_t capacity)
+    : runtime_(runtime), session_(session), capacity_(std::max<std::size_t>(capacity, 1)) {}
+
+GpuRegistrationCache::~GpuRegistrationCache() = default;  // the session's end frees them all
+
+std::optional<GpuRegistrationCache::Location> GpuRegistrationCache::locate(uintptr_t ptr,
+                                                                           uint64_t bytes) {
+  const uintptr_t end = ptr + std::max<uint64_t>(bytes, 1);
+  std::lock_guard lock(mutex_);
+  end_finished_retirements();
+  ++tick_;
+  auto it = entries_.upper_bound(ptr);
+  if (it != entries_.begin() && std::prev(it)->second.end > ptr) {
+    --it;
+    if (!still_mapped(it->second, ptr, std::min(end, it->second.end))) {
+      retire(it);  // freed, or mapped anew: what irisd imported is not this memory
+      end_finished_retirements();
+    } else if (end <= it->second.end) {
+      Entry& e = it->second;
+      e.last_used = tick_;
+      ++e.held;
+      return Location{e.id, ptr - e.begin, e.end - ptr, e.begin};
+    }
+  }
+  if (!runtime_.chunk_of(ptr)) return std::nullopt;
+  Entry fresh = register_covering(ptr, end - ptr);
+  fresh.last_used = tick_;
+  fresh.held = 1;
+  const Location found{fresh.id, ptr - fresh.begin, fresh.end - ptr, fresh.begin};
+  entries_.emplace(fresh.begin, std::move(fresh));
+  evict_beyond_capacity();
+  return found;
+}
+
+GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t ptr, uint64_t bytes) {
+  // The allocations holding the range, widened to the registrations it overlaps, so that
+  // tensors straddling different allocations of one VMM segment share one registration
+  // instead of displacing each other.
+  auto walk = [&](uintptr_t from, uintptr_t to) {
+    std::vector<GpuChunk> chunks;
+    for (uintptr_t at = from; at < to;) {
+      const auto chunk = runtime_.chunk_of(at);
+      if (!chunk || chunk->bytes == 0 || chunk->base > at) return std::vector<GpuChunk>{};
+      chunks.push_back(*chunk);
+      at = chunk->base + chunk->bytes;
+    }
+    return chunks;
+  };
+  std::vector<GpuChunk> chunks = walk(ptr, ptr + bytes);
+  if (chunks.empty())
+    throw Error(ErrorCode::kOutOfRange,
+                "the GPU range of " + std::to_string(bytes) +
+                    " bytes runs past the memory mapped there (a tensor's bytes beyond its "
+                    "allocation?)");
+  uintptr_t begin = chunks.front().base;
+  uintptr_t end = chunks.back().base + chunks.back().bytes;
+  std::vector<uintptr_t> overlapped;
+  for (auto it = entries_.begin(); it != entries_.end() && it->first < end; ++it) {
+    if (it->second.end <= begin) continue;
+    overlapped.push_back(it->first);
+  }
+  if (!overlapped.empty()) {
+    const uintptr_t wide_begin = std::min(begin, entries_.at(overlapped.front()).begin);
+    const uintptr_t wide_end = std::max(end, entries_.at(overlapped.back()).end);
+    if (auto wide = walk(wide_begin, wide_end); !wide.empty()) {
+      chunks = std::move(wide);
+      begin = wide_begin;
+      end = wide_end;
+    }
+  }
+  Entry e{begin, end, 0, std::move(chunks), 0, std::nullopt};
+  runtime_.outside_capture_rules(
+      [&] { e.id = session_.register_range(reinterpret_cast<void*>(begin), end - begin); });
+  for (uintptr_t key : overlapped) retire(entries_.find(key));
+  return e;
+}
+
+bool GpuRegistrationCache::still_mapped(const Entry& e, uintptr_t begin, uintptr_t end) const {
+  for (const GpuChunk& chunk : e.chunks) {
+    if (chunk.base + chunk.bytes <= begin || chunk.base >= end) continue;
+    const auto now = runtime_.chunk_of(chunk.base);
+    if (!now || now->block_id != chunk.block_id || now->base != chunk.base ||
+        now->bytes != chunk.bytes)
+      return false;
+  }
+  return true;
+}
+
+bool GpuRegistrationCache::in_flight(const Entry& e) const {
+  return e.held != 0 || (e.use && !session_.finished(e.use->slot, e.use->generation));
+}
+
+GpuRegistrationCache::Entry* GpuRegistrationCache::find(const Location& found) {
+  if (auto it = entries_.find(found.key); it != entries_.end() && it->second.id == found.buffer_id)
+    return &it->second;
+  for (Entry& e : retiring_)
+    if (e.id == found.buffer_id) return &e;
+  return nullptr;
+}
+
+void GpuRegistrationCache::submitted(std::span<const Location> found, std::optional<Use> use) {
+  std::lock_guard lock(mutex_);
+  for (const Location& at : found) {
+    Entry* e = find(at);
+    if (e == nullptr) continue;
+    if (e->held > 0) --e->held;
+    if (use)
+      e->use = use;
+    else
+      e->pinned = true;
+  }
+  evict_beyond_capacity();
+}
+
+void GpuRegistrationCache::not_submitted(std::span<const Location> found) {
+  std::lock_guard lock(mutex_);
+  for (const Location& at : found)
+    if (Entry* e = find(at); e != nullptr && e->held > 0) --e->held;
+  evict_beyond_capacity();
+}
+
+void GpuRegistrationCache::forget_range(uintptr_t begin, uintptr_t end) {
+  std::lock_guard lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    auto next = std::next(it);
+    if (it->second.begin < end && it->second.end > begin) retire(it);
+    it = next;
+  }
+  end_finished_retirements();
+}
+
+void GpuRegistrationCache::retire(std::map<uintptr_t, Entry>::iterator it) {
+  retiring_.push_back(std::move(it->second));
+  entries_.erase(it);
+}
+
+void GpuRegistrationCache::end_finished_retirements() {
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    if (in_flight(*it)) {
+      ++it;
+      continue;
+    }
+    try {
+      session_.deregister(it->id);
+    } catch (const Error&) {
+      // The session is ending (irisd gone): its end frees the registration.
+    }
+    it = retiring_.erase(it);
+  }
+}
+
+void GpuRegistrationCache::evict_beyond_capacity() {
+  while (entries_.size() > capacity_) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (!it->second.pinned && it->second.held == 0 &&
+          (oldest == entries_.end() || it->second.last_used < oldest->second.last_used))
+        oldest = it;
+    if (oldest == entries_.end()) return;  // all pinned or held: over capacity until they go
+    retire(oldest);
+  }
+  end_finished_retirements();
+}
+
+std::size_t GpuRegistrationCache::registrations() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+std::size_t GpuRegistrationCache::retiring() const {
+  std::lock_guard lock(mutex_);
+  return retiring_.size();
+}
+
+HeldRegistrations::~HeldRegistrations() {
+  if (cache_ != nullptr && !found_.empty()) cache_->not_submitted(found_);
+}
+
+void HeldRegistrations::submitted(std::optional<GpuRegistrationCache::Use> use) {
+  if (cache_ != nullptr && !found_.empty()) cache_->submitted(found_, use);
+  cache_ = nullptr;
+}
+
+}  // namespace iris
