@@ -2,14 +2,15 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
-#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch
+#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch
 #                                 (default: all)
 set -uo pipefail
-phases=",${1:-tests,readme,bench,probe,torch},"
+phases=",${1:-tests,readme,bench,probe,torch,pytorch},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
+rm -f "$out/pytorch.txt"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export IRIS_BIN_DIR=$PWD/.gpu/bin
 # Never NVLink multicast (see the GPU host's rules).
@@ -67,6 +68,24 @@ if want torch; then
     timeout 300 python3 scripts/one_gpu/graph_ranks.py --replays 200 >"$out/graph_torch.txt" 2>&1
   echo "graph_ranks exit $?" >>"$out/graph_torch.txt"
 fi
+pytorch_rc=skipped
+if want pytorch; then
+  # The torch.distributed backend and FSDP2 (tests/python/gpu), and the per-call host cost.
+  pyenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
+         PYTHONPATH="$PWD/client/python")
+  pytorch_rc=0
+  for alloc in caching expandable iris-pool torch-pool; do
+    "${pyenv[@]}" timeout 300 python3 tests/python/gpu/torch_backend_test.py --alloc "$alloc" \
+      >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
+  done
+  for pool in iris-pool torch-pool; do
+    "${pyenv[@]}" timeout 300 python3 tests/python/gpu/fsdp_train_test.py --steps 50 \
+      --pool "$pool" >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
+  done
+  "${pyenv[@]}" timeout 120 python3 scripts/one_gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
+  "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
+    >>"$out/call_overhead.txt" 2>&1
+fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
@@ -84,3 +103,8 @@ if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
 if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out/graph_torch.txt"; fi
+if want pytorch; then
+  echo "-- torch.distributed backend and FSDP2 (exit $pytorch_rc)"
+  grep -E "^(torch backend|FSDP2)" "$out/pytorch.txt"
+  echo "-- per-call host cost"; cat "$out/call_overhead.txt"
+fi

@@ -279,7 +279,9 @@ BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const
     throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": the " + what +
                                                  " pointer is null but significant on this rank");
   auto at = client.locate(ptr);
-  if (!at) {
+  // A range running past a Buffer may still be GPU memory of this process (a tensor beside a
+  // registered one): first-use registration covers it.
+  if (!at || bytes > at->available) {
     if (GpuRegistrationCache* cache = client.gpu_cache()) {
       if (auto found = cache->locate(reinterpret_cast<uintptr_t>(ptr), bytes)) {
         held.add(*found);

@@ -32,6 +32,13 @@ std::optional<GpuRegistrationCache::Location> GpuRegistrationCache::locate(uintp
     }
   }
   if (!runtime_.chunk_of(ptr)) return std::nullopt;
+  // New memory usually means other memory was freed: end registrations of what is gone, so
+  // irisd's imports do not keep freed VRAM allocated.
+  for (auto e = entries_.begin(); e != entries_.end();) {
+    auto next = std::next(e);
+    if (!still_mapped(e->second, e->second.begin, e->second.end)) retire(e);
+    e = next;
+  }
   Entry fresh = register_covering(ptr, end - ptr);
   fresh.last_used = tick_;
   fresh.held = 1;

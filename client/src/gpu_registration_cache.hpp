@@ -9,8 +9,10 @@
 // at the same address and registers it anew. That query is the cost of a call on memory seen
 // before (one driver call per allocation the range touches).
 //
-// Bounded: at most `capacity` registrations; beyond that the least recently used one goes, and
-// a registration of memory found freed goes at once. A registration that goes while a request
+// Bounded: at most `capacity` registrations; beyond that the least recently used one goes. A
+// registration of memory found freed goes at once: a lookup finds it, and every new
+// registration first checks all the others (one query per allocation), so freed VRAM that
+// irisd imported is given back by the next first use of other memory. A registration that goes while a request
 // may still name it (submitted, not yet completed) retires first and ends once that request
 // has finished, so irisd never sees an id vanish under an entry in its ring. Registrations used
 // by a collective captured in a CUDA graph stay while their memory does (the graph replays

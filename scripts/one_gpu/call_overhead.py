@@ -1,28 +1,57 @@
-"""The Python binding's (ctypes) host cost of one stream-ordered all-gather call, measured as
-iris-gpu-bench --mode submit measures the C++ one: 2000 calls of 4 KiB enqueued on one stream and
-kept (not waited) while timing, then synchronized; one rank. Needs IRIS_SOCKET, PYTHONPATH /
-IRIS_LIBRARY and torch with CUDA.
+"""Host cost of one stream-ordered 4 KiB all-gather call from Python, measured as
+iris-gpu-bench --mode submit measures the C++ one: 2000 calls enqueued on one stream and kept (not
+waited) while timing, then synchronized; one rank. Three ways in: the ctypes binding on tensors
+registered by hand (register_tensor), the same on tensors never registered (libiris's first-use
+registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "iris"
+backend (async_op=True, so both are enqueue-only), with NCCL's backend through the same call as
+the baseline. Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY
+and torch with CUDA.
     python3 scripts/one_gpu/call_overhead.py"""
+import tempfile
 import time
 
 import iris
+import iris.distributed
 import torch
+import torch.distributed as dist
 
 CALLS, BYTES = 2000, 4096
+
+
+def timed(label, call, stream):
+    for sample in range(3):  # the first warms up
+        t0 = time.perf_counter()
+        kept = [call() for _ in range(CALLS)]
+        elapsed = time.perf_counter() - t0
+        stream.synchronize()
+        for k in kept:
+            if isinstance(k, iris.Request):
+                k.wait()
+        if sample > 0:
+            print(f"{label}: {CALLS} stream-ordered {BYTES}-byte all-gathers, "
+                  f"host time per call {1e6 * elapsed / CALLS:.2f} us")
+
+
 client = iris.Client(name="call_overhead")
 comm = iris.Communicator(client, "call_overhead", nranks=1, rank=0)
+stream = torch.cuda.Stream()
 x = torch.ones(BYTES // 4, device="cuda")
 y = torch.empty_like(x)
 client.register_tensor(x)
 client.register_tensor(y)
-stream = torch.cuda.Stream()
-for sample in range(3):  # the first warms up
-    t0 = time.perf_counter()
-    requests = [comm.all_gather(x, y, BYTES, stream=stream) for _ in range(CALLS)]
-    elapsed = time.perf_counter() - t0
-    stream.synchronize()
-    for r in requests:
-        r.wait()
-    if sample > 0:
-        print(f"Python (ctypes): {CALLS} stream-ordered {BYTES}-byte all-gathers, "
-              f"host time per call {1e6 * elapsed / CALLS:.2f} us")
+timed("Python (ctypes), registered tensors", lambda: comm.all_gather(x, y, BYTES, stream=stream),
+      stream)
+u = torch.ones(BYTES // 4, device="cuda") * 2
+v = torch.empty_like(u)
+timed("Python (ctypes), first-use registration",
+      lambda: comm.all_gather(u, v, BYTES, stream=stream), stream)
+with tempfile.NamedTemporaryFile() as store:
+    dist.init_process_group("cpu:gloo,cuda:iris", init_method=f"file://{store.name}", rank=0,
+                            world_size=1)
+    nccl = dist.new_group([0], backend="nccl")
+    with torch.cuda.stream(stream):
+        timed("torch.distributed backend iris, all_gather_into_tensor",
+              lambda: dist.all_gather_into_tensor(v, u, async_op=True), stream)
+        timed("torch.distributed backend nccl (baseline), all_gather_into_tensor",
+              lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=True), stream)
+    dist.destroy_process_group()

@@ -102,6 +102,17 @@ TEST_F(GpuRegistrationCacheTest, FreedMemoryIsNoLongerGpuMemoryAndItsRegistratio
   EXPECT_FALSE(cache.locate(0x30000000, 64).has_value()) << "host memory is not registered";
 }
 
+TEST_F(GpuRegistrationCacheTest, FreedMemoryIsReleasedByTheNextNewRegistration) {
+  GpuRegistrationCache cache(runtime, session, 1024);
+  // A training loop's pattern: a large tensor per step, freed (empty_cache), a new one elsewhere.
+  for (uintptr_t step = 0; step < 20; ++step) {
+    runtime.chunks.clear();
+    allocate(0x1000000000 + step * 1024 * kMiB, 1024 * kMiB);
+    use(cache, 0x1000000000 + step * 1024 * kMiB, 1024 * kMiB);
+    EXPECT_EQ(session.live.size(), 1u) << "step " << step << ": stale imports kept";
+  }
+}
+
 TEST_F(GpuRegistrationCacheTest, VmmAllocationsARangeStraddlesAreJoinedWithOverlappingOnes) {
   // An expandable segment: 20 MiB allocations mapped back to back.
   for (uintptr_t i = 0; i < 4; ++i) allocate(0x300000000 + i * 20 * kMiB, 20 * kMiB);

@@ -3,9 +3,14 @@
     import iris
     client = iris.Client(name="trainer")          # $IRIS_SOCKET, else /run/irisd/irisd.sock
     comm = iris.Communicator(client, "job-42", nranks=8, rank=rank)
-    client.register_tensor(x); client.register_tensor(y)   # torch CUDA tensors, kept registered
-    comm.all_gather(x, y, x.numel() * x.element_size(),
+    comm.all_gather(x, y, x.numel() * x.element_size(),   # torch CUDA tensors, as they are
                     stream=torch.cuda.current_stream()).wait()
+
+With irisd's cuda engine any CUDA tensor works as it is: libiris registers its allocation with
+irisd on first use and keeps it while the allocation lives (client.gpu_registrations() counts
+them). PyTorch integration: iris.distributed (the torch.distributed backend "iris"), iris.fsdp
+(FSDP2's custom all-gather and reduce-scatter), iris.memory (a MemPool whose memory irisd
+releases when PyTorch frees it).
 
 libiris is found without settings: next to this package (a bundled copy), in the prefix the
 package is installed in (`cmake --install` puts it in <prefix>/share/iris/python, pip in
@@ -115,11 +120,18 @@ def _load():
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
         "iris_check_graphs": ([p], ctypes.c_int),
+        "iris_client_gpu_registrations": ([p, ctypes.POINTER(size), ctypes.POINTER(size)],
+                                          ctypes.c_int),
     }
     for name, (args, result) in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, result
     return lib
+
+
+def library_path():
+    """The file libiris was loaded from (PyTorch's pluggable allocator loads it by path)."""
+    return _lib._name
 
 
 _lib = _load()
@@ -221,9 +233,18 @@ class Client:
         """GPU memory from hipMalloc (hsa engine); it must outlive its registration."""
         return self._keep(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
 
+    def gpu_registrations(self):
+        """(held, retiring): GPU allocations registered on first use, and those whose
+        registration ends once the requests naming them finish."""
+        held, retiring = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_lib.iris_client_gpu_registrations(self._handle, ctypes.byref(held),
+                                                  ctypes.byref(retiring)))
+        return held.value, retiring.value
+
     def register_tensor(self, tensor):
-        """A contiguous torch GPU tensor's storage range (HIP memory under the hsa engine),
-        registered once per range and kept until release() or close()."""
+        """A contiguous torch GPU tensor's storage range, registered once per range and kept
+        until release() or close(). Needed under the hsa engine (HIP memory); with the cuda
+        engine tensors are registered on first use without this."""
         if not tensor.is_contiguous():
             raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
         key = (tensor.data_ptr(), tensor.numel() * tensor.element_size())

@@ -1,0 +1,518 @@
+"""The torch.distributed backend "iris": collectives on CUDA tensors moved by irisd on the GPU's
+copy engines, CPU tensors through gloo.
+
+    import iris.distributed                      # registers the backend
+    torch.distributed.init_process_group(backend="cpu:gloo,cuda:iris")
+
+Each process group is one irisd communicator (its key made by rank 0 and shared through the
+group's store) plus a gloo group for CPU tensors and object collectives. Collectives run on a
+stream of the group's own, ordered after the caller's current stream; a blocking call makes the
+current stream wait for it, an async one (async_op=True) returns a Work whose wait() does that,
+as NCCL's does. The host never waits for the data.
+
+What irisd does on copy engines: all_gather_into_tensor, all_gather, all_to_all_single (equal
+and uneven splits), all_to_all, broadcast, gather, scatter, barrier. Reductions are irisd's
+all-to-all followed by a local reduction on the GPU (only the arithmetic runs on the GPU's
+cores): reduce_scatter_tensor, reduce_scatter, reduce (a gather, then the root reduces) and
+all_reduce (reduce-scatter, then all-gather). Reduction ops: SUM, AVG, PRODUCT, MIN, MAX. send
+and recv are not supported (irisd has no point-to-point operations) and raise an error naming
+them.
+
+A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
+not written; the group raises iris.IrisError at its next call (as NCCL reports asynchronous
+errors), and work.wait() raises it too once the collective has completed."""
+
+import collections
+import secrets
+import threading
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+import iris
+
+BACKEND = "iris"
+
+_client = None
+_client_lock = threading.Lock()
+
+
+def client():
+    """The process's irisd session, shared by every iris group."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            _client = iris.Client(name=f"torch rank {dist.get_rank() if dist.is_initialized() else '?'}")
+        return _client
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def _flat(t, op, what):
+    if t.device.type != "cuda":
+        raise iris.IrisError(1, "invalid_argument",
+                             f"{op}: {what} is on {t.device}; the iris backend takes CUDA tensors "
+                             "(CPU tensors go to gloo: init with backend=\"cpu:gloo,cuda:iris\")")
+    if not t.is_contiguous():
+        raise iris.IrisError(1, "invalid_argument",
+                             f"{op}: {what} is not contiguous; pass tensor.contiguous()")
+    return t.view(-1) if t.dim() != 1 else t
+
+
+def _reduce(stacked, op, out, nranks, name):
+    """Reduces `stacked` (nranks x n) over ranks into `out` (n elements)."""
+    if op == ReduceOp.SUM or op == ReduceOp.AVG:
+        torch.sum(stacked, dim=0, out=out)
+        if op == ReduceOp.AVG:
+            if not out.is_floating_point() and not out.is_complex():
+                raise iris.IrisError(1, "invalid_argument",
+                                     f"{name}: AVG needs a floating-point tensor")
+            out.div_(nranks)
+    elif op == ReduceOp.PRODUCT:
+        torch.prod(stacked, dim=0, out=out)
+    elif op == ReduceOp.MIN:
+        torch.amin(stacked, dim=0, out=out)
+    elif op == ReduceOp.MAX:
+        torch.amax(stacked, dim=0, out=out)
+    else:
+        raise iris.IrisError(1, "invalid_argument",
+                             f"{name}: reduction {op} is not supported by the iris backend "
+                             "(SUM, AVG, PRODUCT, MIN, MAX are)")
+
+
+def _op_of(opts):
+    op = opts.reduceOp
+    return getattr(op, "op", op)
+
+
+class Work(dist.Work):
+    """An iris collective on the group's stream: wait() orders the caller's current stream
+    after it (the host does not wait), synchronize() waits on the host."""
+
+    def __init__(self, group, event, result):
+        super().__init__()
+        self._group, self._event, self._result = group, event, result
+
+    def wait(self, timeout=None):
+        if self._event is not None:
+            torch.cuda.current_stream(self._event.device).wait_event(self._event)
+        self._group._raise_failures(block=False)
+        return True
+
+    def synchronize(self):
+        if self._event is not None:
+            self._event.synchronize()
+        self._group._raise_failures(block=True)
+
+    def is_completed(self):
+        return self._event is None or self._event.query()
+
+    def is_success(self):
+        return self.is_completed()
+
+    def result(self):
+        return self._result
+
+    def get_future(self):
+        self.synchronize()
+        future = torch.futures.Future()
+        future.set_result(self._result)
+        return future
+
+
+class IrisProcessGroup(dist.ProcessGroup):
+    """One process group: an irisd communicator for CUDA tensors, gloo for CPU tensors."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._rank, self._size = rank, size
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        if rank == 0:
+            store.set("iris/key", secrets.token_hex(16))
+        key = store.get("iris/key").decode()
+        self._client = client()
+        if self._client.engine != "cuda":
+            raise iris.IrisError(15, "unavailable",
+                                 f"irisd runs the {self._client.engine} engine; the iris backend "
+                                 "needs the cuda engine (irisd --engine cuda) for CUDA tensors")
+        self.comm = iris.Communicator(self._client, f"torch-{key}", size, rank)
+        self._streams = {}
+        self._scratch = {}
+        self._pending = collections.deque()  # requests not yet seen complete
+
+    # ProcessGroup's names. ProcessGroup keeps its name in its backends, and this group has
+    # none of C++'s: it keeps them itself.
+    def getBackendName(self):
+        return BACKEND
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupName(self):
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
+
+    def getGroupDesc(self):
+        return getattr(self, "_group_desc", "")
+
+    def name(self):
+        return BACKEND
+
+    def size(self):
+        return self._size
+
+    def rank(self):
+        return self._rank
+
+    def _mem(self, t):
+        """`t`, or for an empty tensor (whose data pointer may be null) a small scratch tensor:
+        irisd reads and writes nothing there, but every rank must still join the collective."""
+        if t is None or t.numel() > 0:
+            return t
+        scratch = self._scratch.get(t.device)
+        if scratch is None:
+            scratch = self._scratch[t.device] = torch.empty(16, dtype=torch.uint8, device=t.device)
+        return scratch
+
+    # Ordering.
+    def _stream(self, device):
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = self._streams[device] = torch.cuda.Stream(device)
+        return stream
+
+    def _raise_failures(self, block):
+        """Raises the first failure among the requests issued so far that have completed (all
+        of them, waited for, when `block`). Requests complete in about the order issued, so
+        looking stops at the first one still running: bounded work per call."""
+        failed = None
+        while self._pending:
+            try:
+                if block:
+                    self._pending[0].wait()
+                elif not self._pending[0].test():
+                    break
+            except iris.IrisError as e:
+                failed = failed or e
+            self._pending.popleft()
+        if failed is not None:
+            raise iris.IrisError(failed.code, failed.name,
+                                 f"an earlier collective of this group failed: {failed.message}")
+
+    def _run(self, device, tensors, async_op, body, result=None, torch_ops=True):
+        """Runs body(stream) on the group's stream after the current stream's work; blocking
+        calls make the current stream wait for it. Returns a Work. `torch_ops`: the body runs
+        torch operations (temporaries, copies, reductions), which must go to that stream; the
+        others only pass it to irisd."""
+        self._raise_failures(block=False)
+        current = torch.cuda.current_stream(device)
+        stream = self._stream(device)
+        stream.wait_stream(current)
+        if torch_ops:
+            with torch.cuda.stream(stream):
+                requests = body(stream)
+        else:
+            requests = body(stream)
+        for t in tensors:
+            t.record_stream(stream)  # the allocator must not reuse them before the stream
+        self._pending.extend(r for r in requests if r is not None)
+        event = stream.record_event()
+        if not async_op:
+            current.wait_event(event)
+        return Work(self, event, result if result is not None else tensors)
+
+    def on_stream(self, tensor, body):
+        """For callers that order work themselves (iris.fsdp): body(stream) on the current
+        stream (on the group's stream, waited for, when that is the legacy default stream)."""
+        stream = torch.cuda.current_stream(tensor.device)
+        if stream.cuda_stream == 0:
+            self._run(tensor.device, [], False, body)
+            return
+        self._raise_failures(block=False)
+        self._pending.extend(r for r in body(stream) if r is not None)
+
+    # The collectives, as torch.distributed calls them.
+    def _allgather_base(self, output, input, opts=None):
+        if input.device.type == "cpu":
+            return self._gloo._allgather_base(output, input, opts or dist.AllgatherOptions())
+        name = "all_gather_into_tensor"
+        src, dst = _flat(input, name, "input"), _flat(output, name, "output")
+        self._check(dst.numel() == src.numel() * self._size and dst.dtype == src.dtype, name,
+                    f"output must hold {self._size} x {src.numel()} {src.dtype} elements")
+        return self._run(input.device, [input, output], _async(opts),
+                         lambda s: [self.all_gather_flat(src, dst, s)], [output], False)
+
+    def all_gather_flat(self, src, dst, stream):
+        return self.comm.all_gather(self._mem(src), self._mem(dst), _nbytes(src), stream=stream)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        if inputs[0].device.type == "cpu":
+            return self._gloo.allgather(output_lists, inputs, opts or dist.AllgatherOptions())
+        name = "all_gather"
+        src, outs = _flat(inputs[0], name, "input"), output_lists[0]
+        self._check(len(outs) == self._size and all(o.numel() == src.numel() for o in outs), name,
+                    f"needs {self._size} output tensors of {src.numel()} elements")
+
+        def body(stream):
+            gathered = torch.empty(self._size * src.numel(), dtype=src.dtype, device=src.device)
+            request = self.all_gather_flat(src, gathered, stream)
+            for o, part in zip(outs, gathered.view(self._size, -1)):
+                o.view(-1).copy_(part)
+            return [request]
+
+        return self._run(src.device, [inputs[0], *outs], _async(opts), body, outs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        if input.device.type == "cpu":
+            return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                            opts or dist.AllToAllOptions())
+        name = "all_to_all_single"
+        src, dst = _flat(input, name, "input"), _flat(output, name, "output")
+        send_counts = _split_bytes(input, input_split_sizes, self._size, name, "input")
+        recv_counts = _split_bytes(output, output_split_sizes, self._size, name, "output")
+        if not input_split_sizes and not output_split_sizes:
+            def body(stream):
+                return [self.comm.all_to_all(self._mem(src), self._mem(dst), _nbytes(src) // self._size,
+                                             stream=stream)]
+        else:
+            def body(stream):
+                return [self.comm.all_to_all_v(self._mem(src), send_counts,
+                                               _displacements(send_counts), self._mem(dst),
+                                               recv_counts, _displacements(recv_counts),
+                                               stream=stream)]
+        return self._run(input.device, [input, output], _async(opts), body, [output], False)
+
+    def alltoall(self, outputs, inputs, opts=None):
+        if inputs[0].device.type == "cpu":
+            return self._gloo.alltoall(outputs, inputs, opts or dist.AllToAllOptions())
+        name = "all_to_all"
+        self._check(len(inputs) == self._size and len(outputs) == self._size, name,
+                    f"needs {self._size} input and {self._size} output tensors")
+        dtype, device = inputs[0].dtype, inputs[0].device
+        self._check(all(t.dtype == dtype for t in [*inputs, *outputs]), name,
+                    "all tensors must have one dtype")
+        send_counts = [_nbytes(t) for t in inputs]
+        recv_counts = [_nbytes(t) for t in outputs]
+
+        def body(stream):
+            send = torch.cat([t.reshape(-1) for t in inputs])
+            recv = torch.empty(sum(t.numel() for t in outputs), dtype=dtype, device=device)
+            request = self.comm.all_to_all_v(self._mem(send), send_counts,
+                                             _displacements(send_counts), self._mem(recv),
+                                             recv_counts, _displacements(recv_counts),
+                                             stream=stream)
+            at = 0
+            for o in outputs:
+                o.copy_(recv[at:at + o.numel()].view_as(o))
+                at += o.numel()
+            return [request]
+
+        return self._run(device, [*inputs, *outputs], _async(opts), body, outputs)
+
+    def broadcast(self, tensors, opts=None):
+        opts = opts or dist.BroadcastOptions()
+        if tensors[0].device.type == "cpu":
+            return self._gloo.broadcast(tensors, opts)
+        t = _flat(tensors[0], "broadcast", "tensor")
+        return self._run(t.device, [tensors[0]], _async(opts),
+                         lambda s: [self.comm.broadcast(self._mem(t), _nbytes(t), opts.rootRank,
+                                                       stream=s)],
+                         tensors, False)
+
+    def gather(self, output_lists, inputs, opts=None):
+        opts = opts or dist.GatherOptions()
+        if inputs[0].device.type == "cpu":
+            return self._gloo.gather(output_lists, inputs, opts)
+        name, root = "gather", opts.rootRank
+        src = _flat(inputs[0], name, "input")
+        outs = output_lists[0] if self._rank == root else []
+        if self._rank == root:
+            self._check(len(outs) == self._size and all(o.numel() == src.numel() for o in outs),
+                        name, f"the root needs {self._size} outputs of {src.numel()} elements")
+
+        def body(stream):
+            gathered = None
+            if self._rank == root:
+                gathered = torch.empty(self._size * src.numel(), dtype=src.dtype, device=src.device)
+            request = self.comm.gather(self._mem(src), self._mem(gathered), _nbytes(src), root,
+                                       stream=stream)
+            if gathered is not None:
+                for o, part in zip(outs, gathered.view(self._size, -1)):
+                    o.view(-1).copy_(part)
+            return [request]
+
+        return self._run(src.device, [inputs[0], *outs], _async(opts), body, outs)
+
+    def scatter(self, outputs, input_lists, opts=None):
+        opts = opts or dist.ScatterOptions()
+        if outputs[0].device.type == "cpu":
+            return self._gloo.scatter(outputs, input_lists, opts)
+        name, root = "scatter", opts.rootRank
+        dst = _flat(outputs[0], name, "output")
+        ins = input_lists[0] if self._rank == root else []
+        if self._rank == root:
+            self._check(len(ins) == self._size and all(t.numel() == dst.numel() for t in ins),
+                        name, f"the root needs {self._size} inputs of {dst.numel()} elements")
+
+        def body(stream):
+            send = torch.cat([t.reshape(-1) for t in ins]) if self._rank == root else None
+            return [self.comm.scatter(self._mem(send), self._mem(dst), _nbytes(dst), root,
+                                      stream=stream)]
+
+        return self._run(dst.device, [outputs[0], *ins], _async(opts), body, outputs)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        if input.device.type == "cpu":
+            return self._gloo._reduce_scatter_base(output, input, opts)
+        name = "reduce_scatter_tensor"
+        src, dst = _flat(input, name, "input"), _flat(output, name, "output")
+        self._check(src.numel() == dst.numel() * self._size and src.dtype == dst.dtype, name,
+                    f"input must hold {self._size} x {dst.numel()} {dst.dtype} elements")
+        op = _op_of(opts)
+        return self._run(input.device, [input, output], _async(opts),
+                         lambda s: [self.reduce_scatter_flat(src, dst, op, s, name)], [output])
+
+    def reduce_scatter_flat(self, src, dst, op, stream, name="reduce_scatter"):
+        """irisd's all-to-all brings every rank's block for this rank together; the sum (or
+        other reduction) is the only work on the GPU's cores."""
+        blocks = torch.empty_like(src)
+        request = self.comm.all_to_all(self._mem(src), self._mem(blocks), _nbytes(dst),
+                                       stream=stream)
+        _reduce(blocks.view(self._size, -1), op, dst, self._size, name)
+        return request
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        opts = opts or dist.ReduceScatterOptions()
+        if outputs[0].device.type == "cpu":
+            return self._gloo.reduce_scatter(outputs, input_lists, opts)
+        name = "reduce_scatter"
+        dst, ins = _flat(outputs[0], name, "output"), input_lists[0]
+        self._check(len(ins) == self._size and all(t.numel() == dst.numel() for t in ins), name,
+                    f"needs {self._size} inputs of {dst.numel()} elements")
+        op = _op_of(opts)
+
+        def body(stream):
+            src = torch.cat([t.reshape(-1) for t in ins])
+            return [self.reduce_scatter_flat(src, dst, op, stream, name)]
+
+        return self._run(dst.device, [outputs[0], *ins], _async(opts), body, outputs)
+
+    def allreduce(self, tensors, opts=None):
+        opts = opts or dist.AllreduceOptions()
+        if tensors[0].device.type == "cpu":
+            return self._gloo.allreduce(tensors, opts)
+        name = "all_reduce"
+        t = _flat(tensors[0], name, "tensor")
+        op = _op_of(opts)
+        chunk = -(-t.numel() // self._size)
+
+        def body(stream):
+            padded = torch.empty(chunk * self._size, dtype=t.dtype, device=t.device)
+            padded[:t.numel()].copy_(t)
+            mine = torch.empty(chunk, dtype=t.dtype, device=t.device)
+            first = self.reduce_scatter_flat(padded, mine, op, stream, name)
+            second = self.all_gather_flat(mine, padded, stream)
+            t.copy_(padded[:t.numel()])
+            return [first, second]
+
+        return self._run(t.device, [tensors[0]], _async(opts), body, tensors)
+
+    def reduce(self, tensors, opts=None):
+        opts = opts or dist.ReduceOptions()
+        if tensors[0].device.type == "cpu":
+            return self._gloo.reduce(tensors, opts)
+        name, root = "reduce", opts.rootRank
+        t = _flat(tensors[0], name, "tensor")
+        op = _op_of(opts)
+
+        def body(stream):
+            gathered = None
+            if self._rank == root:
+                gathered = torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
+            request = self.comm.gather(self._mem(t), self._mem(gathered), _nbytes(t), root,
+                                       stream=stream)
+            if gathered is not None:
+                _reduce(gathered.view(self._size, -1), op, t, self._size, name)
+            return [request]
+
+        return self._run(t.device, [tensors[0]], _async(opts), body, tensors)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else Work(self, None, outputs)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else Work(self, None, outputs)
+
+    def barrier(self, opts=None):
+        self._raise_failures(block=False)
+        self.comm.barrier()
+        return Work(self, None, [])
+
+    def send(self, tensors, dst, tag=0):
+        raise _unsupported("send")
+
+    def recv(self, tensors, src, tag=0):
+        raise _unsupported("recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        raise _unsupported("recv")
+
+    def _check(self, ok, name, what):
+        if not ok:
+            raise iris.IrisError(1, "invalid_argument", f"{name}: {what}")
+
+
+def _unsupported(name):
+    return iris.IrisError(1, "invalid_argument",
+                          f"{name}: irisd has no point-to-point operations; use a gloo or nccl "
+                          "group for send/recv")
+
+
+def _async(opts):
+    return getattr(opts, "asyncOp", True) if opts is not None else True
+
+
+def _split_bytes(t, splits, nranks, name, what):
+    """Bytes per rank for all_to_all_single: rows of dim 0 per split, or equal parts."""
+    row = _nbytes(t) // t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 0
+    if not splits:
+        if t.dim() == 0 or t.shape[0] % nranks != 0:
+            raise iris.IrisError(1, "invalid_argument",
+                                 f"{name}: {what}'s first dimension must divide by {nranks} "
+                                 "without split sizes")
+        return [_nbytes(t) // nranks] * nranks
+    if len(splits) != nranks or sum(splits) != t.shape[0] or min(splits) < 0:
+        raise iris.IrisError(1, "invalid_argument",
+                             f"{name}: {what} split sizes {list(splits)} must be {nranks} "
+                             f"non-negative counts adding up to {t.shape[0]}")
+    return [int(s) * row for s in splits]
+
+
+def _displacements(counts):
+    out, at = [], 0
+    for c in counts:
+        out.append(at)
+        at += c
+    return out
+
+
+def _create(store, rank, size, timeout):
+    return IrisProcessGroup(store, rank, size, timeout)
+
+
+def register():
+    """Registers "iris" with torch.distributed (done on import; safe to call again)."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, devices=["cuda"])
+
+
+register()

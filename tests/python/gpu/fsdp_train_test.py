@@ -1,0 +1,148 @@
+"""FSDP2 on irisd, on the GPU host: a small transformer defined here, 2 ranks on the one GPU with
+every all-gather and reduce-scatter through irisd (iris.fsdp.use_iris; the group is
+"cpu:gloo,cuda:iris", so nothing else could move CUDA data), 50 SGD steps on random tokens. A
+single process trains the same model on the concatenated batch; the losses and the final
+parameters must match in fp32 (TF32 off): losses within rtol 1e-4, parameters within
+atol 2e-5 + rtol 1e-4 (the two runs sum the gradient's halves in different orders).
+    python3 tests/python/gpu/fsdp_train_test.py [--steps 50]"""
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ranks  # noqa: E402
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 96, 64, 4, 2, 24, 8  # BATCH per rank
+
+
+def build_model():
+    import torch
+    from torch import nn
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, DIM)
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(DIM, HEADS, dim_feedforward=2 * DIM + 3, dropout=0.0,
+                                           batch_first=True) for _ in range(LAYERS))
+            self.head = nn.Linear(DIM, VOCAB)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    torch.manual_seed(1234)
+    return Transformer().cuda()
+
+
+def batches(steps):
+    import torch
+
+    g = torch.Generator().manual_seed(99)
+    return torch.randint(0, VOCAB, (steps, 2 * BATCH, SEQ + 1), generator=g)
+
+
+def train_step(model, optimizer, tokens):
+    import torch.nn.functional as F
+
+    logits = model(tokens[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def rank_main(rank, nranks, steps, pool):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    import iris.fsdp
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    mesh = DeviceMesh.from_group(dist.group.WORLD, "cuda")
+    model = build_model()
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    modules = iris.fsdp.use_iris(model, torch.cuda.MemPool() if pool == "torch-pool" else None)
+    gathers = iris.fsdp.IrisAllGather.calls
+    scatters = iris.fsdp.IrisReduceScatter.calls
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = batches(steps)
+    losses = []
+    for step in range(steps):
+        mine = data[step, rank * BATCH:(rank + 1) * BATCH].cuda()
+        losses.append(train_step(model, optimizer, mine))
+    torch.cuda.synchronize()
+    # As numpy arrays: torch tensors would cross to the parent as shared memory, which needs
+    # this process alive when the parent unpickles them.
+    shards = {name: p.to_local().detach().cpu().numpy() for name, p in model.named_parameters()}
+    return {"losses": losses, "shards": shards, "modules": modules,
+            "all_gathers": iris.fsdp.IrisAllGather.calls - gathers,
+            "reduce_scatters": iris.fsdp.IrisReduceScatter.calls - scatters}
+
+
+def reference(steps):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = batches(steps)
+    losses = [train_step(model, optimizer, data[step].cuda()) for step in range(steps)]
+    return losses, {name: p.detach().cpu() for name, p in model.named_parameters()}
+
+
+def main():
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--pool", default="iris-pool", choices=["iris-pool", "torch-pool"],
+                        help="where FSDP's communication buffers come from")
+    args = parser.parse_args()
+    results = ranks.run(rank_main, 2, (args.steps, args.pool))
+    ref_losses, ref_params = reference(args.steps)
+    failures = []
+    for step in range(args.steps):
+        fsdp = (results[0]["losses"][step] + results[1]["losses"][step]) / 2
+        if abs(fsdp - ref_losses[step]) > 1e-4 * abs(ref_losses[step]):
+            failures.append(f"step {step}: loss {fsdp:.7f} vs reference {ref_losses[step]:.7f}")
+    worst = 0.0
+    for name, full in ref_params.items():
+        for rank in (0, 1):
+            want = torch.chunk(full, 2, dim=0)[rank]
+            got = torch.from_numpy(results[rank]["shards"][name])
+            if got.shape != want.shape:
+                failures.append(f"{name} rank {rank}: shard {tuple(got.shape)} vs "
+                                f"{tuple(want.shape)}")
+                continue
+            worst = max(worst, (got - want).abs().max().item() if got.numel() else 0.0)
+            if not torch.allclose(got, want, atol=2e-5, rtol=1e-4):
+                failures.append(f"{name} rank {rank}: max error "
+                                f"{(got - want).abs().max().item():.3g}")
+    for rank in (0, 1):
+        r = results[rank]
+        if r["all_gathers"] == 0 or r["reduce_scatters"] == 0:
+            failures.append(f"rank {rank}: irisd was not used ({r['all_gathers']} all-gathers, "
+                            f"{r['reduce_scatters']} reduce-scatters)")
+    for line in failures[:20]:
+        print(line)
+    r = results[0]
+    print(f"FSDP2 on irisd ({args.pool}): 2 ranks, {args.steps} steps, {r['modules']} FSDP modules, "
+          f"{r['all_gathers']} all-gathers and {r['reduce_scatters']} reduce-scatters per rank "
+          f"through irisd; loss {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}; max parameter "
+          f"difference to the single-process reference {worst:.2e}; {len(failures)} failures")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
