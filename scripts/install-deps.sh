@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
   libhsa-runtime-dev libamdhip64-dev
-  python3 python3-venv python3-setuptools python3-wheel
+  python3 python3-venv python3-setuptools python3-wheel python3-torch
   clang libclang-rt-14-dev
 )
 missing=()

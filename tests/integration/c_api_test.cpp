@@ -243,5 +243,23 @@ TEST(PythonBinding, GathersAndRaisesIrisError) {
   EXPECT_NE(result.output.find("python binding: ok"), std::string::npos) << result.output;
 }
 
+// Debian 12's torch (1.13, CPU only) against a real irisd: the backend registers, two rank
+// processes form a group, CPU tensors go through its gloo and barriers through irisd. The CUDA
+// paths run on the GPU host (tests/python/gpu).
+TEST(PythonTorchBackend, FormsAGroupThroughIrisd) {
+  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
+    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
+                    "runs this test";
+  DaemonProcess daemon;
+  const ProgramResult result = run_program(
+      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
+       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_torch_check.py", "--socket",
+       daemon.socket()});
+  if (result.exit_code == 77) GTEST_SKIP() << result.output;
+  EXPECT_EQ(result.exit_code, 0) << result.output << "\ndaemon log:\n" << daemon.log();
+  EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
+}
+
 }  // namespace
 }  // namespace iris::testing

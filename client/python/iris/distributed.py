@@ -29,6 +29,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d  # the options types, in every torch version
 from torch.distributed import ReduceOp
 
 import iris
@@ -135,10 +136,6 @@ class IrisProcessGroup(dist.ProcessGroup):
             store.set("iris/key", secrets.token_hex(16))
         key = store.get("iris/key").decode()
         self._client = client()
-        if self._client.engine != "cuda":
-            raise iris.IrisError(15, "unavailable",
-                                 f"irisd runs the {self._client.engine} engine; the iris backend "
-                                 "needs the cuda engine (irisd --engine cuda) for CUDA tensors")
         self.comm = iris.Communicator(self._client, f"torch-{key}", size, rank)
         self._streams = {}
         self._scratch = {}
@@ -210,6 +207,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         calls make the current stream wait for it. Returns a Work. `torch_ops`: the body runs
         torch operations (temporaries, copies, reductions), which must go to that stream; the
         others only pass it to irisd."""
+        self._check_engine()
         self._raise_failures(block=False)
         current = torch.cuda.current_stream(device)
         stream = self._stream(device)
@@ -230,6 +228,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     def on_stream(self, tensor, body):
         """For callers that order work themselves (iris.fsdp): body(stream) on the current
         stream (on the group's stream, waited for, when that is the legacy default stream)."""
+        self._check_engine()
         stream = torch.cuda.current_stream(tensor.device)
         if stream.cuda_stream == 0:
             self._run(tensor.device, [], False, body)
@@ -240,7 +239,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     # The collectives, as torch.distributed calls them.
     def _allgather_base(self, output, input, opts=None):
         if input.device.type == "cpu":
-            return self._gloo._allgather_base(output, input, opts or dist.AllgatherOptions())
+            return self._gloo._allgather_base(output, input, opts or c10d.AllgatherOptions())
         name = "all_gather_into_tensor"
         src, dst = _flat(input, name, "input"), _flat(output, name, "output")
         self._check(dst.numel() == src.numel() * self._size and dst.dtype == src.dtype, name,
@@ -253,7 +252,7 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         if inputs[0].device.type == "cpu":
-            return self._gloo.allgather(output_lists, inputs, opts or dist.AllgatherOptions())
+            return self._gloo.allgather(output_lists, inputs, opts or c10d.AllgatherOptions())
         name = "all_gather"
         src, outs = _flat(inputs[0], name, "input"), output_lists[0]
         self._check(len(outs) == self._size and all(o.numel() == src.numel() for o in outs), name,
@@ -271,7 +270,7 @@ class IrisProcessGroup(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         if input.device.type == "cpu":
             return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
-                                            opts or dist.AllToAllOptions())
+                                            opts or c10d.AllToAllOptions())
         name = "all_to_all_single"
         src, dst = _flat(input, name, "input"), _flat(output, name, "output")
         send_counts = _split_bytes(input, input_split_sizes, self._size, name, "input")
@@ -290,7 +289,7 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, outputs, inputs, opts=None):
         if inputs[0].device.type == "cpu":
-            return self._gloo.alltoall(outputs, inputs, opts or dist.AllToAllOptions())
+            return self._gloo.alltoall(outputs, inputs, opts or c10d.AllToAllOptions())
         name = "all_to_all"
         self._check(len(inputs) == self._size and len(outputs) == self._size, name,
                     f"needs {self._size} input and {self._size} output tensors")
@@ -316,7 +315,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._run(device, [*inputs, *outputs], _async(opts), body, outputs)
 
     def broadcast(self, tensors, opts=None):
-        opts = opts or dist.BroadcastOptions()
+        opts = opts or c10d.BroadcastOptions()
         if tensors[0].device.type == "cpu":
             return self._gloo.broadcast(tensors, opts)
         t = _flat(tensors[0], "broadcast", "tensor")
@@ -326,7 +325,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                          tensors, False)
 
     def gather(self, output_lists, inputs, opts=None):
-        opts = opts or dist.GatherOptions()
+        opts = opts or c10d.GatherOptions()
         if inputs[0].device.type == "cpu":
             return self._gloo.gather(output_lists, inputs, opts)
         name, root = "gather", opts.rootRank
@@ -350,7 +349,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._run(src.device, [inputs[0], *outs], _async(opts), body, outs)
 
     def scatter(self, outputs, input_lists, opts=None):
-        opts = opts or dist.ScatterOptions()
+        opts = opts or c10d.ScatterOptions()
         if outputs[0].device.type == "cpu":
             return self._gloo.scatter(outputs, input_lists, opts)
         name, root = "scatter", opts.rootRank
@@ -368,7 +367,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._run(dst.device, [outputs[0], *ins], _async(opts), body, outputs)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or c10d.ReduceScatterOptions()
         if input.device.type == "cpu":
             return self._gloo._reduce_scatter_base(output, input, opts)
         name = "reduce_scatter_tensor"
@@ -389,7 +388,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return request
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        opts = opts or dist.ReduceScatterOptions()
+        opts = opts or c10d.ReduceScatterOptions()
         if outputs[0].device.type == "cpu":
             return self._gloo.reduce_scatter(outputs, input_lists, opts)
         name = "reduce_scatter"
@@ -405,7 +404,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._run(dst.device, [outputs[0], *ins], _async(opts), body, outputs)
 
     def allreduce(self, tensors, opts=None):
-        opts = opts or dist.AllreduceOptions()
+        opts = opts or c10d.AllreduceOptions()
         if tensors[0].device.type == "cpu":
             return self._gloo.allreduce(tensors, opts)
         name = "all_reduce"
@@ -425,7 +424,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return self._run(t.device, [tensors[0]], _async(opts), body, tensors)
 
     def reduce(self, tensors, opts=None):
-        opts = opts or dist.ReduceOptions()
+        opts = opts or c10d.ReduceOptions()
         if tensors[0].device.type == "cpu":
             return self._gloo.reduce(tensors, opts)
         name, root = "reduce", opts.rootRank
@@ -465,6 +464,12 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         raise _unsupported("recv")
+
+    def _check_engine(self):
+        if self._client.engine != "cuda":
+            raise iris.IrisError(15, "unavailable",
+                                 f"irisd runs the {self._client.engine} engine; CUDA tensors need "
+                                 "its cuda engine (irisd --engine cuda)")
 
     def _check(self, ok, name, what):
         if not ok:
@@ -511,8 +516,11 @@ def _create(store, rank, size, timeout):
 
 def register():
     """Registers "iris" with torch.distributed (done on import; safe to call again)."""
-    if BACKEND.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, _create, devices=["cuda"])
+    if not hasattr(dist.Backend, BACKEND.upper()):
+        try:
+            dist.Backend.register_backend(BACKEND, _create, devices=["cuda"])
+        except TypeError:  # torch before 2.1 has no device list (Debian 12's 1.13)
+            dist.Backend.register_backend(BACKEND, _create)
 
 
 register()

@@ -1,0 +1,116 @@
+"""The torch.distributed backend "iris" where torch has no CUDA (CI: Debian's python3-torch 1.13,
+CPU only) against a real irisd: registration with torch.distributed, two real rank processes
+joining a group through init_process_group, CPU tensors through the group's gloo, the barrier
+through irisd, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
+refusals (send, CUDA tensors under the host engine). Prints "torch backend: ok" on success.
+    python3 python_torch_check.py --socket PATH"""
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import traceback
+
+
+def expect_error(what, call, words):
+    import iris
+
+    try:
+        call()
+    except iris.IrisError as e:
+        assert all(w in e.message for w in words), f"{what}: message {e.message!r} lacks {words}"
+        return
+    raise AssertionError(f"{what}: no error")
+
+
+def rank_main(rank, store, queue):
+    try:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import ReduceOp
+
+        import iris.distributed as backend
+
+        dist.init_process_group("iris", init_method=f"file://{store}", rank=rank, world_size=2)
+        group = dist.distributed_c10d._get_default_group()
+        assert isinstance(group, backend.IrisProcessGroup), type(group)
+        assert dist.get_rank() == rank and dist.get_world_size() == 2
+
+        t = torch.arange(6, dtype=torch.float32) + 100 * rank
+        outs = [torch.empty(6) for _ in range(2)]
+        dist.all_gather(outs, t)
+        for r in range(2):
+            assert torch.equal(outs[r], torch.arange(6, dtype=torch.float32) + 100 * r), outs
+        b = t.clone()
+        dist.broadcast(b, src=1)
+        assert torch.equal(b, torch.arange(6, dtype=torch.float32) + 100), b
+        s = t.clone()
+        dist.all_reduce(s)
+        assert torch.equal(s, 2 * torch.arange(6, dtype=torch.float32) + 100), s
+        for _ in range(3):
+            dist.barrier()  # through irisd: a collective that moves nothing
+
+        # The reductions the CUDA path runs after irisd's all-to-all, on CPU tensors here.
+        stacked = torch.tensor([[1.0, -2.0, 3.0], [4.0, 5.0, -6.0]])
+        for op, want in [(ReduceOp.SUM, stacked.sum(0)), (ReduceOp.AVG, stacked.sum(0) / 2),
+                         (ReduceOp.PRODUCT, stacked.prod(0)), (ReduceOp.MIN, stacked.amin(0)),
+                         (ReduceOp.MAX, stacked.amax(0))]:
+            out = torch.empty(3)
+            backend._reduce(stacked, op, out, 2, "reduce_scatter")
+            assert torch.equal(out, want), (op, out, want)
+        expect_error("BAND", lambda: backend._reduce(stacked, ReduceOp.BAND, torch.empty(3), 2,
+                                                     "all_reduce"), ["all_reduce", "SUM"])
+        expect_error("AVG of ints", lambda: backend._reduce(
+            stacked.int(), ReduceOp.AVG, torch.empty(3, dtype=torch.int32), 2, "all_reduce"),
+            ["floating-point"])
+
+        rows = torch.empty(5, 3)  # 5 rows of 12 bytes
+        assert backend._split_bytes(rows, [2, 3], 2, "x", "input") == [24, 36]
+        assert backend._displacements([24, 36]) == [0, 24]
+        expect_error("splits not adding up", lambda: backend._split_bytes(
+            rows, [2, 2], 2, "all_to_all_single", "input"), ["adding up to 5"])
+        expect_error("equal split of an odd count", lambda: backend._split_bytes(
+            rows, [], 2, "all_to_all_single", "input"), ["divide by 2"])
+
+        expect_error("send", lambda: dist.send(t, dst=1 - rank), ["send", "point-to-point"])
+        expect_error("CUDA work on the host engine", lambda: group._check_engine(),
+                     ["host engine", "--engine cuda"])
+        dist.barrier()
+        dist.destroy_process_group()
+        queue.put((rank, None))
+    except BaseException:
+        queue.put((rank, traceback.format_exc()))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    args = parser.parse_args()
+    os.environ["IRIS_SOCKET"] = args.socket
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch backend: skipped, no torch for this python3 (install python3-torch)")
+        return 77
+    store = tempfile.mktemp(prefix="iris-torch-")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, store, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    failures = []
+    for _ in procs:
+        rank, error = queue.get(timeout=120)
+        if error:
+            failures.append(f"rank {rank}:\n{error}")
+    for p in procs:
+        p.join(30)
+    if failures:
+        print("\n".join(failures))
+        return 1
+    print("torch backend: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
