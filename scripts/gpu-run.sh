@@ -82,6 +82,9 @@ if want pytorch; then
     "${pyenv[@]}" timeout 300 python3 tests/python/gpu/fsdp_train_test.py --steps 50 \
       --pool "$pool" >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   done
+  # The README's FSDP2 example as users launch it.
+  "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
+    examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
   "${pyenv[@]}" timeout 120 python3 scripts/one_gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
   "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
@@ -106,5 +109,6 @@ if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out
 if want pytorch; then
   echo "-- torch.distributed backend and FSDP2 (exit $pytorch_rc)"
   grep -E "^(torch backend|FSDP2)" "$out/pytorch.txt"
+  echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
 fi
