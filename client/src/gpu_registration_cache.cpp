@@ -85,8 +85,17 @@ GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t pt
     }
   }
   Entry e{begin, end, 0, std::move(chunks), 0, std::nullopt};
-  runtime_.outside_capture_rules(
-      [&] { e.id = session_.register_range(reinterpret_cast<void*>(begin), end - begin); });
+  // At irisd's per-session buffer limit, make room by ending the least recently used
+  // registration no request names, and try again.
+  for (bool registered = false; !registered;) {
+    try {
+      runtime_.outside_capture_rules(
+          [&] { e.id = session_.register_range(reinterpret_cast<void*>(begin), end - begin); });
+      registered = true;
+    } catch (const Error& refused) {
+      if (refused.code() != ErrorCode::kLimitExceeded || !end_least_recently_used()) throw;
+    }
+  }
   for (uintptr_t key : overlapped) retire(entries_.find(key));
   return e;
 }
@@ -163,6 +172,18 @@ void GpuRegistrationCache::end_finished_retirements() {
     }
     it = retiring_.erase(it);
   }
+}
+
+bool GpuRegistrationCache::end_least_recently_used() {
+  auto oldest = entries_.end();
+  for (auto it = entries_.begin(); it != entries_.end(); ++it)
+    if (!it->second.pinned && !in_flight(it->second) &&
+        (oldest == entries_.end() || it->second.last_used < oldest->second.last_used))
+      oldest = it;
+  if (oldest == entries_.end()) return false;
+  retire(oldest);
+  end_finished_retirements();
+  return true;
 }
 
 void GpuRegistrationCache::evict_beyond_capacity() {

@@ -9,13 +9,14 @@
 // at the same address and registers it anew. That query is the cost of a call on memory seen
 // before (one driver call per allocation the range touches).
 //
-// Bounded: at most `capacity` registrations; beyond that the least recently used one goes. A
+// Bounded: at most `capacity` registrations; beyond that the least recently used one goes (also
+// when irisd refuses a registration at its per-session buffer limit). A
 // registration of memory found freed goes at once: a lookup finds it, and every new
 // registration first checks all the others (one query per allocation), so freed VRAM that
-// irisd imported is given back by the next first use of other memory. A registration that goes while a request
-// may still name it (submitted, not yet completed) retires first and ends once that request
-// has finished, so irisd never sees an id vanish under an entry in its ring. Registrations used
-// by a collective captured in a CUDA graph stay while their memory does (the graph replays
+// irisd imported is given back by the next first use of other memory. A registration that goes
+// while a request may still name it (submitted, not yet completed) retires first and ends once that
+// request has finished, so irisd never sees an id vanish under an entry in its ring. Registrations
+// used by a collective captured in a CUDA graph stay while their memory does (the graph replays
 // them).
 #pragma once
 
@@ -94,6 +95,8 @@ class GpuRegistrationCache {
   void retire(std::map<uintptr_t, Entry>::iterator it);
   void end_finished_retirements();
   void evict_beyond_capacity();
+  // Ends the least recently used registration no request names; false when there is none.
+  bool end_least_recently_used();
   Entry register_covering(uintptr_t ptr, uint64_t bytes);
 
   GpuRuntime& runtime_;

@@ -24,10 +24,11 @@ class FakeSession final : public GpuRegistrationCache::Session {
   std::vector<uint64_t> deregistered;
   std::set<std::pair<uint32_t, uint32_t>> unfinished;  // (slot, generation) still in flight
   bool refuse = false;
+  std::size_t limit = 1 << 20;  // buffers irisd accepts at once
   uint64_t next_id = 1;
 
   uint64_t register_range(void* base, std::size_t bytes) override {
-    if (refuse) throw Error(ErrorCode::kLimitExceeded, "too many buffers");
+    if (refuse || live.size() >= limit) throw Error(ErrorCode::kLimitExceeded, "too many buffers");
     live[next_id] = {reinterpret_cast<uintptr_t>(base), bytes};
     return next_id++;
   }
@@ -171,6 +172,28 @@ TEST_F(GpuRegistrationCacheTest, BoundedLeastRecentlyUsedGoesFirst) {
   EXPECT_EQ(cache.registrations(), 4u);
   EXPECT_EQ(session.deregistered.size(), 6u);
   EXPECT_EQ(session.deregistered.front(), 2u) << "allocation 1 (id 2) went first, not 0";
+}
+
+TEST_F(GpuRegistrationCacheTest, AtIrisdsBufferLimitTheLeastRecentlyUsedMakesRoom) {
+  GpuRegistrationCache cache(runtime, session, 1024);
+  session.limit = 2;  // irisd's per-session limit, reached long before the cache's own
+  for (uintptr_t i = 0; i < 6; ++i) allocate(0x50000000 + i * 4 * kMiB, 2 * kMiB);
+  session.unfinished.insert({1, 1});
+  const auto busy = use(cache, 0x50000000, 64, GpuRegistrationCache::Use{1, 1});
+  for (uintptr_t i = 1; i < 6; ++i) {
+    use(cache, 0x50000000 + i * 4 * kMiB, 64);
+    EXPECT_LE(session.live.size(), 2u);
+    EXPECT_TRUE(session.live.contains(busy.buffer_id)) << "its request is still running";
+  }
+  // With every registration named by a running request, irisd's refusal reaches the caller.
+  session.unfinished.insert({2, 1});
+  use(cache, 0x50000000 + 5 * 4 * kMiB, 64, GpuRegistrationCache::Use{2, 1});
+  try {
+    cache.locate(0x50000000 + 4 * kMiB, 64);
+    FAIL() << "expected kLimitExceeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kLimitExceeded);
+  }
 }
 
 TEST_F(GpuRegistrationCacheTest, ARegistrationARequestMayStillNameRetiresUntilItFinishes) {
