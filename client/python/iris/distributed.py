@@ -85,6 +85,12 @@ def _reduce(stacked, op, out, nranks, name):
                              "(SUM, AVG, PRODUCT, MIN, MAX are)")
 
 
+def _copy_out(flat, outs):
+    """Equal parts of `flat` into the tensors `outs`, on the current stream."""
+    for out, part in zip(outs, flat.view(len(outs), -1)):
+        out.view(-1).copy_(part)
+
+
 def _op_of(opts):
     op = opts.reduceOp
     return getattr(op, "op", op)
@@ -261,8 +267,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         def body(stream):
             gathered = torch.empty(self._size * src.numel(), dtype=src.dtype, device=src.device)
             request = self.all_gather_flat(src, gathered, stream)
-            for o, part in zip(outs, gathered.view(self._size, -1)):
-                o.view(-1).copy_(part)
+            _copy_out(gathered, outs)
             return [request]
 
         return self._run(src.device, [inputs[0], *outs], _async(opts), body, outs)
@@ -342,8 +347,7 @@ class IrisProcessGroup(dist.ProcessGroup):
             request = self.comm.gather(self._mem(src), self._mem(gathered), _nbytes(src), root,
                                        stream=stream)
             if gathered is not None:
-                for o, part in zip(outs, gathered.view(self._size, -1)):
-                    o.view(-1).copy_(part)
+                _copy_out(gathered, outs)
             return [request]
 
         return self._run(src.device, [inputs[0], *outs], _async(opts), body, outs)
