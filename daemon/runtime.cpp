@@ -20,7 +20,8 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       buffers_(config, engine, stats, sessions_),
       comms_(config, scheduler_),
       plans_(scheduler_, stats, std::chrono::milliseconds(config.limits.graph_replay_timeout_ms),
-             config.limits.max_graph_plans_per_uid) {
+             config.limits.max_graph_plans_per_uid),
+      scale_out_(config, scheduler_, comms_, engine, loop) {
   loop_.watch(engine_.completion_fd());
 }
 
@@ -83,10 +84,33 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
 }
 
 uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
-                            uint32_t rank) {
-  const uint64_t id = comms_.join(sessions_.get(session_id), key, nranks, rank);
+                            uint32_t rank, std::optional<NodesOfComm> nodes) {
+  Session& s = sessions_.get(session_id);
+  std::shared_ptr<const NodeLayout> layout;
+  if (nodes) {
+    if (nranks == 0 || nranks > CommunicatorRegistry::kMaxRanks || rank >= nranks)
+      throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(rank) + " of nranks " +
+                                                   std::to_string(nranks) + " is out of range");
+    layout = scale_out_.check_layout(std::move(nodes->addresses), std::move(nodes->node_of_rank),
+                                     std::move(nodes->secret), nranks, rank);
+  }
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout);
+  if (layout) scale_out_.joined(*comms_.find(id));
   count_comms();
   return id;
+}
+
+std::string Runtime::node_address() { return scale_out_.address(); }
+
+std::pair<uint32_t, uint32_t> Runtime::comm_nodes_joined(uint64_t session_id, uint64_t comm_id) {
+  Session& s = sessions_.get(session_id);
+  if (s.comm_ranks.count(comm_id) == 0)
+    throw Error(ErrorCode::kNotFound,
+                "this session holds no rank in communicator " + std::to_string(comm_id));
+  const Communicator& comm = *comms_.find(comm_id);
+  if (!comm.layout) return {1, 1};
+  if (comm.broken) throw Error(comm.broken_code, comm.broken_why);  // a node died meanwhile
+  return scale_out_.nodes_joined(comm);
 }
 
 void Runtime::comm_destroy(uint64_t session_id, uint64_t comm_id) {
@@ -286,6 +310,7 @@ bool Runtime::poll_once() {
   }
   if (!awaiting_stream_.empty() && start_ready_stream_arrivals()) worked = true;
   if (!plans_.idle() && plans_.poll()) worked = true;
+  if (scale_out_.progress()) worked = true;
   completions_.clear();
   if (engine_.poll(completions_) > 0) {
     worked = true;
@@ -313,6 +338,7 @@ bool Runtime::has_ready_work() {
   // Work no fd announces: copies the engine must poll for, GPU streams' ready flags.
   // Armed graph plans too: a replay announces itself only by writing its ready flag.
   if (engine_.needs_polling() || !awaiting_stream_.empty() || !plans_.idle()) return true;
+  if (!scale_out_.ready_to_sleep()) return true;  // UCX events pending: progress first
   for (Session* s : sessions_.list())
     if (s->ring_has_entries()) return true;
   return false;

@@ -14,6 +14,7 @@
 #include "daemon/collectives/graph_plans.hpp"
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
+#include "daemon/scaleout/scale_out.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
@@ -45,7 +46,19 @@ class Runtime final : public LoopWork {
   RegisteredBuffer register_device_buffer(uint64_t session_id, const DeviceBufferExport& exported);
   void register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported);
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
-  uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank);
+  // A communicator across nodes: every node's address, every rank's node, the job's secret.
+  struct NodesOfComm {
+    std::vector<std::string> addresses;
+    std::vector<uint32_t> node_of_rank;
+    std::string secret;
+  };
+  uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
+                     std::optional<NodesOfComm> nodes = std::nullopt);
+  // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
+  std::string node_address();
+  // How many of the nodes of the session's communicator `comm_id` have joined it, of how many
+  // (1 of 1 for a communicator within this daemon).
+  std::pair<uint32_t, uint32_t> comm_nodes_joined(uint64_t session_id, uint64_t comm_id);
   void comm_destroy(uint64_t session_id, uint64_t comm_id);
   // A collective captured into a CUDA graph (graph_plans.hpp): `entry` is the ring entry the
   // call would have submitted. Throws iris::Error naming what is wrong with it.
@@ -86,6 +99,7 @@ class Runtime final : public LoopWork {
   BufferRegistry buffers_;
   CommunicatorRegistry comms_;
   GraphPlans plans_;
+  ScaleOut scale_out_;
 
   std::vector<uint64_t> sessions_to_end_;  // found corrupt while polling
   // A validated stream-ordered request, waiting for its rank's GPU stream to reach the call.

@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev nlohmann-json3-dev
-  prometheus-cpp-dev libsystemd-dev prometheus systemd python3-yaml
+  prometheus-cpp-dev libsystemd-dev prometheus systemd python3-yaml libucx-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev
   libhsa-runtime-dev libamdhip64-dev

@@ -3,6 +3,7 @@
 #include "iris/iris.h"
 
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -137,6 +138,43 @@ int iris_comm_init(iris_client* client, const char* key, uint32_t nranks, uint32
     return null_argument(client == nullptr ? "client" : key == nullptr ? "key" : "out");
   return guarded(
       [&] { *out = new iris_comm{iris::Communicator::init(client->client, key, nranks, rank)}; });
+}
+
+int iris_node_address(iris_client* client, void* buffer, size_t* bytes) {
+  if (client == nullptr || bytes == nullptr) return null_argument(client ? "bytes" : "client");
+  return guarded([&] {
+    const std::string address = client->client.node_address();
+    const std::size_t room = *bytes;
+    *bytes = address.size();
+    if (buffer == nullptr) return;
+    if (room < address.size())
+      throw iris::Error(iris::ErrorCode::kOutOfRange,
+                        "iris_node_address: the address is " + std::to_string(address.size()) +
+                            " bytes, the buffer " + std::to_string(room));
+    std::memcpy(buffer, address.data(), address.size());
+  });
+}
+
+int iris_comm_init_nodes(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
+                         const void* const* addresses, const size_t* address_bytes,
+                         size_t node_count, const uint32_t* node_of_rank, const void* secret,
+                         size_t secret_bytes, int64_t join_timeout_ms, iris_comm** out) {
+  if (client == nullptr || key == nullptr || out == nullptr || addresses == nullptr ||
+      address_bytes == nullptr || node_of_rank == nullptr || secret == nullptr)
+    return null_argument("client, key, addresses, address_bytes, node_of_rank, secret or out");
+  return guarded([&] {
+    iris::NodeSet nodes;
+    for (std::size_t n = 0; n < node_count; ++n) {
+      if (addresses[n] == nullptr)
+        throw iris::Error(iris::ErrorCode::kInvalidArgument,
+                          "node " + std::to_string(n) + "'s address is NULL");
+      nodes.addresses.emplace_back(static_cast<const char*>(addresses[n]), address_bytes[n]);
+    }
+    nodes.node_of_rank.assign(node_of_rank, node_of_rank + nranks);
+    nodes.secret.assign(static_cast<const char*>(secret), secret_bytes);
+    if (join_timeout_ms > 0) nodes.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+    *out = new iris_comm{iris::Communicator::init(client->client, key, nranks, rank, nodes)};
+  });
 }
 
 int iris_comm_destroy(iris_comm* comm) {

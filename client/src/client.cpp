@@ -88,6 +88,12 @@ Client::GpuRegistrations Client::gpu_registrations() const {
   return {cache->registrations(), cache->retiring()};
 }
 
+std::string Client::node_address() {
+  v1::SessionRequest request;
+  request.mutable_node_address();
+  return usable(impl_).session_call(request, "node address").node_address();
+}
+
 void Client::detach() {
   if (impl_) impl_->detach();
 }

@@ -1,5 +1,7 @@
 #include "iris/communicator.hpp"
 
+#include <thread>
+
 #include <algorithm>
 
 #include "client/src/client_impl.hpp"
@@ -37,23 +39,61 @@ struct Communicator::Impl {
   bool destroyed = false;
 };
 
-Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
-                                uint32_t rank) {
-  if (!client.impl_)
+namespace {
+Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, const std::string& key,
+                         uint32_t nranks, uint32_t rank, std::unique_ptr<Communicator::Impl>& out) {
+  if (client == nullptr)
     throw Error(ErrorCode::kInvalidArgument,
                 "Communicator::init on an empty iris::Client: use iris::Client::connect()");
-  v1::SessionRequest request;
   auto* init = request.mutable_comm_init();
   init->set_key(key);
   init->set_nranks(nranks);
   init->set_rank(rank);
-  const auto response = client.impl_->session_call(request, "communicator init");
-  auto impl = std::make_unique<Impl>();
-  impl->client = client.impl_;
-  impl->id = response.comm_id();
-  impl->nranks = nranks;
-  impl->rank = rank;
+  const auto response = client->session_call(request, "communicator init");
+  out = std::make_unique<Communicator::Impl>();
+  out->client = client->shared_from_this();
+  out->id = response.comm_id();
+  out->nranks = nranks;
+  out->rank = rank;
+  return out.get();
+}
+}  // namespace
+
+Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
+                                uint32_t rank) {
+  v1::SessionRequest request;
+  std::unique_ptr<Impl> impl;
+  join(client.impl_.get(), request, key, nranks, rank, impl);
   return Communicator(std::move(impl));
+}
+
+Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
+                                uint32_t rank, const NodeSet& nodes) {
+  v1::SessionRequest request;
+  auto* init = request.mutable_comm_init();
+  for (const std::string& address : nodes.addresses) init->add_node_addresses(address);
+  for (uint32_t node : nodes.node_of_rank) init->add_node_of_rank(node);
+  init->set_secret(nodes.secret);
+  std::unique_ptr<Impl> impl;
+  Impl* joined = join(client.impl_.get(), request, key, nranks, rank, impl);
+  Communicator comm(std::move(impl));
+  // Every node's irisd must know the communicator before data can flow to it.
+  v1::SessionRequest status;
+  status.mutable_comm_status()->set_comm_id(joined->id);
+  const auto deadline = std::chrono::steady_clock::now() + nodes.join_timeout;
+  auto pause = std::chrono::microseconds(200);
+  for (;;) {
+    const auto answer = joined->client->session_call(status, "communicator init (nodes)");
+    if (answer.nodes_joined() >= answer.nodes_total()) return comm;
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Error(ErrorCode::kTimeout,
+                  "communicator '" + key + "': " + std::to_string(answer.nodes_joined()) + " of " +
+                      std::to_string(answer.nodes_total()) + " nodes joined within " +
+                      std::to_string(nodes.join_timeout.count()) +
+                      " ms: start a rank on every node, with the same key, nodes and secret");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20'000));
+  }
 }
 
 Communicator::Communicator() = default;

@@ -27,8 +27,11 @@ struct CompletionTarget {
 struct ArrivedRank {
   CompletionTarget target;
   std::optional<ValidatedRequest> request;  // empty when the rank's request failed validation
-  uint32_t copies_touching = 0;             // copies in flight from or into its buffers
+  uint32_t copies_touching = 0;             // copies (and network sends) in flight on its buffers
   bool delivered = false;                   // completion written
+  // A rank of another node (scale out): its request's send buffer holds the part of its data
+  // this node needs, and its own daemon completes it.
+  bool remote = false;
 };
 
 struct Collective {

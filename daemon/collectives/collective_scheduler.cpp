@@ -68,12 +68,35 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
   Collective& c = *find_or_create(comm, seq, over_limit);
   ArrivedRank& arrived =
       c.ranks.insert_or_assign(rank, ArrivedRank{target, std::move(request)}).first->second;
+  admit(comm, c, rank, arrived, over_limit, error, why);
+}
 
+void CollectiveScheduler::arrive_remote(Communicator& comm, uint32_t rank, uint64_t seq,
+                                        std::optional<ValidatedRequest> request, ErrorCode error,
+                                        const std::string& why) {
+  if (comm.broken && comm.in_flight.count(seq) == 0) return;  // nobody here waits for it
+  if (auto it = comm.in_flight.find(seq);
+      it != comm.in_flight.end() && it->second->ranks.count(rank) != 0) {
+    comm_warn(comm, "seq {}: rank {} arrived twice from its node; ignoring the second", seq, rank);
+    return;
+  }
+  bool over_limit = false;
+  Collective& c = *find_or_create(comm, seq, over_limit);
+  ArrivedRank& arrived = c.ranks.emplace(rank, ArrivedRank{{}, std::move(request)}).first->second;
+  arrived.remote = true;
+  arrived.delivered = true;  // its own daemon tells it
+  ++c.delivered_count;
+  admit(comm, c, rank, arrived, over_limit, error, why);
+}
+
+void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank,
+                                ArrivedRank& arrived, bool over_limit, ErrorCode error,
+                                const std::string& why) {
   if (over_limit) {
     comm_warn(comm,
               "seq {}: more than {} collectives in flight on this communicator; failing it "
               "(wait for some, or raise max_inflight in the irisd config)",
-              seq, max_in_flight_);
+              c.seq, max_in_flight_);
     fail(c, ErrorCode::kLimitExceeded,
          "communicator '" + comm.key + "' already has " + std::to_string(max_in_flight_) +
              " collectives in flight (max_inflight): wait for some before submitting more");
@@ -81,7 +104,7 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
     fail(c, error, "rank " + std::to_string(rank) + "'s request: " + why);
   } else if (c.error == ErrorCode::kOk) {
     const RankArgs& args = arrived.request->args;
-    trace(comm, "seq {} ({}): rank {} arrived ({}/{}), {} bytes", seq, collective_name(args.kind),
+    trace(comm, "seq {} ({}): rank {} arrived ({}/{}), {} bytes", c.seq, collective_name(args.kind),
           rank, c.arrived(), comm.nranks, args.bytes);
     std::optional<PlanError> bad;
     if (const RankArgs* reference = c.reference())
@@ -90,10 +113,14 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
       c.reference_rank = rank;
     if (!bad) bad = start_copies(comm, c, rank);
     if (bad) {
-      comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", seq,
+      comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", c.seq,
                 collective_name(args.kind), bad->message);
       fail(c, bad->code, bad->message);
     }
+  }
+  // The other nodes hear of every local arrival, failed or not: they wait for it too.
+  if (!arrived.remote && comm.layout && remote_ != nullptr) {
+    if (auto bad = remote_->send_arrival(comm, c, rank)) fail(c, bad->code, bad->message);
   }
   // Ranks whose pairs move nothing (0 bytes, in place, off the root) finish without an engine
   // completion, so any arrived rank may be done now, not only this one.
@@ -122,6 +149,8 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
 
 std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
                                                        uint32_t src, uint32_t dst) {
+  // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
+  if (!comm.is_local(dst)) return std::nullopt;
   ArrivedRank& from_rank = c.ranks.at(src);
   ArrivedRank& to_rank = c.ranks.at(dst);
   const ValidatedRequest& from = *from_rank.request;
@@ -130,6 +159,13 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
   if (auto* bad = std::get_if<PlanError>(&pair)) return *bad;
   const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
   if (!planned) return std::nullopt;
+  // A local rank's ranges were checked against its buffers; another node's data is what came.
+  if (planned->src_offset > from.send->bytes ||
+      planned->bytes > from.send->bytes - planned->src_offset)
+    return PlanError{ErrorCode::kInvalidArgument,
+                     "rank " + std::to_string(src) + "'s data from its node does not hold the " +
+                         std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
+                         " needs"};
   const uint64_t cookie = next_cookie_++;
   const std::size_t device = device_slot(from.send->device, to.recv->device);
   copies_.emplace(cookie, CopyTag{&comm, &c, src, dst, device});
@@ -145,16 +181,12 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
 
 void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   auto it = copies_.find(completion.cookie);
-  if (it == copies_.end()) {
+  if (it == copies_.end() || it->second.network) {
     spdlog::error("engine completed unknown copy {}", completion.cookie);
     return;
   }
   const CopyTag tag = it->second;
   copies_.erase(it);
-  Collective& c = *tag.collective;
-  --c.ranks.at(tag.src_rank).copies_touching;
-  if (tag.dst_rank != tag.src_rank) --c.ranks.at(tag.dst_rank).copies_touching;
-  --c.total_in_flight;
   DeviceCounters& device = stats_.devices[tag.device];
   device.copies_in_flight.fetch_sub(1, std::memory_order_relaxed);
   device.copies_total.fetch_add(1, std::memory_order_relaxed);
@@ -163,18 +195,50 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
     auto& by_path = completion.path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
                                                                  : device.compute_unit_bytes_total;
     by_path.fetch_add(completion.bytes, std::memory_order_relaxed);
-    try_deliver(c, tag.dst_rank);
-    try_deliver(c, tag.src_rank);
   } else {
     device.copy_errors_total.fetch_add(1, std::memory_order_relaxed);
     device.failing_streak.fetch_add(1, std::memory_order_relaxed);
-    spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key, c.seq,
-                  tag.src_rank, tag.dst_rank, to_string(completion.code));
-    fail(c, completion.code,
-         "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
-             std::to_string(tag.dst_rank) +
-             " failed on the copy engine (the daemon log has the "
-             "engine's reason)");
+    spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
+                  tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
+  }
+  finish_transfer(tag, completion.code,
+                  "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
+                      std::to_string(tag.dst_rank) +
+                      " failed on the copy engine (the daemon log has the engine's reason)");
+}
+
+uint64_t CollectiveScheduler::begin_network(Communicator& comm, Collective& c, uint32_t rank) {
+  const uint64_t cookie = next_cookie_++;
+  copies_.emplace(cookie, CopyTag{&comm, &c, rank, rank, 0, true});
+  ++c.ranks.at(rank).copies_touching;
+  ++c.total_in_flight;
+  return cookie;
+}
+
+void CollectiveScheduler::end_network(uint64_t cookie, ErrorCode code, const std::string& why) {
+  auto it = copies_.find(cookie);
+  if (it == copies_.end() || !it->second.network) return;
+  const CopyTag tag = it->second;
+  copies_.erase(it);
+  if (code != ErrorCode::kOk)
+    spdlog::error("comm {} seq {}: sending rank {}'s data to another node failed: {}",
+                  tag.comm->key, tag.collective->seq, tag.src_rank, why);
+  finish_transfer(tag, code,
+                  "sending rank " + std::to_string(tag.src_rank) +
+                      "'s data to another node failed (" + why + ")");
+}
+
+void CollectiveScheduler::finish_transfer(const CopyTag& tag, ErrorCode code,
+                                          const std::string& failure) {
+  Collective& c = *tag.collective;
+  --c.ranks.at(tag.src_rank).copies_touching;
+  if (tag.dst_rank != tag.src_rank) --c.ranks.at(tag.dst_rank).copies_touching;
+  --c.total_in_flight;
+  if (code == ErrorCode::kOk) {
+    try_deliver(c, tag.dst_rank);
+    try_deliver(c, tag.src_rank);
+  } else {
+    fail(c, code, failure);
   }
   retire_if_done(*tag.comm, c);
 }
@@ -233,11 +297,13 @@ void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
 }
 
-void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code, const std::string& why) {
+void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code, const std::string& why,
+                                     bool from_remote) {
   if (!comm.broken) {
     comm.broken = true;
     comm.broken_code = code;
     comm.broken_why = why;
+    if (!from_remote && comm.layout && remote_ != nullptr) remote_->broke_here(comm, why);
   }
   // A collective every rank has submitted has all its sources: it completes normally (copies
   // in flight keep a dead rank's buffers mapped). Only those still waiting for a rank fail.

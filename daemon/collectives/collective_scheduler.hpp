@@ -21,6 +21,18 @@
 
 namespace iris::daemon {
 
+// The other nodes of multi-node communicators (daemon/scaleout), as the scheduler needs them.
+class RemoteNodes {
+ public:
+  virtual ~RemoteNodes() = default;
+  // Local rank `rank` arrived at `c`: its arguments and the data the other nodes need go to
+  // them (or its failure, when it or the collective failed). Returns why it cannot.
+  virtual std::optional<PlanError> send_arrival(Communicator& comm, Collective& c,
+                                                uint32_t rank) = 0;
+  // The communicator broke here (a local rank died or left): the other nodes are told.
+  virtual void broke_here(Communicator& comm, const std::string& why) = 0;
+};
+
 class CollectiveScheduler {
  public:
   // Writes a rank's completion: the code, and why it failed in words the client shows.
@@ -35,11 +47,22 @@ class CollectiveScheduler {
               std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
               const std::string& why = {});
 
+  // Rank `rank` of another node arrived at collective `seq` (scale out): `request` when its
+  // message checked out, its send buffer holding the data this node needs; else `error`.
+  void arrive_remote(Communicator& comm, uint32_t rank, uint64_t seq,
+                     std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
+                     const std::string& why = {});
+  void set_remote_nodes(RemoteNodes* remote) { remote_ = remote; }
+
   void on_copy_complete(const CopyCompletion& completion);
+  // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.
+  uint64_t begin_network(Communicator& comm, Collective& c, uint32_t rank);
+  void end_network(uint64_t cookie, ErrorCode code, const std::string& why);
 
   // A rank died or left: every collective in flight fails with `code` (`why` says who), and so
-  // does every later one.
-  void break_comm(Communicator& comm, ErrorCode code, const std::string& why);
+  // does every later one. `from_remote`: another node said so (it is not told back).
+  void break_comm(Communicator& comm, ErrorCode code, const std::string& why,
+                  bool from_remote = false);
 
   uint64_t collectives_in_flight() const { return collectives_in_flight_; }
 
@@ -49,8 +72,15 @@ class CollectiveScheduler {
     Collective* collective;
     uint32_t src_rank;
     uint32_t dst_rank;
-    std::size_t device;  // its DeviceCounters slot
+    std::size_t device;    // its DeviceCounters slot
+    bool network = false;  // a transfer to another node, not an engine copy
   };
+
+  // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
+  void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
+             bool over_limit, ErrorCode error, const std::string& why);
+  // A copy or network transfer ended: its ranks may complete, or the collective fails.
+  void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
 
   Collective* find_or_create(Communicator& comm, uint64_t seq, bool& over_limit);
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
@@ -74,6 +104,7 @@ class CollectiveScheduler {
   Engine& engine_;
   Stats& stats_;
   CompleteFn complete_;
+  RemoteNodes* remote_ = nullptr;
   uint64_t max_in_flight_;
   uint64_t collectives_in_flight_ = 0;
   uint64_t next_cookie_ = 1;

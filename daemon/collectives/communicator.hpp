@@ -13,6 +13,7 @@
 
 #include "daemon/collectives/collective.hpp"
 #include "daemon/log_limiter.hpp"
+#include "daemon/scaleout/node_layout.hpp"
 #include "iris/error_code.hpp"
 
 namespace iris::daemon {
@@ -29,10 +30,14 @@ struct Communicator {
   ErrorCode broken_code = ErrorCode::kOk;
   std::string broken_why;
   uint64_t completed = 0;
+  // The nodes of a communicator that spans several daemons; null when all its ranks are here.
+  std::shared_ptr<const NodeLayout> layout;
   LogLimiter log_limit;
   // --log-level debug traces every collective's arrivals, start and end: many more lines a
   // second, still bounded.
   LogLimiter trace_limit{1000, 2000};
+
+  bool is_local(uint32_t rank) const { return !layout || layout->local(rank); }
 
   uint32_t joined() const {
     uint32_t n = 0;

@@ -12,7 +12,7 @@ CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveSched
     : config_(config), scheduler_(scheduler) {}
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
-                                    uint32_t rank) {
+                                    uint32_t rank, std::shared_ptr<const NodeLayout> layout) {
   if (key.empty() || key.size() > 256)
     throw Error(ErrorCode::kInvalidArgument, "communicator key must be 1 to 256 bytes");
   if (nranks == 0 || nranks > kMaxRanks)
@@ -37,6 +37,12 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
       throw Error(ErrorCode::kPermissionDenied,
                   "communicator '" + key + "' belongs to uid " + std::to_string(comm->uid) +
                       "; irisd is configured to keep users apart (allow_cross_uid_comms)");
+    if (static_cast<bool>(comm->layout) != static_cast<bool>(layout) ||
+        (layout && !(*comm->layout == *layout)))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "communicator '" + key +
+                      "' was created here with other nodes, rank placement or secret than this "
+                      "rank passed (every rank must pass the same)");
     if (comm->members[rank])
       throw Error(ErrorCode::kAlreadyExists, "rank " + std::to_string(rank) + " of communicator '" +
                                                  key + "' is already taken by session " +
@@ -53,6 +59,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     created->uid = s.peer().uid;
     created->members.resize(nranks);
     created->next_seq.assign(nranks, 1);
+    created->layout = std::move(layout);
     comm = created.get();
     by_key_.emplace(key, comm->id);
     comms_.emplace(comm->id, std::move(created));

@@ -20,8 +20,10 @@ class CommunicatorRegistry {
   CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler);
 
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
-  // that key accepts ranks. Returns its id; throws iris::Error naming the conflict.
-  uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank);
+  // that key accepts ranks. `layout`: its nodes when it spans several daemons (every local rank
+  // must pass the same). Returns its id; throws iris::Error naming the conflict.
+  uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
+                std::shared_ptr<const NodeLayout> layout = nullptr);
   // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
   // collective, so every collective in flight and every later one fails with kPeerLost and a
   // message naming the rank, its session and pid.

@@ -31,12 +31,6 @@ bool rooted(CollectiveKind kind) {
          kind == CollectiveKind::kScatter;
 }
 
-std::optional<PlannedCopy> copy(uint32_t src, uint64_t src_offset, uint32_t dst,
-                                uint64_t dst_offset, uint64_t bytes) {
-  if (bytes == 0) return std::nullopt;
-  return PlannedCopy{src, src_offset, dst, dst_offset, bytes};
-}
-
 }  // namespace
 
 std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, const RankArgs& b,
@@ -59,42 +53,63 @@ std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, con
   return std::nullopt;
 }
 
-std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s, uint32_t src,
-                                                              const RankArgs& d, uint32_t dst) {
-  if (src == dst && s.self_copy_done) return std::optional<PlannedCopy>{};
+std::optional<SourceBlock> source_block(const RankArgs& s, uint32_t src, uint32_t dst) {
   const uint64_t b = s.bytes;
+  std::optional<SourceBlock> block;
   switch (s.kind) {
     case CollectiveKind::kAllGather:
-      return copy(src, s.send_offset, dst, d.recv_offset + uint64_t{src} * b, b);
+      block = SourceBlock{s.send_offset, b};
+      break;
     case CollectiveKind::kAllToAll:
-      return copy(src, s.send_offset + uint64_t{dst} * b, dst, d.recv_offset + uint64_t{src} * b,
-                  b);
-    case CollectiveKind::kAllToAllV: {
-      const uint64_t sent = s.send_counts[dst];
-      const uint64_t expected = d.recv_counts[src];
-      if (sent != expected)
-        return PlanError{ErrorCode::kSizeMismatch, "rank " + std::to_string(src) + " sends " +
-                                                       std::to_string(sent) + " bytes to rank " +
-                                                       std::to_string(dst) + ", which expects " +
-                                                       std::to_string(expected)};
-      return copy(src, s.send_offset + s.send_displs[dst], dst, d.recv_offset + d.recv_displs[src],
-                  sent);
-    }
+      block = SourceBlock{s.send_offset + uint64_t{dst} * b, b};
+      break;
+    case CollectiveKind::kAllToAllV:
+      block = SourceBlock{s.send_offset + s.send_displs[dst], s.send_counts[dst]};
+      break;
     case CollectiveKind::kBroadcast:
-      if (src != s.root || dst == s.root) return std::optional<PlannedCopy>{};
-      return copy(src, s.send_offset, dst, d.recv_offset, b);
+      if (src == s.root && dst != s.root) block = SourceBlock{s.send_offset, b};
+      break;
     case CollectiveKind::kGather:
-      if (dst != s.root) return std::optional<PlannedCopy>{};
-      return copy(src, s.send_offset, dst, d.recv_offset + uint64_t{src} * b, b);
+      if (dst == s.root) block = SourceBlock{s.send_offset, b};
+      break;
     case CollectiveKind::kScatter:
-      if (src != s.root) return std::optional<PlannedCopy>{};
-      return copy(src, s.send_offset + uint64_t{dst} * b, dst, d.recv_offset, b);
+      if (src == s.root) block = SourceBlock{s.send_offset + uint64_t{dst} * b, b};
+      break;
     case CollectiveKind::kBarrier:
-      return std::optional<PlannedCopy>{};
     case CollectiveKind::kNop:
       break;
   }
-  return PlanError{ErrorCode::kInvalidArgument, "not a collective"};
+  if (block && block->bytes == 0) return std::nullopt;
+  return block;
+}
+
+std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s, uint32_t src,
+                                                              const RankArgs& d, uint32_t dst) {
+  if (s.kind == CollectiveKind::kNop)
+    return PlanError{ErrorCode::kInvalidArgument, "not a collective"};
+  if (src == dst && s.self_copy_done) return std::optional<PlannedCopy>{};
+  if (s.kind == CollectiveKind::kAllToAllV && s.send_counts[dst] != d.recv_counts[src])
+    return PlanError{ErrorCode::kSizeMismatch, "rank " + std::to_string(src) + " sends " +
+                                                   std::to_string(s.send_counts[dst]) +
+                                                   " bytes to rank " + std::to_string(dst) +
+                                                   ", which expects " +
+                                                   std::to_string(d.recv_counts[src])};
+  const auto from = source_block(s, src, dst);
+  if (!from) return std::optional<PlannedCopy>{};
+  uint64_t to = d.recv_offset;  // broadcast, scatter: the whole receive range
+  switch (s.kind) {
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kGather:
+      to += uint64_t{src} * s.bytes;
+      break;
+    case CollectiveKind::kAllToAllV:
+      to += d.recv_displs[src];
+      break;
+    default:
+      break;
+  }
+  return PlannedCopy{src, from->offset, dst, to, from->bytes};
 }
 
 std::variant<std::vector<PlannedCopy>, PlanError> build_plan(std::span<const RankArgs> ranks) {

@@ -56,6 +56,15 @@ struct PlanError {
 std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, const RankArgs& b,
                                          uint32_t rank_b);
 
+// What rank `src` sends to rank `dst`, from src's arguments alone: a range of src's send buffer
+// (offset from its start), nullopt when nothing. A node sends other nodes these ranges (scale
+// out) before it knows their ranks' arguments.
+struct SourceBlock {
+  uint64_t offset;
+  uint64_t bytes;
+};
+std::optional<SourceBlock> source_block(const RankArgs& src_args, uint32_t src, uint32_t dst);
+
 // The copy from rank `src` into rank `dst` (which may be the same rank), nullopt when the pair
 // moves nothing, or kSizeMismatch when all-to-all-v counts disagree (what src sends to dst is
 // not what dst expects from src). Both ranks' arguments must agree (check_agreement).

@@ -42,7 +42,14 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
         break;
       case v1::SessionRequest::kCommInit: {
         const auto& init = request.comm_init();
-        response.set_comm_id(runtime.comm_init(id, init.key(), init.nranks(), init.rank()));
+        std::optional<Runtime::NodesOfComm> nodes;
+        if (init.node_addresses_size() > 0 || init.node_of_rank_size() > 0 ||
+            !init.secret().empty())
+          nodes = Runtime::NodesOfComm{{init.node_addresses().begin(), init.node_addresses().end()},
+                                       {init.node_of_rank().begin(), init.node_of_rank().end()},
+                                       init.secret()};
+        response.set_comm_id(
+            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes)));
         break;
       }
       case v1::SessionRequest::kCommDestroy:
@@ -62,6 +69,15 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
       case v1::SessionRequest::kReleasePlan:
         runtime.release_graph_plan(id, request.release_plan().plan_slot());
         break;
+      case v1::SessionRequest::kNodeAddress:
+        response.set_node_address(runtime.node_address());
+        break;
+      case v1::SessionRequest::kCommStatus: {
+        const auto [joined, total] = runtime.comm_nodes_joined(id, request.comm_status().comm_id());
+        response.set_nodes_joined(joined);
+        response.set_nodes_total(total);
+        break;
+      }
       case v1::SessionRequest::kDetach:
         runtime.end_session(id, false);
         result.detached = true;

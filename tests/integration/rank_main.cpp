@@ -32,7 +32,31 @@ struct Options {
   uint32_t comms = 1;
   bool inplace = false;
   int64_t as_uid = -1;
+  // A communicator across nodes: every node's address (hex, as --mode node-address prints it),
+  // the node of each rank, the job's secret.
+  std::vector<std::string> node_addresses;
+  std::vector<uint32_t> node_of_rank;
+  std::string secret;
+  uint32_t join_timeout_ms = 60'000;
 };
+
+std::string from_hex(const std::string& hex) {
+  std::string bytes;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return bytes;
+}
+
+// The communicator `key`: across the given nodes when there are any.
+iris::Communicator join(const Options& o, iris::Client& client, const std::string& key) {
+  if (o.node_addresses.empty()) return iris::Communicator::init(client, key, o.nranks, o.rank);
+  iris::NodeSet nodes;
+  for (const std::string& hex : o.node_addresses) nodes.addresses.push_back(from_hex(hex));
+  nodes.node_of_rank = o.node_of_rank;
+  nodes.secret = o.secret;
+  nodes.join_timeout = std::chrono::milliseconds(o.join_timeout_ms);
+  return iris::Communicator::init(client, key, o.nranks, o.rank, nodes);
+}
 
 // Size of iteration i: log-uniform over [1, max_bytes], with odd sizes and the extremes mixed in.
 uint64_t size_for(const Options& o, uint64_t iteration) {
@@ -70,8 +94,7 @@ bool in_place(const Options& o, const Call& c) {
 int sweep(const Options& o, iris::Client& client) {
   std::vector<iris::Communicator> comms;
   for (uint32_t c = 0; c < o.comms; ++c)
-    comms.push_back(
-        iris::Communicator::init(client, o.key + "." + std::to_string(c), o.nranks, o.rank));
+    comms.push_back(join(o, client, o.key + "." + std::to_string(c)));
   // Room for nranks blocks, their gaps and the odd offsets.
   const uint64_t area = o.nranks * (o.max_bytes + 3) + 128;
   std::vector<Slot> slots;
@@ -178,7 +201,7 @@ int v_mismatch(const Options& o, iris::Client& client) {
 
 // Joins, submits `inflight` collectives, says so, and waits to be killed.
 int hang(const Options& o, iris::Client& client) {
-  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  auto comm = join(o, client, o.key);
   auto send = client.allocate(o.nranks * (o.max_bytes + 3) + 128);
   auto recv = client.allocate(o.nranks * (o.max_bytes + 3) + 128);
   std::vector<iris::Request> requests;
@@ -189,6 +212,17 @@ int hang(const Options& o, iris::Client& client) {
   }
   std::cout << "submitted" << std::endl;
   for (;;) ::pause();
+}
+
+int node_address(iris::Client& client) {
+  static const char* digits = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : client.node_address()) {
+    hex.push_back(digits[c >> 4]);
+    hex.push_back(digits[c & 15]);
+  }
+  std::cout << hex << std::endl;
+  return 0;
 }
 
 int comm_init_only(const Options& o, iris::Client& client) {
@@ -210,7 +244,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", o.socket)->required();
   app.add_option("--key", o.key);
   app.add_option("--mode", o.mode)
-      ->check(CLI::IsMember({"sweep", "hang", "comm-init", "v-mismatch"}));
+      ->check(CLI::IsMember({"sweep", "hang", "comm-init", "v-mismatch", "node-address"}));
   std::vector<std::string> collectives = kCollectives;
   collectives.push_back("mixed");
   app.add_option("--collective", o.collective)->check(CLI::IsMember(collectives));
@@ -223,6 +257,10 @@ int main(int argc, char** argv) {
   app.add_option("--comms", o.comms)->check(CLI::Range(1u, 16u));
   app.add_flag("--inplace", o.inplace);
   app.add_option("--as-uid", o.as_uid, "drop to this uid (and its primary gid) first");
+  app.add_option("--node-addresses", o.node_addresses, "every node's address, hex")->delimiter(',');
+  app.add_option("--node-of-rank", o.node_of_rank, "each rank's node")->delimiter(',');
+  app.add_option("--secret", o.secret);
+  app.add_option("--join-timeout-ms", o.join_timeout_ms);
   CLI11_PARSE(app, argc, argv);
 
   if (o.as_uid >= 0) {
@@ -237,6 +275,7 @@ int main(int argc, char** argv) {
     options.socket_path = o.socket;
     options.client_name = "iris-test-rank " + std::to_string(o.rank);
     auto client = iris::Client::connect(options);
+    if (o.mode == "node-address") return node_address(client);
     if (o.mode == "hang") return hang(o, client);
     if (o.mode == "comm-init") return comm_init_only(o, client);
     if (o.mode == "v-mismatch") return v_mismatch(o, client);

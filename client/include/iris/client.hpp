@@ -80,6 +80,10 @@ class Client {
     std::size_t retiring = 0;
   };
   GpuRegistrations gpu_registrations() const;
+  // This node's irisd address for communicators across nodes (NodeSet::addresses): opaque
+  // bytes, to be gathered from every node by the job. Throws kUnavailable when that irisd
+  // cannot scale out (UCX could not start there).
+  std::string node_address();
   // Ends the session (also done by the destructor).
   void detach();
 

@@ -21,6 +21,7 @@
 // destroyed. Not yet on HIP streams (refused at capture).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,12 +36,28 @@ namespace iris {
 class Client;
 struct CollectiveCall;
 
+// The nodes of a communicator across several irisd daemons (docs/SCALE-OUT.md). The job gathers
+// every node's Client::node_address() with its own means (an MPI all-gather, torch's TCPStore)
+// and makes a random secret; every rank passes the same NodeSet.
+struct NodeSet {
+  std::vector<std::string> addresses;  // by node: Client::node_address() of its irisd
+  std::vector<uint32_t> node_of_rank;  // by rank: its node's index in `addresses`
+  std::string secret;                  // 16 to 1024 random bytes made by the job
+  // How long init waits for every node's irisd to have a rank of the communicator.
+  std::chrono::milliseconds join_timeout{60'000};
+};
+
 class Communicator {
  public:
   struct Impl;
   // Joins (or creates) the communicator `key` as `rank` of `nranks`. Returns at once: the other
   // ranks may join later, and collectives wait for them.
   static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank);
+  // The same across nodes: returns once every node's irisd has a rank of it (kTimeout naming the
+  // nodes missing after nodes.join_timeout). Throws kInvalidArgument for a NodeSet this node's
+  // irisd is not in, or that disagrees with the one its other ranks passed.
+  static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank,
+                           const NodeSet& nodes);
 
   Communicator();
   Communicator(Communicator&&) noexcept;

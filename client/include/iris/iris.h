@@ -75,6 +75,18 @@ void iris_buffer_release(iris_buffer* buffer);
 /* Joins the communicator `key` as `rank` of `nranks`. */
 int iris_comm_init(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
                    iris_comm** out);
+/* This node's irisd address for communicators across nodes (iris::Client::node_address): sets
+ * *bytes to its size and, when `buffer` is not NULL, copies it there (IRIS_ERROR_OUT_OF_RANGE if
+ * *bytes was smaller). The job gathers every node's address with its own means. */
+int iris_node_address(iris_client* client, void* buffer, size_t* bytes);
+/* iris_comm_init across nodes (iris::NodeSet, docs/SCALE-OUT.md): `node_count` addresses (each
+ * address_bytes[i] long), the node of each of the nranks ranks, and the job's secret (16 to 1024
+ * random bytes, the same on every rank). Returns once every node's irisd has a rank of it
+ * (IRIS_ERROR_TIMEOUT after join_timeout_ms; 0 or less: 60 s). */
+int iris_comm_init_nodes(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
+                         const void* const* addresses, const size_t* address_bytes,
+                         size_t node_count, const uint32_t* node_of_rank, const void* secret,
+                         size_t secret_bytes, int64_t join_timeout_ms, iris_comm** out);
 /* Leaves the communicator (the other ranks' later collectives fail with peer_lost) and frees it,
  * also when leaving failed. */
 int iris_comm_destroy(iris_comm* comm);

@@ -33,7 +33,7 @@ import pathlib
 import sysconfig
 import time
 
-__all__ = ["Buffer", "Client", "Communicator", "IrisError", "Request", "wait_all"]
+__all__ = ["Buffer", "Client", "Communicator", "IrisError", "NodeSet", "Request", "wait_all"]
 
 # How long one wait in C lasts before Python looks for signals (Ctrl-C) again.
 _WAIT_SLICE_NS = 100_000_000
@@ -108,6 +108,10 @@ def _load():
         "iris_buffer_size": ([p], size),
         "iris_buffer_release": ([p], None),
         "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
+        "iris_node_address": ([p, p, ctypes.POINTER(size)], ctypes.c_int),
+        "iris_comm_init_nodes": ([p, ctypes.c_char_p, u32, u32, ctypes.POINTER(p),
+                                  ctypes.POINTER(size), size, ctypes.POINTER(u32), p, size, i64,
+                                  out], ctypes.c_int),
         "iris_comm_destroy": ([p], ctypes.c_int),
         "iris_all_gather": ([p, p, p, size, stream, out], ctypes.c_int),
         "iris_all_to_all": ([p, p, p, size, stream, out], ctypes.c_int),
@@ -233,6 +237,15 @@ class Client:
         """GPU memory from hipMalloc (hsa engine); it must outlive its registration."""
         return self._keep(_created(_lib.iris_register_hip, self._handle, device_ptr, nbytes))
 
+    def node_address(self):
+        """This node's irisd address (bytes) for communicators across nodes: gather every
+        node's with the job's own means (see NodeSet)."""
+        n = ctypes.c_size_t(0)
+        _check(_lib.iris_node_address(self._handle, None, ctypes.byref(n)))
+        buf = ctypes.create_string_buffer(n.value)
+        _check(_lib.iris_node_address(self._handle, buf, ctypes.byref(n)))
+        return buf.raw[:n.value]
+
     def gpu_registrations(self):
         """(held, retiring): GPU allocations registered on first use, and those whose
         registration ends once the requests naming them finish."""
@@ -344,15 +357,44 @@ def wait_all(requests):
         raise first
 
 
-class Communicator:
-    """Rank `rank` of `nranks` in the communicator `key`."""
+class NodeSet:
+    """The nodes of a communicator across several irisd daemons (docs/SCALE-OUT.md):
+    `addresses`, every node's client.node_address() (bytes), gathered by the job; `node_of_rank`,
+    each rank's node index; `secret`, 16 to 1024 random bytes the job made, the same on every
+    rank; `join_timeout`, seconds init waits for every node's irisd."""
 
-    def __init__(self, client, key, nranks, rank):
+    def __init__(self, addresses, node_of_rank, secret, join_timeout=60.0):
+        self.addresses = [bytes(a) for a in addresses]
+        self.node_of_rank = [int(n) for n in node_of_rank]
+        self.secret = bytes(secret)
+        self.join_timeout = join_timeout
+
+
+class Communicator:
+    """Rank `rank` of `nranks` in the communicator `key`; across nodes with `nodes` (a NodeSet),
+    returning once every node's irisd has a rank of it."""
+
+    def __init__(self, client, key, nranks, rank, nodes=None):
         self._handle = None
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
         self._hip = client.engine == "hsa"
-        self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks, rank)
+        if nodes is None:
+            self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks,
+                                    rank)
+            return
+        if len(nodes.node_of_rank) != nranks:
+            raise IrisError(1, "invalid_argument",
+                            f"NodeSet.node_of_rank has {len(nodes.node_of_rank)} entries for "
+                            f"{nranks} ranks")
+        count = len(nodes.addresses)
+        keep = [ctypes.create_string_buffer(a, len(a)) for a in nodes.addresses]
+        addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(k) for k in keep])
+        lengths = (ctypes.c_size_t * count)(*[len(a) for a in nodes.addresses])
+        placement = (ctypes.c_uint32 * nranks)(*nodes.node_of_rank)
+        self._handle = _created(_lib.iris_comm_init_nodes, client._handle, key.encode(), nranks,
+                                rank, addresses, lengths, count, placement, nodes.secret,
+                                len(nodes.secret), int(nodes.join_timeout * 1000))
 
     def _submit(self, call, *args, stream=None):
         return Request(_created(call, self._handle, *args, _stream(stream, self._hip)))

@@ -1,0 +1,116 @@
+// Communicators across nodes: each node's irisd runs the ranks on its node; the daemons of a
+// communicator exchange, per collective and local rank, the rank's arguments and the bytes of its
+// send buffer the other node's ranks need: one network transfer per (node pair, rank's block
+// range), the fan-out to that node's ranks done there by its copy engines. Nothing else crosses.
+//
+// Trust: a daemon acts on a message only for a communicator one of its own ranks joined, with
+// the same secret (the job makes it; every rank passes it at init). Messages for communicators
+// not joined here yet are dropped, except joins, kept (a bounded number) until a local rank
+// joins. UCX is started on first use (the first node_address() or multi-node communicator), so
+// a daemon that never scales out never loads a transport.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/config.hpp"
+#include "daemon/progress_loop.hpp"
+#include "daemon/scaleout/node_layout.hpp"
+#include "daemon/scaleout/ucx_worker.hpp"
+
+namespace iris::v1 {
+class NodeArrival;
+}
+
+namespace iris::daemon {
+
+class ScaleOut final : public RemoteNodes, public UcxWorker::Listener {
+ public:
+  ScaleOut(const Config& config, CollectiveScheduler& scheduler, CommunicatorRegistry& comms,
+           Engine& engine, ProgressLoop& loop);
+  ~ScaleOut() override;
+
+  // This daemon's node address, for a job's ranks to exchange (starts UCX). Throws iris::Error
+  // kUnavailable when UCX cannot start here.
+  const std::string& address();
+  // Checks the layout a rank passed at init (addresses from node_address() of each node's
+  // irisd, the node of every rank, the secret) and finds this daemon in it. Throws iris::Error
+  // naming what is wrong.
+  std::shared_ptr<const NodeLayout> check_layout(std::vector<std::string> addresses,
+                                                 std::vector<uint32_t> node_of_rank,
+                                                 std::string secret, uint32_t nranks,
+                                                 uint32_t rank);
+  // A local rank joined the multi-node communicator `comm`: on its first, connect to its other
+  // nodes and tell them.
+  void joined(Communicator& comm);
+  // How many of its nodes have joined `comm` (this one included), of how many.
+  std::pair<uint32_t, uint32_t> nodes_joined(const Communicator& comm) const;
+
+  // The progress loop's part: UCX progress, and arming before the loop sleeps.
+  bool progress();
+  bool ready_to_sleep();
+
+  // RemoteNodes.
+  std::optional<PlanError> send_arrival(Communicator& comm, Collective& c, uint32_t rank) override;
+  void broke_here(Communicator& comm, const std::string& why) override;
+  // UcxWorker::Listener.
+  void on_message(std::string_view header, UcxWorker::Payload& payload) override;
+  void on_peer_failed(UcxWorker::PeerId peer, const std::string& why) override;
+
+ private:
+  struct CommState {
+    std::vector<UcxWorker::PeerId> peers;  // by node (this node's entry unused)
+    std::vector<bool> joined;              // by node
+    std::vector<uint64_t> sent;            // by local rank: arrivals sent to every other node
+    std::vector<uint64_t> received;        // by remote rank: its arrivals received here
+  };
+  // Another node's break, applied once the arrivals its ranks sent before it have come in (they
+  // may still be landing: their data moves after their header), or at `deadline`.
+  struct ParkedBreak {
+    uint64_t comm_id;
+    std::string key;
+    std::string why;
+    std::vector<std::pair<uint32_t, uint64_t>> arrivals;  // (rank, arrivals it sent)
+    std::chrono::steady_clock::time_point deadline;
+  };
+  struct PendingJoin {
+    std::string key;
+    std::string secret;
+    uint32_t nranks;
+    uint32_t node;
+  };
+  UcxWorker& worker();
+  // The multi-node communicator `key` whose secret and size match, else null.
+  Communicator* authenticated(const std::string& key, const std::string& secret, uint32_t nranks);
+  void note_join(Communicator& comm, uint32_t node);
+  void handle_arrival(Communicator& comm, const v1::NodeArrival& arrival,
+                      UcxWorker::Payload& payload);
+  void send_to_nodes(Communicator& comm, const std::string& header_for_all);
+  // Applies the parked breaks that may go now; true when one did.
+  bool apply_parked_breaks();
+  template <typename... Args>
+  void warn(fmt::format_string<Args...> format, Args&&... args);
+
+  const Config& config_;
+  CollectiveScheduler& scheduler_;
+  CommunicatorRegistry& comms_;
+  Engine& engine_;
+  ProgressLoop& loop_;
+  std::unique_ptr<UcxWorker> worker_;
+  std::unordered_map<uint64_t, CommState> states_;    // by communicator id
+  std::unordered_map<std::string, uint64_t> by_key_;  // multi-node communicators here
+  std::deque<PendingJoin> pending_joins_;
+  std::vector<ParkedBreak> parked_breaks_;
+  LogLimiter log_limit_;
+};
+
+}  // namespace iris::daemon

@@ -1,0 +1,175 @@
+// Communicators across nodes: three irisd daemons with their own sockets stand in for three
+// nodes (UCX between them over its loopback transports: TCP, shared memory), real rank processes
+// attached to each. Every collective byte for byte with odd sizes and in place, 2+2+2 and
+// uneven 1+2+3 ranks; a node's daemon SIGKILLed mid-collective fails the other nodes' ranks
+// with peer_lost instead of hanging them; a wrong secret and a layout this node is not in are
+// refused.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "iris/error_code.hpp"
+#include "tests/support/daemon_process.hpp"
+
+namespace iris::testing {
+namespace {
+
+struct Job {
+  std::vector<std::unique_ptr<DaemonProcess>> nodes;
+  std::vector<std::string> addresses;  // hex, by node
+};
+
+Job start_nodes(uint32_t count) {
+  Job job;
+  for (uint32_t n = 0; n < count; ++n) {
+    job.nodes.push_back(std::make_unique<DaemonProcess>());
+    const ProgramResult r = run_program(
+        {rank_program_path(), "--socket", job.nodes.back()->socket(), "--mode", "node-address"});
+    EXPECT_EQ(r.exit_code, 0) << r.output << job.nodes.back()->log();
+    std::string hex = r.output;
+    while (!hex.empty() && (hex.back() == '\n' || hex.back() == '\r')) hex.pop_back();
+    job.addresses.push_back(hex);
+  }
+  return job;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out;
+}
+
+const char* const kSecret = "0123456789abcdef-job-secret";
+
+// Starts rank `r` on its node's daemon; returns its pid.
+pid_t spawn_rank(const Job& job, const std::vector<uint32_t>& node_of_rank, uint32_t r,
+                 const std::vector<std::string>& args, const std::string& secret = kSecret) {
+  std::vector<std::string> placement;
+  for (uint32_t n : node_of_rank) placement.push_back(std::to_string(n));
+  std::vector<std::string> argv = {rank_program_path(),
+                                   "--socket",
+                                   job.nodes[node_of_rank[r]]->socket(),
+                                   "--nranks",
+                                   std::to_string(node_of_rank.size()),
+                                   "--rank",
+                                   std::to_string(r),
+                                   "--node-addresses",
+                                   joined(job.addresses),
+                                   "--node-of-rank",
+                                   joined(placement),
+                                   "--secret",
+                                   secret};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn(argv);
+}
+
+std::vector<pid_t> spawn_ranks(const Job& job, const std::vector<uint32_t>& node_of_rank,
+                               const std::vector<std::string>& args) {
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < node_of_rank.size(); ++r)
+    pids.push_back(spawn_rank(job, node_of_rank, r, args));
+  return pids;
+}
+
+std::vector<int> wait_all(const std::vector<pid_t>& pids) {
+  std::vector<int> codes;
+  for (pid_t p : pids) codes.push_back(wait_for(p));
+  return codes;
+}
+
+std::string logs(const Job& job) {
+  std::string out;
+  for (std::size_t n = 0; n < job.nodes.size(); ++n)
+    out += "--- node " + std::to_string(n) + "\n" + job.nodes[n]->log();
+  return out;
+}
+
+struct Placement {
+  const char* name;
+  std::vector<uint32_t> node_of_rank;
+};
+void PrintTo(const Placement& p, std::ostream* os) { *os << p.name; }
+
+class ScaleOut : public ::testing::TestWithParam<Placement> {};
+
+TEST_P(ScaleOut, EveryCollectiveMovesEveryByteAcrossNodes) {
+  Job job = start_nodes(3);
+  const uint64_t seed = fresh_seed();
+  for (const std::string collective :
+       {"all_gather", "all_to_all", "all_to_all_v", "broadcast", "gather", "scatter", "mixed"}) {
+    for (bool inplace : {false, true}) {
+      std::vector<std::string> args = {"--key",        collective + (inplace ? ".in" : ".out"),
+                                       "--collective", collective,
+                                       "--seed",       std::to_string(seed),
+                                       "--iterations", "12",
+                                       "--max-bytes",  "300001",
+                                       "--inflight",   "3"};
+      if (inplace) args.push_back("--inplace");
+      const auto codes = wait_all(spawn_ranks(job, GetParam().node_of_rank, args));
+      for (std::size_t r = 0; r < codes.size(); ++r)
+        ASSERT_EQ(codes[r], 0) << collective << (inplace ? " in place" : "") << ": rank " << r
+                               << " (seed " << seed << ")\n"
+                               << logs(job);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, ScaleOut,
+                         ::testing::Values(Placement{"two_per_node", {0, 0, 1, 1, 2, 2}},
+                                           Placement{"uneven_1_2_3", {0, 1, 1, 2, 2, 2}},
+                                           Placement{"interleaved", {2, 0, 1, 0, 2, 1}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ScaleOutFaults, ANodeKilledMidCollectiveFailsTheOtherNodesRanksWithPeerLost) {
+  Job job = start_nodes(3);
+  const std::vector<uint32_t> placement = {0, 0, 1, 1, 2, 2};
+  // Every rank runs a long sweep; node 2's daemon dies under it.
+  const std::vector<pid_t> ranks = spawn_ranks(job, placement,
+                                               {"--key", "killed", "--collective", "all_gather",
+                                                "--max-bytes", "65536", "--iterations", "1000000"});
+  ::usleep(1500 * 1000);
+  job.nodes[2]->kill();
+  for (uint32_t r = 0; r < placement.size(); ++r) {
+    const int code = wait_for(ranks[r]);
+    const ErrorCode want = placement[r] == 2 ? ErrorCode::kDaemonGone : ErrorCode::kPeerLost;
+    EXPECT_EQ(code, 10 + static_cast<int>(want))
+        << "rank " << r << " should end with " << to_string(want) << "\n"
+        << logs(job);
+  }
+}
+
+TEST(ScaleOutTrust, WrongSecretAndForeignLayoutsAreRefused) {
+  Job job = start_nodes(2);
+  const std::vector<std::string> common = {
+      "--key", "trust",       "--collective", "all_gather",        "--iterations",
+      "1",     "--max-bytes", "64",           "--join-timeout-ms", "3000"};
+  // Rank 1 passes another job's secret: node 0 drops node 1's join and node 1 node 0's, so both
+  // inits time out instead of mixing two jobs.
+  std::vector<pid_t> pids = {spawn_rank(job, {0, 1}, 0, common),
+                             spawn_rank(job, {0, 1}, 1, common, "fedcba9876543210-another-job")};
+  for (pid_t p : pids) {
+    const int code = wait_for(p);
+    EXPECT_EQ(code, 10 + static_cast<int>(ErrorCode::kTimeout)) << logs(job);
+  }
+
+  // A layout without this node's daemon, a secret too short, a node out of range.
+  DaemonProcess stranger;
+  const ProgramResult r =
+      run_program({rank_program_path(), "--socket", stranger.socket(), "--nranks", "2", "--rank",
+                   "0", "--node-addresses", joined(job.addresses), "--node-of-rank", "0,1",
+                   "--secret", kSecret, "--key", "foreign"});
+  EXPECT_EQ(r.exit_code, 10 + static_cast<int>(ErrorCode::kInvalidArgument)) << r.output;
+  const ProgramResult short_secret =
+      run_program({rank_program_path(), "--socket", job.nodes[0]->socket(), "--nranks", "2",
+                   "--rank", "0", "--node-addresses", joined(job.addresses), "--node-of-rank",
+                   "0,1", "--secret", "short", "--key", "short"});
+  EXPECT_EQ(short_secret.exit_code, 10 + static_cast<int>(ErrorCode::kInvalidArgument));
+  const ProgramResult bad_node =
+      run_program({rank_program_path(), "--socket", job.nodes[0]->socket(), "--nranks", "2",
+                   "--rank", "0", "--node-addresses", joined(job.addresses), "--node-of-rank",
+                   "0,7", "--secret", kSecret, "--key", "bad-node"});
+  EXPECT_EQ(bad_node.exit_code, 10 + static_cast<int>(ErrorCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace iris::testing
