@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "iris/error_code.hpp"
@@ -243,6 +244,55 @@ TEST(PythonBinding, GathersAndRaisesIrisError) {
   EXPECT_NE(result.output.find("python binding: ok"), std::string::npos) << result.output;
 }
 
+// A communicator across two daemons through the C interface: the node addresses, the join with
+// the nodes and secret, and an all-gather whose blocks cross between the daemons.
+TEST(CApi, CommunicatorAcrossTwoDaemons) {
+  DaemonProcess nodes[2];
+  Rank ranks[2];
+  std::vector<std::string> addresses;
+  for (int n = 0; n < 2; ++n) {
+    ASSERT_EQ(iris_connect(nodes[n].socket().c_str(), "c-api-nodes", &ranks[n].client), IRIS_OK);
+    size_t bytes = 0;
+    ASSERT_EQ(iris_node_address(ranks[n].client, nullptr, &bytes), IRIS_OK) << iris_last_error();
+    std::string address(bytes, '\0');
+    size_t small = bytes - 1;
+    EXPECT_EQ(iris_node_address(ranks[n].client, address.data(), &small), IRIS_ERROR_OUT_OF_RANGE);
+    ASSERT_EQ(iris_node_address(ranks[n].client, address.data(), &bytes), IRIS_OK);
+    addresses.push_back(address);
+  }
+  const void* pointers[2] = {addresses[0].data(), addresses[1].data()};
+  const size_t lengths[2] = {addresses[0].size(), addresses[1].size()};
+  const uint32_t node_of_rank[2] = {0, 1};
+  const std::string secret = "c-api-test-secret-0123456789";
+  constexpr size_t kBytes = 100003;
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = ranks[r];
+      ASSERT_EQ(iris_comm_init_nodes(me.client, "c-api-nodes", 2, r, pointers, lengths, 2,
+                                     node_of_rank, secret.data(), secret.size(), 20000, &me.comm),
+                IRIS_OK)
+          << iris_last_error();
+      ASSERT_EQ(iris_allocate(me.client, kBytes, &me.send), IRIS_OK);
+      ASSERT_EQ(iris_allocate(me.client, 2 * kBytes, &me.recv), IRIS_OK);
+      std::memset(iris_buffer_data(me.send), 0x30 + static_cast<int>(r), kBytes);
+      iris_request* request = nullptr;
+      ASSERT_EQ(iris_all_gather(me.comm, iris_buffer_data(me.send), iris_buffer_data(me.recv),
+                                kBytes, nullptr, &request),
+                IRIS_OK)
+          << iris_last_error();
+      EXPECT_EQ(iris_request_wait(request, -1), IRIS_OK) << iris_last_error();
+      iris_request_release(request);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < 2; ++r) {
+    const auto* got = static_cast<const unsigned char*>(iris_buffer_data(ranks[r].recv));
+    for (size_t i = 0; i < 2 * kBytes; ++i)
+      ASSERT_EQ(got[i], 0x30 + i / kBytes) << "rank " << r << " byte " << i;
+  }
+}
+
 // Debian 12's torch (1.13, CPU only) against a real irisd: the backend registers, two rank
 // processes form a group, CPU tensors go through its gloo and barriers through irisd. The CUDA
 // paths run on the GPU host (tests/python/gpu).
@@ -259,6 +309,23 @@ TEST(PythonTorchBackend, FormsAGroupThroughIrisd) {
   if (result.exit_code == 77) GTEST_SKIP() << result.output;
   EXPECT_EQ(result.exit_code, 0) << result.output << "\ndaemon log:\n" << daemon.log();
   EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
+}
+
+// The same from Python, bootstrapped through torch's TCPStore (Debian's torch 1.13 in CI) with
+// the helper in examples/multi_node.
+TEST(PythonScaleOut, TwoDaemonsThroughTheStoreBootstrap) {
+  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
+    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
+                    "runs this test";
+  DaemonProcess nodes[2];
+  const ProgramResult result = run_program(
+      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
+       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_scale_out_check.py",
+       "--sockets", nodes[0].socket() + "," + nodes[1].socket()});
+  if (result.exit_code == 77) GTEST_SKIP() << result.output;
+  EXPECT_EQ(result.exit_code, 0) << result.output << nodes[0].log() << nodes[1].log();
+  EXPECT_NE(result.output.find("python scale-out: ok"), std::string::npos) << result.output;
 }
 
 }  // namespace
