@@ -146,6 +146,31 @@ TEST_F(Plans, EveryDestinationByteIsWrittenOnceFromTheRightSource) {
   }
 }
 
+// What another node is sent (source_block, from the sender's arguments alone) is exactly what
+// the pair rule copies from the sender: the same range, for every pair that moves anything.
+TEST_F(Plans, SourceBlocksAreWhatThePairsCopy) {
+  for (int trial = 0; trial < 300; ++trial) {
+    const Kind kind = kKinds[trial % std::size(kKinds)];
+    const Case c = random_case(rng, kind);
+    const auto n = static_cast<uint32_t>(c.ranks.size());
+    for (uint32_t src = 0; src < n; ++src) {
+      for (uint32_t dst = 0; dst < n; ++dst) {
+        RankArgs sender = c.ranks[src];
+        sender.self_copy_done = false;  // another node never skips the block
+        auto pair = plan_pair(sender, src, c.ranks[dst], dst);
+        ASSERT_TRUE(std::holds_alternative<std::optional<PlannedCopy>>(pair)) << "seed " << seed;
+        const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
+        const auto block = source_block(sender, src, dst);
+        ASSERT_EQ(planned.has_value(), block.has_value())
+            << collective_name(kind) << " " << src << "->" << dst << "; seed " << seed;
+        if (!planned) continue;
+        EXPECT_EQ(planned->src_offset, block->offset) << "seed " << seed;
+        EXPECT_EQ(planned->bytes, block->bytes) << "seed " << seed;
+      }
+    }
+  }
+}
+
 TEST_F(Plans, DisagreeingArgumentsAreRefused) {
   for (int trial = 0; trial < 300; ++trial) {
     const Kind kind = kKinds[trial % std::size(kKinds)];

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# irisd across nodes against Open MPI on this one machine: three irisd daemons (host engine)
+# stand in for three nodes, six MPI ranks (2 per node) run tests/bench/scale_out_bench.cpp, which
+# checks irisd's results against MPI's and prints one markdown table (irisd p50, MPI p50, ratio;
+# all-gather and all-to-all, 64 B to --max-bytes per rank). MPI ranks yield when idle, so that
+# the daemons get the cores. A sanity figure: UCX runs over loopback TCP and shared memory here.
+#   scripts/bench-scale-out.sh [max_bytes]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+max=${1:-16777216}
+scripts/build.sh >/dev/null
+bin=build
+run=$(mktemp -d /tmp/iris-bench-scale-out-XXXXXX)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$run"; }
+trap cleanup EXIT
+sockets=()
+for n in 0 1 2; do
+  "$bin/daemon/irisd" --socket "$run/node$n.sock" --engine host >"$run/node$n.log" 2>&1 &
+  pids+=($!)
+  sockets+=("$run/node$n.sock")
+done
+for s in "${sockets[@]}"; do
+  for _ in $(seq 100); do [ -S "$s.attach" ] && break; sleep 0.1; done
+done
+echo "- $(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1), UCX $(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')"
+mpi=(mpirun --oversubscribe -np 6 --mca mpi_yield_when_idle 1)
+[ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
+list=$(IFS=,; echo "${sockets[*]}")
+"${mpi[@]}" build/tests/bench/iris-scale-out-bench --sockets "$list" --min-bytes 64 \
+  --max-bytes "$max" --iterations 20
