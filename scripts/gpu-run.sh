@@ -85,6 +85,13 @@ if want pytorch; then
   # The README's FSDP2 example as users launch it.
   "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
     examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
+  # Across nodes: a second irisd stands in for a second node.
+  "$bin/irisd" --socket "$run/node1.sock" --engine cuda >"$run/node1.log" 2>&1 &
+  node1=$!
+  for _ in $(seq 100); do [ -S "$run/node1.sock.attach" ] && break; sleep 0.1; done
+  "${pyenv[@]}" IRIS_SOCKETS="$run/irisd.sock,$run/node1.sock" timeout 300 \
+    python3 scripts/one_gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
+  kill "$node1"; wait "$node1"; cp "$run/node1.log" "$out/node1.log"
   "${pyenv[@]}" timeout 120 python3 scripts/one_gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
   "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
@@ -110,5 +117,6 @@ if want pytorch; then
   echo "-- torch.distributed backend and FSDP2 (exit $pytorch_rc)"
   grep -E "^(torch backend|FSDP2)" "$out/pytorch.txt"
   echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
+  echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
 fi

@@ -179,15 +179,16 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
   return std::nullopt;
 }
 
-void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
-  auto it = copies_.find(completion.cookie);
-  if (it == copies_.end() || it->second.network) {
-    spdlog::error("engine completed unknown copy {}", completion.cookie);
-    return;
-  }
-  const CopyTag tag = it->second;
-  copies_.erase(it);
-  DeviceCounters& device = stats_.devices[tag.device];
+void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done) {
+  copy.cookie = next_cookie_++;
+  const std::size_t device = device_slot(copy.src_device, copy.dst_device);
+  staging_.emplace(copy.cookie, Staging{std::move(done), device});
+  stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
+  engine_.submit(std::span<const CopyRequest>(&copy, 1));
+}
+
+void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
+  DeviceCounters& device = stats_.devices[slot];
   device.copies_in_flight.fetch_sub(1, std::memory_order_relaxed);
   device.copies_total.fetch_add(1, std::memory_order_relaxed);
   if (completion.code == ErrorCode::kOk) {
@@ -198,9 +199,28 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   } else {
     device.copy_errors_total.fetch_add(1, std::memory_order_relaxed);
     device.failing_streak.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
+  if (auto staged = staging_.find(completion.cookie); staged != staging_.end()) {
+    Staging s = std::move(staged->second);
+    staging_.erase(staged);
+    count_copy(s.device, completion);
+    s.done(completion.code);
+    return;
+  }
+  auto it = copies_.find(completion.cookie);
+  if (it == copies_.end() || it->second.network) {
+    spdlog::error("engine completed unknown copy {}", completion.cookie);
+    return;
+  }
+  const CopyTag tag = it->second;
+  copies_.erase(it);
+  count_copy(tag.device, completion);
+  if (completion.code != ErrorCode::kOk)
     spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
                   tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
-  }
   finish_transfer(tag, completion.code,
                   "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
                       std::to_string(tag.dst_rank) +

@@ -58,6 +58,9 @@ class CollectiveScheduler {
   // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.
   uint64_t begin_network(Communicator& comm, Collective& c, uint32_t rank);
   void end_network(uint64_t cookie, ErrorCode code, const std::string& why);
+  // An engine copy outside any plan (GPU data staged into host memory for another node): `done`
+  // runs with its result from on_copy_complete. The caller holds what it copies (begin_network).
+  void stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done);
 
   // A rank died or left: every collective in flight fails with `code` (`why` says who), and so
   // does every later one. `from_remote`: another node said so (it is not told back).
@@ -79,6 +82,8 @@ class CollectiveScheduler {
   // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
   void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
              bool over_limit, ErrorCode error, const std::string& why);
+  // A finished engine copy in its device's counters.
+  void count_copy(std::size_t device_slot, const CopyCompletion& completion);
   // A copy or network transfer ended: its ranks may complete, or the collective fails.
   void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
 
@@ -109,6 +114,11 @@ class CollectiveScheduler {
   uint64_t collectives_in_flight_ = 0;
   uint64_t next_cookie_ = 1;
   std::unordered_map<uint64_t, CopyTag> copies_;
+  struct Staging {
+    std::function<void(ErrorCode)> done;
+    std::size_t device;
+  };
+  std::unordered_map<uint64_t, Staging> staging_;
   std::vector<CopyRequest> batch_;
 };
 

@@ -34,10 +34,23 @@ v1::NodeMessage envelope(const Communicator& comm) {
   return m;
 }
 
-// Host memory holding another node's data for one collective, pinned for the engine.
+// Host memory holding one node's data for another, pinned for the engine (whole pages: what
+// the GPU runtimes pin). Throws iris::Error when it cannot be had.
 struct StagedData {
-  explicit StagedData(uint64_t n)
-      : bytes(n), data(static_cast<std::byte*>(std::malloc(n ? n : 1))) {}
+  StagedData(Engine& engine, uint64_t n) : bytes(n) {
+    constexpr uint64_t kPage = 4096;
+    const uint64_t size = std::max<uint64_t>(kPage, (n + kPage - 1) / kPage * kPage);
+    data = static_cast<std::byte*>(std::aligned_alloc(kPage, size));
+    if (data == nullptr)
+      throw Error(ErrorCode::kLimitExceeded, "cannot allocate " + std::to_string(size) +
+                                                 " bytes to stage another node's data");
+    try {
+      pin = engine.prepare_host_memory(data, size);
+    } catch (...) {
+      std::free(data);
+      throw;
+    }
+  }
   ~StagedData() {
     pin.reset();  // unpinned before it is freed
     std::free(data);
@@ -45,7 +58,7 @@ struct StagedData {
   StagedData(const StagedData&) = delete;
   StagedData& operator=(const StagedData&) = delete;
   uint64_t bytes;
-  std::byte* data;
+  std::byte* data = nullptr;
   std::shared_ptr<void> pin;
 };
 }  // namespace
@@ -231,11 +244,6 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
                         "node " + std::to_string(missing - state.joined.begin()) +
                             " has not joined communicator '" + comm.key +
                             "' yet (every rank's init must have returned first)"};
-  } else if (arrived.request->send && arrived.request->send->device != kHostMemory) {
-    problem = PlanError{ErrorCode::kUnavailable,
-                        "rank " + std::to_string(rank) +
-                            "'s send buffer is GPU memory, which this irisd does not yet send "
-                            "to other nodes; use host buffers for multi-node collectives"};
   }
   for (uint32_t n = 0; n < layout.nodes(); ++n) {
     if (n == layout.my_node) continue;
@@ -275,11 +283,35 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     a.set_data_bytes(hi - lo);
     const uint64_t cookie = scheduler_.begin_network(comm, c, rank);
     ++state_it->second.sent[rank];
-    worker().send(state.peers[n], m.SerializeAsString(),
-                  hi > lo ? arrived.request->send->base + lo : nullptr, hi - lo,
-                  [this, cookie](ErrorCode code, const std::string& why) {
-                    scheduler_.end_network(cookie, code, why);
-                  });
+    auto sent = [this, cookie](ErrorCode code, const std::string& why) {
+      scheduler_.end_network(cookie, code, why);
+    };
+    const std::shared_ptr<MappedBuffer>& from = arrived.request->send;
+    if (hi == lo || from->device == kHostMemory) {
+      worker().send(state.peers[n], m.SerializeAsString(), hi > lo ? from->base + lo : nullptr,
+                    hi - lo, std::move(sent));
+      continue;
+    }
+    // GPU memory: the copy engines stage it into pinned host memory, which UCX sends.
+    std::shared_ptr<StagedData> staged;
+    try {
+      staged = std::make_shared<StagedData>(engine_, hi - lo);
+    } catch (const Error& e) {
+      sent(e.code(), e.message());
+      continue;
+    }
+    scheduler_.stage_copy(
+        CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
+                    staged},
+        [this, peer = state.peers[n], header = m.SerializeAsString(), staged,
+         sent = std::move(sent)](ErrorCode code) mutable {
+          if (code != ErrorCode::kOk)
+            return sent(code, "copying its GPU data into host memory failed on the copy engine");
+          worker().send(peer, std::move(header), staged->data, staged->bytes,
+                        [staged, sent = std::move(sent)](ErrorCode c, const std::string& why) {
+                          sent(c, why);
+                        });
+        });
   }
   return problem;
 }
@@ -408,9 +440,15 @@ void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
       args.send_displs[d] = a.v_displs(i);
     }
   }
-  auto staged = std::make_shared<StagedData>(a.data_bytes());
-  if (staged->data == nullptr) return refuse("more data than this node could allocate");
-  staged->pin = engine_.prepare_host_memory(staged->data, staged->bytes);
+  std::shared_ptr<StagedData> staged;
+  try {
+    staged = std::make_shared<StagedData>(engine_, a.data_bytes());
+  } catch (const Error& e) {
+    count_received();
+    scheduler_.arrive_remote(comm, rank, a.seq(), std::nullopt, e.code(),
+                             "its data could not be staged here: " + e.message());
+    return;
+  }
   auto buffer = std::make_shared<MappedBuffer>(
       MappedBuffer{0, 0, staged->data, staged->bytes, staged, kHostMemory});
   const uint64_t comm_id = comm.id;

@@ -91,10 +91,15 @@ UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_
     auto* self = static_cast<UcxWorker*>(arg);
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     Payload payload(*self, data, length, rendezvous);
-    self->listener_.on_message(
-        header_length == 0 ? std::string_view()
-                           : std::string_view(static_cast<const char*>(header), header_length),
-        payload);
+    // Nothing may unwind through UCX: whatever a message causes stays on this side.
+    try {
+      self->listener_.on_message(
+          header_length == 0 ? std::string_view()
+                             : std::string_view(static_cast<const char*>(header), header_length),
+          payload);
+    } catch (const std::exception& e) {
+      spdlog::error("scale-out: a message from another node failed here: {}", e.what());
+    }
     // A rendezvous payload nobody took is refused: its sender's send fails.
     return rendezvous && !payload.taken_ ? UCS_ERR_REJECTED : UCS_OK;
   };
@@ -138,7 +143,13 @@ bool UcxWorker::progress() {
     for (PeerId id : failed) listener_.on_peer_failed(id, impl_->peers[id]->why);
     auto completions = std::move(impl_->completions);
     impl_->completions.clear();
-    for (auto& c : completions) c.done(c.code, c.why);
+    for (auto& c : completions) {
+      try {
+        c.done(c.code, c.why);
+      } catch (const std::exception& e) {
+        spdlog::error("scale-out: finishing a transfer failed: {}", e.what());
+      }
+    }
   }
   return worked;
 }
