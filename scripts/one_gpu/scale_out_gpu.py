@@ -48,6 +48,9 @@ def rank_main(rank, sockets, port, rounds, queue):
                         comm.all_gather(x, y, 4 * n, stream=stream)
                     stream.synchronize()
                 else:
+                    # Host-blocking: irisd reads and writes at once, so the tensors' producers
+                    # (the copy into x, the fill of y) must have run.
+                    torch.cuda.synchronize()
                     comm.all_gather(x, y, 4 * n).wait()
                 checks += 1
                 if not torch.equal(y, torch.cat([block(0, 0), block(1, 0)])):
@@ -60,6 +63,7 @@ def rank_main(rank, sockets, port, rounds, queue):
                         comm.all_to_all(send, recv, 4 * n, stream=stream)
                     stream.synchronize()
                 else:
+                    torch.cuda.synchronize()
                     comm.all_to_all(send, recv, 4 * n).wait()
                 checks += 1
                 if not torch.equal(recv, torch.cat([block(0, 1 + rank), block(1, 1 + rank)])):
