@@ -11,21 +11,13 @@ max=${1:-16777216}
 scripts/build.sh >/dev/null
 bin=build
 run=$(mktemp -d /tmp/iris-bench-scale-out-XXXXXX)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$run"; }
+source scripts/lib/node_daemons.sh
+cleanup() { stop_node_daemons; rm -rf "$run"; }
 trap cleanup EXIT
-sockets=()
-for n in 0 1 2; do
-  "$bin/daemon/irisd" --socket "$run/node$n.sock" --engine host >"$run/node$n.log" 2>&1 &
-  pids+=($!)
-  sockets+=("$run/node$n.sock")
-done
-for s in "${sockets[@]}"; do
-  for _ in $(seq 100); do [ -S "$s.attach" ] && break; sleep 0.1; done
-done
+start_node_daemons "$bin/daemon/irisd" "$run" 3
 echo "- $(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1), UCX $(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')"
 mpi=(mpirun --oversubscribe -np 6 --mca mpi_yield_when_idle 1)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
-list=$(IFS=,; echo "${sockets[*]}")
+list=$(IFS=,; echo "${node_sockets[*]}")
 "${mpi[@]}" build/tests/bench/iris-scale-out-bench --sockets "$list" --min-bytes 64 \
   --max-bytes "$max" --iterations 20

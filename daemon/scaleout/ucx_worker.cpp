@@ -40,13 +40,25 @@ struct UcxWorker::Impl {
   std::vector<PeerId> failed_peers;     // reported at the next progress()
 };
 
-namespace {
-struct PendingSend {
+// A send or rendezvous receive UCX has not finished: what its end runs.
+struct UcxWorker::Pending {
   UcxWorker* worker;
-  std::string header;  // kept until UCX is done with it
-  UcxWorker::Done done;
+  std::string header;  // a send's, kept until UCX is done with it
+  Done done;
+  const char* what;  // "send" or "receive", for the failure's text
+
+  // Queues the end (a later progress() runs it) and frees this.
+  void finish(ucs_status_t status) {
+    worker->complete_later(
+        std::move(done), status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
+        status == UCS_OK ? "" : std::string("UCX ") + what + " failed: " + describe(status));
+    delete this;
+  }
+  // After the nbx call: finished at once (or failed), or left to the callback.
+  void started(ucs_status_ptr_t request) {
+    if (!UCS_PTR_IS_PTR(request)) finish(UCS_PTR_STATUS(request));
+  }
 };
-}  // namespace
 
 UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_unique<Impl>()) {
   ucp_config_t* config = nullptr;
@@ -198,26 +210,16 @@ void UcxWorker::send(PeerId peer, std::string header, const void* data, std::siz
                    peer < impl_->peers.size() ? impl_->peers[peer]->why : "no such node");
     return;
   }
-  auto* pending = new PendingSend{this, std::move(header), std::move(done)};
+  auto* pending = new Pending{this, std::move(header), std::move(done), "send"};
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   params.user_data = pending;
   params.cb.send = [](void* request, ucs_status_t status, void* user_data) {
-    auto* p = static_cast<PendingSend*>(user_data);
-    p->worker->complete_later(std::move(p->done),
-                              status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
-                              status == UCS_OK ? "" : "UCX send failed: " + describe(status));
-    delete p;
+    static_cast<Pending*>(user_data)->finish(status);
     ucp_request_free(request);
   };
-  const ucs_status_ptr_t request =
-      ucp_am_send_nbx(impl_->peers[peer]->ep, kMessageId, pending->header.data(),
-                      pending->header.size(), data, bytes, &params);
-  if (UCS_PTR_IS_PTR(request)) return;  // the callback finishes it
-  const ucs_status_t status = UCS_PTR_STATUS(request);
-  complete_later(std::move(pending->done), status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
-                 status == UCS_OK ? "" : "UCX send failed: " + describe(status));
-  delete pending;
+  pending->started(ucp_am_send_nbx(impl_->peers[peer]->ep, kMessageId, pending->header.data(),
+                                   pending->header.size(), data, bytes, &params));
 }
 
 void UcxWorker::Payload::receive_into(void* into, Done done) {
@@ -227,26 +229,15 @@ void UcxWorker::Payload::receive_into(void* into, Done done) {
     worker_.complete_later(std::move(done), ErrorCode::kOk, "");
     return;
   }
-  auto* pending = new PendingSend{&worker_, {}, std::move(done)};
+  auto* pending = new Pending{&worker_, {}, std::move(done), "receive"};
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   params.user_data = pending;
   params.cb.recv_am = [](void* request, ucs_status_t status, std::size_t, void* user_data) {
-    auto* p = static_cast<PendingSend*>(user_data);
-    p->worker->complete_later(std::move(p->done),
-                              status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
-                              status == UCS_OK ? "" : "UCX receive failed: " + describe(status));
-    delete p;
+    static_cast<Pending*>(user_data)->finish(status);
     ucp_request_free(request);
   };
-  const ucs_status_ptr_t request =
-      ucp_am_recv_data_nbx(worker_.impl_->worker, data_, into, bytes_, &params);
-  if (UCS_PTR_IS_PTR(request)) return;
-  const ucs_status_t status = UCS_PTR_STATUS(request);
-  worker_.complete_later(std::move(pending->done),
-                         status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
-                         status == UCS_OK ? "" : "UCX receive failed: " + describe(status));
-  delete pending;
+  pending->started(ucp_am_recv_data_nbx(worker_.impl_->worker, data_, into, bytes_, &params));
 }
 
 }  // namespace iris::daemon

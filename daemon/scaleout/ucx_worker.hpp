@@ -84,6 +84,7 @@ class UcxWorker {
  private:
   struct Peer;
   struct Impl;
+  struct Pending;
   friend class Payload;
   void complete_later(Done done, ErrorCode code, std::string why);
 

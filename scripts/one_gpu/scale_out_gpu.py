@@ -39,32 +39,28 @@ def rank_main(rank, sockets, port, rounds, queue):
                 g = torch.Generator().manual_seed(r * 1000 + src * 10 + j)
                 return torch.randn(n, generator=g).cuda()
 
-            for stream_ordered in (False, True):
-                x = block(rank, 0)
-                y = torch.full((2 * n,), -7.0, device="cuda")
+            def run(call, stream_ordered):
                 if stream_ordered:
                     stream.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(stream):
-                        comm.all_gather(x, y, 4 * n, stream=stream)
+                        call(stream)
                     stream.synchronize()
                 else:
                     # Host-blocking: irisd reads and writes at once, so the tensors' producers
-                    # (the copy into x, the fill of y) must have run.
+                    # (the copy of the inputs, the fill of the outputs) must have run.
                     torch.cuda.synchronize()
-                    comm.all_gather(x, y, 4 * n).wait()
+                    call(None).wait()
+
+            for stream_ordered in (False, True):
+                x = block(rank, 0)
+                y = torch.full((2 * n,), -7.0, device="cuda")
+                run(lambda s: comm.all_gather(x, y, 4 * n, stream=s), stream_ordered)
                 checks += 1
                 if not torch.equal(y, torch.cat([block(0, 0), block(1, 0)])):
                     failures.append(f"round {r} all_gather (stream {stream_ordered})")
                 send = torch.cat([block(rank, 1), block(rank, 2)])
                 recv = torch.full((2 * n,), -7.0, device="cuda")
-                if stream_ordered:
-                    stream.wait_stream(torch.cuda.current_stream())
-                    with torch.cuda.stream(stream):
-                        comm.all_to_all(send, recv, 4 * n, stream=stream)
-                    stream.synchronize()
-                else:
-                    torch.cuda.synchronize()
-                    comm.all_to_all(send, recv, 4 * n).wait()
+                run(lambda s: comm.all_to_all(send, recv, 4 * n, stream=s), stream_ordered)
                 checks += 1
                 if not torch.equal(recv, torch.cat([block(0, 1 + rank), block(1, 1 + rank)])):
                     failures.append(f"round {r} all_to_all (stream {stream_ordered})")

@@ -9,19 +9,11 @@ set -euo pipefail
 irisd=$1 bench=$2
 command -v mpirun >/dev/null || { echo "mpirun not found (install openmpi-bin)"; exit 77; }
 run=$(mktemp -d /tmp/iris-scale-out-XXXXXX)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$run"; }
+source "$(dirname "$0")/../../scripts/lib/node_daemons.sh"
+cleanup() { stop_node_daemons; rm -rf "$run"; }
 trap cleanup EXIT
-sockets=()
-for n in 0 1 2; do
-  "$irisd" --socket "$run/node$n.sock" --engine host >"$run/node$n.log" 2>&1 &
-  pids+=($!)
-  sockets+=("$run/node$n.sock")
-done
-for s in "${sockets[@]}"; do
-  for _ in $(seq 100); do [ -S "$s.attach" ] && break; sleep 0.1; done
-done
-list=$(IFS=,; echo "${sockets[*]}")
+start_node_daemons "$irisd" "$run" 3
+list=$(IFS=,; echo "${node_sockets[*]}")
 mpi=(mpirun --oversubscribe -np 6)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 "${mpi[@]}" "$bench" --sockets "$list" --min-bytes 64 --max-bytes 65536 --iterations 2
