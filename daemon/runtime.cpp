@@ -139,6 +139,11 @@ void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& e
   if ((entry.flags & shm::kStreamOrdered) == 0)
     throw Error(ErrorCode::kInvalidArgument, "a graph collective must be stream-ordered");
   const Communicator& comm = *comms_.find(entry.comm_id);
+  if (comm.layout)
+    throw Error(ErrorCode::kUnavailable,
+                "communicator '" + comm.key +
+                    "' spans several nodes: its collectives cannot be captured into CUDA graphs "
+                    "yet (call them outside the capture)");
   auto lookup = [&s](uint64_t id) { return s.buffer(id); };
   auto validated = validate_request(entry, comm.nranks, rank_it->second, lookup);
   if (auto* bad = std::get_if<ValidationError>(&validated)) throw Error(bad->code, bad->message);

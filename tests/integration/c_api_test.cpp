@@ -311,6 +311,23 @@ TEST(PythonTorchBackend, FormsAGroupThroughIrisd) {
   EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
 }
 
+// The same group with each rank on its own irisd: the backend finds the two daemons through the
+// store and makes a communicator across them (barriers through both daemons).
+TEST(PythonTorchBackend, FormsAGroupAcrossTwoDaemons) {
+  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
+    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
+                    "runs this test";
+  DaemonProcess nodes[2];
+  const ProgramResult result = run_program(
+      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
+       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_torch_check.py", "--socket",
+       nodes[0].socket() + "," + nodes[1].socket()});
+  if (result.exit_code == 77) GTEST_SKIP() << result.output;
+  EXPECT_EQ(result.exit_code, 0) << result.output << nodes[0].log() << nodes[1].log();
+  EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
+}
+
 // The same from Python, bootstrapped through torch's TCPStore (Debian's torch 1.13 in CI) with
 // the helper in examples/multi_node.
 TEST(PythonScaleOut, TwoDaemonsThroughTheStoreBootstrap) {

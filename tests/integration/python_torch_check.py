@@ -2,8 +2,9 @@
 CPU only) against a real irisd: registration with torch.distributed, two real rank processes
 joining a group through init_process_group, CPU tensors through the group's gloo, the barrier
 through irisd, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
-refusals (send, CUDA tensors under the host engine). Prints "torch backend: ok" on success.
-    python3 python_torch_check.py --socket PATH"""
+refusals (send, CUDA tensors under the host engine). With several sockets, rank r uses daemon
+r % n, so the group spans "nodes". Prints "torch backend: ok" on success.
+    python3 python_torch_check.py --socket PATH[,PATH...]"""
 import argparse
 import multiprocessing as mp
 import os
@@ -23,8 +24,9 @@ def expect_error(what, call, words):
     raise AssertionError(f"{what}: no error")
 
 
-def rank_main(rank, store, queue):
+def rank_main(rank, store, sockets, queue):
     try:
+        os.environ["IRIS_SOCKET"] = sockets[rank % len(sockets)]
         import torch
         import torch.distributed as dist
         from torch.distributed import ReduceOp
@@ -34,6 +36,7 @@ def rank_main(rank, store, queue):
         dist.init_process_group("iris", init_method=f"file://{store}", rank=rank, world_size=2)
         group = dist.distributed_c10d._get_default_group()
         assert isinstance(group, backend.IrisProcessGroup), type(group)
+        assert (group.nodes is not None) == (len(sockets) > 1), "nodes found wrongly"
         assert dist.get_rank() == rank and dist.get_world_size() == 2
 
         t = torch.arange(6, dtype=torch.float32) + 100 * rank
@@ -86,7 +89,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--socket", required=True)
     args = parser.parse_args()
-    os.environ["IRIS_SOCKET"] = args.socket
+    sockets = args.socket.split(",")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -95,7 +98,7 @@ def main():
     store = tempfile.mktemp(prefix="iris-torch-")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, store, queue)) for r in range(2)]
+    procs = [ctx.Process(target=rank_main, args=(r, store, sockets, queue)) for r in range(2)]
     for p in procs:
         p.start()
     failures = []

@@ -5,7 +5,9 @@ copy engines, CPU tensors through gloo.
     torch.distributed.init_process_group(backend="cpu:gloo,cuda:iris")
 
 Each process group is one irisd communicator (its key made by rank 0 and shared through the
-group's store) plus a gloo group for CPU tensors and object collectives. Collectives run on a
+group's store) plus a gloo group for CPU tensors and object collectives. Ranks attached to
+different irisd daemons (one per node) make a communicator across nodes: the group's store
+carries the daemons' addresses and a secret rank 0 makes (docs/SCALE-OUT.md). Collectives run on a
 stream of the group's own, ordered after the caller's current stream; a blocking call makes the
 current stream wait for it, an async one (async_op=True) returns a Work whose wait() does that,
 as NCCL's does. The host never waits for the data.
@@ -140,9 +142,12 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         if rank == 0:
             store.set("iris/key", secrets.token_hex(16))
+            store.set("iris/secret", secrets.token_bytes(32))
         key = store.get("iris/key").decode()
         self._client = client()
-        self.comm = iris.Communicator(self._client, f"torch-{key}", size, rank)
+        # The NodeSet when the group's ranks use several irisd daemons, else None.
+        self.nodes = _nodes_of_group(self._client, store, rank, size)
+        self.comm = iris.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
         self._streams = {}
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
@@ -512,6 +517,25 @@ def _displacements(counts):
         out.append(at)
         at += c
     return out
+
+
+def _nodes_of_group(client, store, rank, size):
+    """The group's nodes when its ranks use several irisd daemons (one per node), found by
+    comparing their daemons' addresses through the store; None when they share one daemon."""
+    try:
+        mine = client.node_address()
+    except iris.IrisError:
+        return None  # this irisd cannot scale out: the group must be on one node
+    store.set(f"iris/address/{rank}", mine)
+    addresses = [bytes(store.get(f"iris/address/{r}")) for r in range(size)]
+    nodes, node_of_rank = [], []
+    for address in addresses:
+        if address not in nodes:
+            nodes.append(address)
+        node_of_rank.append(nodes.index(address))
+    if len(nodes) == 1:
+        return None
+    return iris.NodeSet(nodes, node_of_rank, bytes(store.get("iris/secret")))
 
 
 def _create(store, rank, size, timeout):
