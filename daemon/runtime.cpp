@@ -95,7 +95,16 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
                                      std::move(nodes->secret), nranks, rank);
   }
   const uint64_t id = comms_.join(s, key, nranks, rank, layout);
-  if (layout) scale_out_.joined(*comms_.find(id));
+  if (layout) {
+    try {
+      scale_out_.joined(*comms_.find(id));
+    } catch (const Error&) {
+      // Its nodes cannot be reached: the rank does not stay in a communicator it cannot use.
+      comms_.leave(s, id, "could not connect to the communicator's other nodes");
+      count_comms();
+      throw;
+    }
+  }
   count_comms();
   return id;
 }

@@ -17,6 +17,9 @@ constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
 constexpr std::size_t kMaxPendingJoins = 1024;
 constexpr std::size_t kMaxAddressBytes = 64 * 1024;
 constexpr uint32_t kMaxNodes = 4096;
+// Connections one irisd keeps to other nodes' daemons, over all communicators: what a tenant
+// passing ever new addresses could otherwise grow without end.
+constexpr std::size_t kMaxPeers = 16384;
 
 // Compares secrets without an early exit (no timing hint of how much matched).
 bool same_secret(const std::string& a, const std::string& b) {
@@ -129,6 +132,10 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
   if (!my_node)
     bad("none of the addresses is this node's irisd: pass each node's node_address() (from a "
         "client of that node's irisd)");
+  if (worker().peers() + addresses.size() > kMaxPeers)
+    throw Error(ErrorCode::kLimitExceeded,
+                "this irisd already keeps connections to " + std::to_string(worker().peers()) +
+                    " other nodes' daemons (at most " + std::to_string(kMaxPeers) + ")");
   if (node_of_rank[rank] != *my_node)
     bad("rank " + std::to_string(rank) + " is placed on node " +
         std::to_string(node_of_rank[rank]) + " but attached to node " + std::to_string(*my_node) +

@@ -199,6 +199,8 @@ UcxWorker::PeerId UcxWorker::connect(const std::string& address) {
   return id;
 }
 
+std::size_t UcxWorker::peers() const { return impl_->peers.size(); }
+
 bool UcxWorker::failed(PeerId peer) const {
   return peer >= impl_->peers.size() || impl_->peers[peer]->failed;
 }

@@ -80,6 +80,8 @@ class UcxWorker {
   void send(PeerId peer, std::string header, const void* data, std::size_t bytes, Done done);
   // Whether the connection to `peer` has failed.
   bool failed(PeerId peer) const;
+  // Connections made so far (each address once).
+  std::size_t peers() const;
 
  private:
   struct Peer;
