@@ -115,6 +115,8 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->capture_default_str();
   app.add_flag("--allow-cross-uid-comms", c.allow_cross_uid_comms,
                "let sessions of different uids join one communicator");
+  app.add_flag("--scale-out,!--no-scale-out", c.scale_out,
+               "communicators across nodes: UCX to other nodes' irisd daemons (on by default)");
   app.add_option("--log-level", c.log_level,
                  "trace | debug | info | warn | error; SIGHUP rereads it from --config")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

@@ -44,6 +44,8 @@ struct Config {
   EngineOptions engine;
   Limits limits;
   bool allow_cross_uid_comms = false;
+  // Communicators across nodes (UCX to other nodes' irisd daemons, started on first use).
+  bool scale_out = true;
   // Members of this group (and root) see every session and communicator in iris-ctl; other
   // users see their own. Empty: root only.
   std::string operator_group;

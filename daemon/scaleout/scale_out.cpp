@@ -85,6 +85,10 @@ ScaleOut::~ScaleOut() {
 }
 
 UcxWorker& ScaleOut::worker() {
+  if (!config_.scale_out)
+    throw Error(ErrorCode::kUnavailable,
+                "this irisd runs with --no-scale-out: communicators across nodes are off here "
+                "(ask the operator)");
   if (!worker_) {
     worker_ = std::make_unique<UcxWorker>(*this);
     loop_.watch(worker_->event_fd());
