@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -293,56 +294,49 @@ TEST(CApi, CommunicatorAcrossTwoDaemons) {
   }
 }
 
+// Runs a torch check script (tests/integration) with Debian's python3 against `sockets` (comma
+// separated) and expects `ok_line` in its output. torch does not load under the preloaded
+// sanitizer runtime: those builds skip, the plain build runs it; exit 77 (no torch) skips too.
+void expect_torch_script(const std::string& script, const std::string& socket_flag,
+                         const std::string& sockets, const std::string& ok_line,
+                         const std::function<std::string()>& logs) {
+  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
+    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
+                    "runs this test";
+  const ProgramResult result = run_program(
+      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
+       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/" + script, socket_flag, sockets});
+  if (result.exit_code == 77) GTEST_SKIP() << result.output;
+  EXPECT_EQ(result.exit_code, 0) << result.output << logs();
+  EXPECT_NE(result.output.find(ok_line), std::string::npos) << result.output;
+}
+
 // Debian 12's torch (1.13, CPU only) against a real irisd: the backend registers, two rank
 // processes form a group, CPU tensors go through its gloo and barriers through irisd. The CUDA
 // paths run on the GPU host (tests/python/gpu).
 TEST(PythonTorchBackend, FormsAGroupThroughIrisd) {
-  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
-    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
-                    "runs this test";
   DaemonProcess daemon;
-  const ProgramResult result = run_program(
-      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
-       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
-       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_torch_check.py", "--socket",
-       daemon.socket()});
-  if (result.exit_code == 77) GTEST_SKIP() << result.output;
-  EXPECT_EQ(result.exit_code, 0) << result.output << "\ndaemon log:\n" << daemon.log();
-  EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
+  expect_torch_script("python_torch_check.py", "--socket", daemon.socket(), "torch backend: ok",
+                      [&] { return daemon.log(); });
 }
 
 // The same group with each rank on its own irisd: the backend finds the two daemons through the
 // store and makes a communicator across them (barriers through both daemons).
 TEST(PythonTorchBackend, FormsAGroupAcrossTwoDaemons) {
-  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
-    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
-                    "runs this test";
   DaemonProcess nodes[2];
-  const ProgramResult result = run_program(
-      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
-       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
-       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_torch_check.py", "--socket",
-       nodes[0].socket() + "," + nodes[1].socket()});
-  if (result.exit_code == 77) GTEST_SKIP() << result.output;
-  EXPECT_EQ(result.exit_code, 0) << result.output << nodes[0].log() << nodes[1].log();
-  EXPECT_NE(result.output.find("torch backend: ok"), std::string::npos) << result.output;
+  expect_torch_script("python_torch_check.py", "--socket",
+                      nodes[0].socket() + "," + nodes[1].socket(), "torch backend: ok",
+                      [&] { return nodes[0].log() + nodes[1].log(); });
 }
 
-// The same from Python, bootstrapped through torch's TCPStore (Debian's torch 1.13 in CI) with
-// the helper in examples/multi_node.
+// The plain binding across two daemons, bootstrapped through torch's TCPStore with the helper in
+// examples/multi_node.
 TEST(PythonScaleOut, TwoDaemonsThroughTheStoreBootstrap) {
-  if (std::getenv("IRIS_TEST_PRELOAD") != nullptr)
-    GTEST_SKIP() << "torch does not load under the preloaded sanitizer runtime; the plain build "
-                    "runs this test";
   DaemonProcess nodes[2];
-  const ProgramResult result = run_program(
-      {"/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
-       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python", "/usr/bin/python3",
-       std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_scale_out_check.py",
-       "--sockets", nodes[0].socket() + "," + nodes[1].socket()});
-  if (result.exit_code == 77) GTEST_SKIP() << result.output;
-  EXPECT_EQ(result.exit_code, 0) << result.output << nodes[0].log() << nodes[1].log();
-  EXPECT_NE(result.output.find("python scale-out: ok"), std::string::npos) << result.output;
+  expect_torch_script("python_scale_out_check.py", "--sockets",
+                      nodes[0].socket() + "," + nodes[1].socket(), "python scale-out: ok",
+                      [&] { return nodes[0].log() + nodes[1].log(); });
 }
 
 }  // namespace
