@@ -1,6 +1,6 @@
 #include "daemon/scaleout/ucx_worker.hpp"
 
-#include <ucp/api/ucp.h>
+#include "daemon/scaleout/ucx_library.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +15,11 @@ namespace iris::daemon {
 namespace {
 constexpr unsigned kMessageId = 1;  // the one active message id irisd uses
 
-std::string describe(ucs_status_t status) { return ucs_status_string(status); }
+// UCX's table; set once (UcxWorker's constructor loads it) before anything else here runs.
+const ucx::Library* loaded = nullptr;
+const ucx::Library& lib() { return *loaded; }
+
+std::string describe(ucs_status_t status) { return lib().ucs_status_string(status); }
 }  // namespace
 
 struct UcxWorker::Peer {
@@ -61,37 +65,40 @@ struct UcxWorker::Pending {
 };
 
 UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_unique<Impl>()) {
+  std::string why;
+  loaded = ucx::load(why);
+  if (loaded == nullptr) throw Error(ErrorCode::kUnavailable, why);
   ucp_config_t* config = nullptr;
-  ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+  ucs_status_t status = lib().ucp_config_read(nullptr, nullptr, &config);
   if (status != UCS_OK)
     throw Error(ErrorCode::kUnavailable, "UCX configuration: " + describe(status));
   // A node that vanishes without closing its connections (power, network) is found by UCX's
   // keepalive: every 2 s here unless the site set its own (UCX's default is 20 s).
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr)
-    ucp_config_modify(config, "KEEPALIVE_INTERVAL", "2s");
+    lib().ucp_config_modify(config, "KEEPALIVE_INTERVAL", "2s");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.name = "irisd";
-  status = ucp_init(&params, config, &impl_->context);
-  ucp_config_release(config);
+  status = lib().ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &params, config, &impl_->context);
+  lib().ucp_config_release(config);
   if (status != UCS_OK)
     throw Error(ErrorCode::kUnavailable, "UCX could not start (ucp_init): " + describe(status));
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  status = ucp_worker_create(impl_->context, &worker_params, &impl_->worker);
+  status = lib().ucp_worker_create(impl_->context, &worker_params, &impl_->worker);
   if (status != UCS_OK) {
-    ucp_cleanup(impl_->context);
+    lib().ucp_cleanup(impl_->context);
     throw Error(ErrorCode::kUnavailable, "UCX worker: " + describe(status));
   }
   ucp_address_t* address = nullptr;
   std::size_t length = 0;
-  status = ucp_worker_get_address(impl_->worker, &address, &length);
+  status = lib().ucp_worker_get_address(impl_->worker, &address, &length);
   if (status == UCS_OK) {
     address_.assign(reinterpret_cast<const char*>(address), length);
-    ucp_worker_release_address(impl_->worker, address);
-    status = ucp_worker_get_efd(impl_->worker, &event_fd_);
+    lib().ucp_worker_release_address(impl_->worker, address);
+    status = lib().ucp_worker_get_efd(impl_->worker, &event_fd_);
   }
   ucp_am_handler_param_t handler{};
   handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -115,10 +122,10 @@ UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_
     // A rendezvous payload nobody took is refused: its sender's send fails.
     return rendezvous && !payload.taken_ ? UCS_ERR_REJECTED : UCS_OK;
   };
-  if (status == UCS_OK) status = ucp_worker_set_am_recv_handler(impl_->worker, &handler);
+  if (status == UCS_OK) status = lib().ucp_worker_set_am_recv_handler(impl_->worker, &handler);
   if (status != UCS_OK) {
-    ucp_worker_destroy(impl_->worker);
-    ucp_cleanup(impl_->context);
+    lib().ucp_worker_destroy(impl_->worker);
+    lib().ucp_cleanup(impl_->context);
     throw Error(ErrorCode::kUnavailable, "UCX worker set-up: " + describe(status));
   }
 }
@@ -129,15 +136,15 @@ UcxWorker::~UcxWorker() {
     ucp_request_param_t params{};
     params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     params.flags = UCP_EP_CLOSE_FLAG_FORCE;  // no waiting for a peer that may be gone
-    ucs_status_ptr_t request = ucp_ep_close_nbx(peer->ep, &params);
+    ucs_status_ptr_t request = lib().ucp_ep_close_nbx(peer->ep, &params);
     if (UCS_PTR_IS_PTR(request)) {
-      while (ucp_request_check_status(request) == UCS_INPROGRESS)
-        ucp_worker_progress(impl_->worker);
-      ucp_request_free(request);
+      while (lib().ucp_request_check_status(request) == UCS_INPROGRESS)
+        lib().ucp_worker_progress(impl_->worker);
+      lib().ucp_request_free(request);
     }
   }
-  ucp_worker_destroy(impl_->worker);
-  ucp_cleanup(impl_->context);
+  lib().ucp_worker_destroy(impl_->worker);
+  lib().ucp_cleanup(impl_->context);
 }
 
 void UcxWorker::complete_later(Done done, ErrorCode code, std::string why) {
@@ -146,7 +153,7 @@ void UcxWorker::complete_later(Done done, ErrorCode code, std::string why) {
 
 bool UcxWorker::progress() {
   bool worked = false;
-  while (ucp_worker_progress(impl_->worker) != 0) worked = true;
+  while (lib().ucp_worker_progress(impl_->worker) != 0) worked = true;
   // Completions may queue more (a receive's end starting a send): run until none is left.
   while (!impl_->completions.empty() || !impl_->failed_peers.empty()) {
     worked = true;
@@ -168,7 +175,7 @@ bool UcxWorker::progress() {
 
 bool UcxWorker::arm() {
   if (!impl_->completions.empty() || !impl_->failed_peers.empty()) return false;
-  return ucp_worker_arm(impl_->worker) == UCS_OK;
+  return lib().ucp_worker_arm(impl_->worker) == UCS_OK;
 }
 
 UcxWorker::PeerId UcxWorker::connect(const std::string& address) {
@@ -189,7 +196,7 @@ UcxWorker::PeerId UcxWorker::connect(const std::string& address) {
     p->why = "UCX reports the connection failed (" + describe(status) + ")";
     p->worker->impl_->failed_peers.push_back(p->id);
   };
-  const ucs_status_t status = ucp_ep_create(impl_->worker, &params, &peer->ep);
+  const ucs_status_t status = lib().ucp_ep_create(impl_->worker, &params, &peer->ep);
   if (status != UCS_OK)
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot connect to a node's irisd (ucp_ep_create: " + describe(status) + ")");
@@ -218,10 +225,10 @@ void UcxWorker::send(PeerId peer, std::string header, const void* data, std::siz
   params.user_data = pending;
   params.cb.send = [](void* request, ucs_status_t status, void* user_data) {
     static_cast<Pending*>(user_data)->finish(status);
-    ucp_request_free(request);
+    lib().ucp_request_free(request);
   };
-  pending->started(ucp_am_send_nbx(impl_->peers[peer]->ep, kMessageId, pending->header.data(),
-                                   pending->header.size(), data, bytes, &params));
+  pending->started(lib().ucp_am_send_nbx(impl_->peers[peer]->ep, kMessageId, pending->header.data(),
+                                         pending->header.size(), data, bytes, &params));
 }
 
 void UcxWorker::Payload::receive_into(void* into, Done done) {
@@ -237,9 +244,9 @@ void UcxWorker::Payload::receive_into(void* into, Done done) {
   params.user_data = pending;
   params.cb.recv_am = [](void* request, ucs_status_t status, std::size_t, void* user_data) {
     static_cast<Pending*>(user_data)->finish(status);
-    ucp_request_free(request);
+    lib().ucp_request_free(request);
   };
-  pending->started(ucp_am_recv_data_nbx(worker_.impl_->worker, data_, into, bytes_, &params));
+  pending->started(lib().ucp_am_recv_data_nbx(worker_.impl_->worker, data_, into, bytes_, &params));
 }
 
 }  // namespace iris::daemon

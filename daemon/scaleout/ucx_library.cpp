@@ -1,0 +1,36 @@
+#include "daemon/scaleout/ucx_library.hpp"
+
+#include <dlfcn.h>
+
+#include "iris/shared/loaded_library.hpp"
+
+namespace iris::daemon::ucx {
+
+namespace {
+LoadedLibrary<Library> load_once() {
+  LoadedLibrary<Library> r;
+  void* lib = ::dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    r.why_not = std::string("UCX is not installed (cannot load libucp.so.0: ") + ::dlerror() +
+                "); install libucx0 or the site's UCX";
+    return r;
+  }
+  // ucs_status_string lives in libucs, which libucp depends on: found through the same handle.
+#define IRIS_UCX_RESOLVE(name)                                                                 \
+  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));                \
+  if (r.table.name == nullptr) {                                                               \
+    r.why_not = "the UCX found (libucp.so.0) lacks " #name " (irisd needs UCX 1.12 or newer)"; \
+    return r;                                                                                  \
+  }
+  IRIS_UCX_FUNCTIONS(IRIS_UCX_RESOLVE)
+#undef IRIS_UCX_RESOLVE
+  return r;
+}
+}  // namespace
+
+const Library* load(std::string& why) {
+  static const LoadedLibrary<Library> loaded = load_once();
+  return loaded.get(why);
+}
+
+}  // namespace iris::daemon::ucx
