@@ -14,6 +14,7 @@ cmake --build build-asan --parallel "$jobs"
 # python3 (the binding's test) is not instrumented: the runtime goes first with LD_PRELOAD.
 export IRIS_TEST_PRELOAD="$(g++ -print-file-name=libasan.so):$(g++ -print-file-name=libubsan.so)"
 export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 ctest --test-dir build-asan --output-on-failure --timeout 900
 

@@ -14,6 +14,7 @@ namespace iris::daemon {
 
 namespace {
 constexpr unsigned kMessageId = 1;  // the one active message id irisd uses
+constexpr std::size_t kMaxHeaderBytes = 4096;
 
 // UCX's table; set once (UcxWorker's constructor loads it) before anything else here runs.
 const ucx::Library* loaded = nullptr;
@@ -217,6 +218,15 @@ void UcxWorker::send(PeerId peer, std::string header, const void* data, std::siz
   if (failed(peer)) {
     complete_later(std::move(done), ErrorCode::kPeerLost,
                    peer < impl_->peers.size() ? impl_->peers[peer]->why : "no such node");
+    return;
+  }
+  // UCX aborts the process on a rendezvous header over its transport's limit (8 KiB on TCP): a
+  // message whose arguments do not fit fails instead.
+  if (header.size() > kMaxHeaderBytes) {
+    complete_later(std::move(done), ErrorCode::kLimitExceeded,
+                   "a message of " + std::to_string(header.size()) + " header bytes, over the " +
+                       std::to_string(kMaxHeaderBytes) +
+                       " irisd sends (too many ranks on one node for all-to-all-v?)");
     return;
   }
   auto* pending = new Pending{this, std::move(header), std::move(done), "send"};

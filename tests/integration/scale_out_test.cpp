@@ -171,5 +171,29 @@ TEST(ScaleOutTrust, WrongSecretAndForeignLayoutsAreRefused) {
   EXPECT_EQ(bad_node.exit_code, 10 + static_cast<int>(ErrorCode::kInvalidArgument));
 }
 
+// Someone who learned a daemon's address but not the job's secret: bytes that are no message, a
+// join, an arrival claiming a terabyte and a break for the live communicator's key, each also
+// with an 8 MiB rendezvous payload. The daemon drops them all and the job on it
+// runs to the end.
+TEST(ScaleOutTrust, AStrangersMessagesAreDroppedAndTheJobGoesOn) {
+  Job job = start_nodes(2);
+  const std::vector<pid_t> ranks = spawn_ranks(job, {0, 1},
+                                               {"--key", "live", "--collective", "all_gather",
+                                                "--iterations", "200", "--max-bytes", "65536"});
+  for (int attack = 0; attack < 3; ++attack) {
+    // The sweep's communicator is "<key>.0".
+    const ProgramResult r = run_program(
+        {IRIS_TEST_STRANGER, "--address", job.addresses[0], "--key", "live.0", "--nranks", "2"});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
+  for (pid_t p : ranks) EXPECT_EQ(wait_for(p), 0) << logs(job);
+  EXPECT_NE(job.nodes[0]->log().find("dropped"), std::string::npos) << logs(job);
+  // And a job started after the attacks runs as well.
+  for (pid_t p : spawn_ranks(job, {0, 1},
+                             {"--key", "after", "--collective", "all_to_all", "--iterations", "20",
+                              "--max-bytes", "65536"}))
+    EXPECT_EQ(wait_for(p), 0) << logs(job);
+}
+
 }  // namespace
 }  // namespace iris::testing
