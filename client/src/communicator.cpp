@@ -324,7 +324,7 @@ BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const
   if (!at || bytes > at->available) {
     if (GpuRegistrationCache* cache = client.gpu_cache()) {
       if (auto found = cache->locate(reinterpret_cast<uintptr_t>(ptr), bytes)) {
-        held.add(*found);
+        held.add(*cache, *found);
         at = BufferLocation{found->buffer_id, found->offset, found->available, true};
       }
     }
@@ -363,7 +363,7 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
                            shm::kNoBuffer, 0,         call.bytes,     call.root};
   std::optional<BufferLocation> from, to;
-  HeldRegistrations held(client.gpu_cache());
+  HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
   if (call.send_significant) {
     from = locate_range(client, held, call.name, "send", call.send, call.send_bytes);
     args.send_buffer = from->buffer_id;

@@ -112,16 +112,20 @@ class GpuRegistrationCache {
 // this goes without submitted() (a later argument was refused, the ring was full).
 class HeldRegistrations {
  public:
-  explicit HeldRegistrations(GpuRegistrationCache* cache) : cache_(cache) {}
+  HeldRegistrations() = default;
   ~HeldRegistrations();
   HeldRegistrations(const HeldRegistrations&) = delete;
   HeldRegistrations& operator=(const HeldRegistrations&) = delete;
 
-  void add(const GpuRegistrationCache::Location& found) { found_.push_back(found); }
+  // A location `cache` found (one cache per request: its client's).
+  void add(GpuRegistrationCache& cache, const GpuRegistrationCache::Location& found) {
+    cache_ = &cache;
+    found_.push_back(found);
+  }
   void submitted(std::optional<GpuRegistrationCache::Use> use);
 
  private:
-  GpuRegistrationCache* cache_;
+  GpuRegistrationCache* cache_ = nullptr;  // none until a location is added
   std::vector<GpuRegistrationCache::Location> found_;
 };
 

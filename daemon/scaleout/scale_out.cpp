@@ -106,6 +106,10 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
   auto bad = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidArgument, "multi-node communicator: " + what);
   };
+  // The registry checks key, rank and size again when the rank joins; the layout needs the rank
+  // in range first, to look up its node.
+  if (rank >= nranks)
+    bad("rank " + std::to_string(rank) + " is out of range for nranks " + std::to_string(nranks));
   if (addresses.size() < 2 || addresses.size() > kMaxNodes)
     bad("needs 2 to " + std::to_string(kMaxNodes) + " node addresses, got " +
         std::to_string(addresses.size()));

@@ -13,6 +13,7 @@
 #include "examples/collective_sweep/pattern.hpp"
 #include "iris/iris.hpp"
 #include "tests/support/collective_call.hpp"
+#include "tests/support/hex.hpp"
 
 namespace {
 
@@ -39,13 +40,6 @@ struct Options {
   std::string secret;
   uint32_t join_timeout_ms = 60'000;
 };
-
-std::string from_hex(const std::string& hex) {
-  std::string bytes;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return bytes;
-}
 
 // The communicator `key`: across the given nodes when there are any.
 iris::Communicator join(const Options& o, iris::Client& client, const std::string& key) {

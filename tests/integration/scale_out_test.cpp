@@ -127,7 +127,14 @@ TEST(ScaleOutFaults, ANodeKilledMidCollectiveFailsTheOtherNodesRanksWithPeerLost
   const std::vector<pid_t> ranks = spawn_ranks(job, placement,
                                                {"--key", "killed", "--collective", "all_gather",
                                                 "--max-bytes", "65536", "--iterations", "1000000"});
-  ::usleep(1500 * 1000);
+  // Kill once collectives cross the nodes: node 2's daemon has seen seq 10 (9 completed
+  // everywhere), as its debug trace of arrivals says.
+  bool flowing = false;
+  for (int i = 0; i < 3000 && !flowing; ++i) {
+    flowing = job.nodes[2]->log().find("'killed.0' seq 10 (") != std::string::npos;
+    if (!flowing) ::usleep(10 * 1000);
+  }
+  ASSERT_TRUE(flowing) << "no collective reached seq 10 within 30 s\n" << logs(job);
   job.nodes[2]->kill();
   for (uint32_t r = 0; r < placement.size(); ++r) {
     const int code = wait_for(ranks[r]);

@@ -10,6 +10,7 @@
 
 #include "daemon/scaleout/ucx_worker.hpp"
 #include "iris/v1/scaleout.pb.h"
+#include "tests/support/hex.hpp"
 
 namespace {
 
@@ -19,13 +20,6 @@ class Quiet final : public iris::daemon::UcxWorker::Listener {
   void on_peer_failed(iris::daemon::UcxWorker::PeerId, const std::string&) override {}
 };
 
-std::string from_hex(const std::string& hex) {
-  std::string bytes;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    bytes.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  return bytes;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,7 +27,7 @@ int main(int argc, char** argv) {
   uint32_t nranks = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--address") address = from_hex(argv[i + 1]);
+    if (a == "--address") address = iris::testing::from_hex(argv[i + 1]);
     if (a == "--key") key = argv[i + 1];
     if (a == "--nranks") nranks = static_cast<uint32_t>(std::stoul(argv[i + 1]));
   }

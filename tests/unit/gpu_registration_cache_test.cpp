@@ -54,10 +54,10 @@ class GpuRegistrationCacheTest : public ::testing::Test {
   GpuRegistrationCache::Location use(GpuRegistrationCache& cache, uintptr_t ptr, uint64_t bytes,
                                      std::optional<GpuRegistrationCache::Use> by = std::nullopt,
                                      bool captured = false) {
-    HeldRegistrations held(&cache);
+    HeldRegistrations held;
     auto found = cache.locate(ptr, bytes);
     EXPECT_TRUE(found.has_value());
-    held.add(*found);
+    held.add(cache, *found);
     if (by || captured) held.submitted(by);
     return *found;
   }
@@ -217,10 +217,10 @@ TEST_F(GpuRegistrationCacheTest, ALocatedRangeIsHeldUntilSubmittedOrDropped) {
   allocate(0x70000000, 2 * kMiB);
   uint64_t held_id = 0;
   {
-    HeldRegistrations held(&cache);
+    HeldRegistrations held;
     const auto found = *cache.locate(0x60000000, 64);
     held_id = found.buffer_id;
-    held.add(found);
+    held.add(cache, found);
     // Another thread's lookup would evict the older one: held, it stays; the other goes.
     use(cache, 0x70000000, 64);
     EXPECT_TRUE(session.live.contains(held_id));
