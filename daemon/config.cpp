@@ -117,6 +117,9 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                "let sessions of different uids join one communicator");
   app.add_flag("--scale-out,!--no-scale-out", c.scale_out,
                "communicators across nodes: UCX to other nodes' irisd daemons (on by default)");
+  app.add_option("--scale-out-interface", c.scale_out_interface,
+                 "network devices scale-out uses and (TCP) listens on, as UCX_NET_DEVICES names "
+                 "them: eth0, mlx5_0:1,...; empty: every device UCX finds");
   app.add_option("--log-level", c.log_level,
                  "trace | debug | info | warn | error; SIGHUP rereads it from --config")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))

@@ -46,6 +46,9 @@ struct Config {
   bool allow_cross_uid_comms = false;
   // Communicators across nodes (UCX to other nodes' irisd daemons, started on first use).
   bool scale_out = true;
+  // The network devices scale-out may use (UCX_NET_DEVICES: "eth0", "mlx5_0:1,mlx5_1:1"); with
+  // UCX's TCP transport this is also where irisd listens. Empty: UCX's choice (every device).
+  std::string scale_out_interface;
   // Members of this group (and root) see every session and communicator in iris-ctl; other
   // users see their own. Empty: root only.
   std::string operator_group;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
@@ -21,12 +22,13 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
 #include "daemon/front/attach_listener.hpp"
 #include "daemon/front/control_service.hpp"
 #include "daemon/operations/health.hpp"
+#include "daemon/operations/metrics_server.hpp"
 #include "daemon/operations/prometheus_collector.hpp"
 #include "daemon/operations/systemd_notifier.hpp"
 #include "daemon/runtime.hpp"
@@ -72,7 +74,7 @@ struct Daemon::Parts {
   SystemdNotifier systemd;
   std::unique_ptr<StatusLine> status_line;
   std::shared_ptr<PrometheusCollector> collector;
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsServer> metrics;
   std::string metrics_address;  // bound: HOST:PORT
   std::thread health_watch;
   std::mutex health_mutex;
@@ -137,6 +139,7 @@ void Daemon::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  limit_operator_connections(builder);
   builder.RegisterService(p.service.get());
   // gRPC creates the socket file: keep it private until its mode and group are set.
   const mode_t old_umask = ::umask(0177);
@@ -162,25 +165,39 @@ void Daemon::start() {
   p.systemd.ready(p.status_line->next());
 }
 
+void Daemon::limit_operator_connections(grpc::ServerBuilder& builder) {
+  // Whoever may open the socket may hold its connections: a connection that never completes
+  // its HTTP/2 handshake ends at the attach socket's deadline (gRPC's default is 120 s), one
+  // with no call for a minute ends too, and each carries a few small calls at a time. The
+  // calls run on at most kOperatorThreads threads (more at once get RESOURCE_EXHAUSTED), so a
+  // burst of iris-ctl calls cannot grow irisd by a thread stack and an arena each.
+  constexpr int kOperatorThreads = 16;
+  constexpr int kStreamsPerConnection = 8;
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(config_.limits.handshake_timeout_ms));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 60'000);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kStreamsPerConnection);
+  builder.SetMaxReceiveMessageSize(64 << 10);  // operator requests are a few bytes
+  grpc::ResourceQuota quota("irisd-operators");
+  quota.SetMaxThreads(kOperatorThreads);
+  quota.Resize(64 << 20);
+  builder.SetResourceQuota(quota);
+}
+
 void Daemon::start_metrics() {
   Parts& p = *parts_;
   if (config_.metrics_address.empty()) return;
   p.collector = std::make_shared<PrometheusCollector>(p.stats, p.engine->description(), p.health);
   try {
-    // A scrape whose socket stalls for 1 s in a read or write is dropped (civetweb's workers
-    // also wait this long at shutdown); two threads serve, and the data path never waits on
-    // them, so a slow scraper delays only other scrapes.
-    p.exposer = std::make_unique<prometheus::Exposer>(
-        std::vector<std::string>{"listening_ports", config_.metrics_address, "num_threads", "2",
-                                 "request_timeout_ms", "1000"});
+    // The data path never waits on this thread; a slow scraper costs it a descriptor.
+    p.metrics = std::make_unique<MetricsServer>(config_.metrics_address, [&p] {
+      return prometheus::TextSerializer().Serialize(p.collector->Collect());
+    });
   } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve metrics on " + config_.metrics_address + ": " +
-                             e.what() + " (is the port taken? set metrics-address)");
+    throw std::runtime_error(std::string(e.what()) + " (is the port taken? set metrics-address)");
   }
-  p.exposer->RegisterCollectable(p.collector);
-  const auto ports = p.exposer->GetListeningPorts();
   const std::string host = config_.metrics_address.substr(0, config_.metrics_address.rfind(':'));
-  p.metrics_address = host + ":" + (ports.empty() ? std::string("?") : std::to_string(ports[0]));
+  p.metrics_address = host + ":" + std::to_string(p.metrics->port());
   spdlog::info("metrics: http://{}/metrics", p.metrics_address);
 }
 
@@ -189,6 +206,7 @@ void Daemon::start_health_watch() {
   grpc::HealthCheckServiceInterface* service = p.server->GetHealthCheckService();
   p.health_watch = std::thread([&p, service] {
     bool was_healthy = true;
+    uint64_t beats = 0;
     std::unique_lock lock(p.health_mutex);
     do {
       const Health::Verdict v = p.health.verdict(Health::Clock::now());
@@ -202,6 +220,9 @@ void Daemon::start_health_watch() {
         }
         was_healthy = v.healthy;
       }
+      // Memory freed by bursts of operator calls (their threads' arenas) goes back to the
+      // system instead of staying in irisd's RSS.
+      if (++beats % 10 == 0) ::malloc_trim(0);
     } while (
         !p.health_stop_cv.wait_for(lock, std::chrono::seconds(1), [&p] { return p.health_stop; }));
   });
@@ -218,7 +239,7 @@ void Daemon::shutdown() {
     p.health_stop_cv.notify_all();
     p.health_watch.join();
   }
-  p.exposer.reset();
+  p.metrics.reset();
   if (p.listener) p.listener->stop();
   if (p.runtime && p.loop) {
     try {

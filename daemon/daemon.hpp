@@ -6,6 +6,10 @@
 
 #include "daemon/config.hpp"
 
+namespace grpc {
+class ServerBuilder;
+}
+
 namespace iris::daemon {
 
 class Daemon {
@@ -18,6 +22,8 @@ class Daemon {
 
  private:
   void start_metrics();
+  // Bounds what the operators' gRPC socket lets a connection hold (time, streams, threads).
+  void limit_operator_connections(grpc::ServerBuilder& builder);
   // A thread that keeps the gRPC health service's answer (what probes see) up to date, even
   // when the progress loop is the thing that stopped.
   void start_health_watch();

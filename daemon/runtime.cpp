@@ -10,8 +10,9 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
     : engine_(engine),
       stats_(stats),
       loop_(loop),
+      tenant_log_(stats.log_lines_suppressed_total),
       scheduler_(
-          engine, stats,
+          engine, stats, tenant_log_,
           [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
             complete(t, c, why);
           },
@@ -35,8 +36,9 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   loop_.watch(s.wake_fd());
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
   stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
-  spdlog::info("session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
-               peer.gid, client_name);
+  tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
+                  "session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
+                  peer.gid, client_name);
   return {s.id(), s.ring_depth(), net::Fd(::fcntl(s.wake_fd(), F_DUPFD_CLOEXEC, 0)),
           s.take_segment_fd()};
 }
@@ -45,10 +47,11 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
   Session* s = sessions_.find(session_id);
   if (s == nullptr) return;
   if (lost) stats_.sessions_lost_total.fetch_add(1, std::memory_order_relaxed);
-  spdlog::log(lost ? spdlog::level::warn : spdlog::level::info,
-              "session {} (pid {}) {}: freeing {} buffers, leaving {} communicators", session_id,
-              s->peer().pid, lost ? "lost its connection" : "detached", s->buffers.size(),
-              s->comm_ranks.size());
+  tenant_log_.log(lost ? spdlog::level::warn : spdlog::level::info, s->peer().uid,
+                  TenantLogKind::kAttach,
+                  "session {} (pid {}) {}: freeing {} buffers, leaving {} communicators",
+                  session_id, s->peer().pid, lost ? "lost its connection" : "detached",
+                  s->buffers.size(), s->comm_ranks.size());
   const std::string how = lost ? "died or closed its connection" : "detached";
   while (!s->comm_ranks.empty()) {
     const uint64_t comm_id = s->comm_ranks.begin()->first;
@@ -171,8 +174,9 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::stri
                                 s->device_done_flags->base + target.slot * sizeof(uint32_t),
                                 target.graph_plan ? 1u : target.generation);
     } catch (const Error& e) {
-      spdlog::error("session {} (pid {}): stream done flag of slot {} not written: {}", s->id(),
-                    s->peer().pid, target.slot, e.message());
+      tenant_log_.log(spdlog::level::err, s->peer().uid, TenantLogKind::kSession,
+                      "session {} (pid {}): stream done flag of slot {} not written: {}", s->id(),
+                      s->peer().pid, target.slot, e.message());
       stats_.count_error(ErrorCode::kEngineError);
       if (code == ErrorCode::kOk) {
         code = ErrorCode::kEngineError;
@@ -186,10 +190,8 @@ void Runtime::complete(const CompletionTarget& target, ErrorCode code, std::stri
 
 template <typename... Args>
 void Runtime::session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args) {
-  std::string note;
-  if (!s.log_limit.allow(note)) return;
-  spdlog::warn("session {} (pid {}): {}{}", s.id(), s.peer().pid,
-               fmt::format(format, std::forward<Args>(args)...), note);
+  tenant_log_.warn(s.peer().uid, TenantLogKind::kSession, "session {} (pid {}): {}", s.id(),
+                   s.peer().pid, fmt::format(format, std::forward<Args>(args)...));
 }
 
 void Runtime::handle_entry(Session& s, const shm::SubmitEntry& e) {
@@ -309,8 +311,9 @@ bool Runtime::poll_once() {
       const auto r = s->ring().try_pop(entry);
       if (r == shm::PopResult::kEmpty) break;
       if (r == shm::PopResult::kCorrupt) {
-        spdlog::error("session {} (pid {}): ring indices corrupt; ending the session", s->id(),
-                      s->peer().pid);
+        tenant_log_.log(spdlog::level::err, s->peer().uid, TenantLogKind::kSession,
+                        "session {} (pid {}): ring indices corrupt; ending the session", s->id(),
+                        s->peer().pid);
         sessions_to_end_.push_back(s->id());
         break;
       }

@@ -68,6 +68,8 @@ class Runtime final : public LoopWork {
   const SessionRegistry& sessions() const { return sessions_; }
   const CommunicatorRegistry& comms() const { return comms_; }
   const GraphPlans& graph_plans() const { return plans_; }
+  // Lines a tenant causes, limited per uid (the attach thread logs through it too).
+  TenantLog& tenant_log() { return tenant_log_; }
   // Immutable after start: safe to read from any thread.
   const EngineDescription& engine_description() const { return engine_.description(); }
 
@@ -87,13 +89,14 @@ class Runtime final : public LoopWork {
   void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
   // The communicators gauge, after anything that may add or remove one.
   void count_comms();
-  // A warning caused by a session's own requests, rate-limited per session.
+  // A warning caused by a session's own requests, rate-limited per user.
   template <typename... Args>
   void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);
 
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;
+  TenantLog tenant_log_;
   CollectiveScheduler scheduler_;
   SessionRegistry sessions_;
   BufferRegistry buffers_;

@@ -32,7 +32,8 @@ enum class MetricKind { kCounter, kGauge };
   X(registered_buffers, kGauge, "buffers registered now") \
   X(registered_buffer_bytes, kGauge, "bytes of the buffers registered now") \
   X(graph_plans, kGauge, "collectives captured in CUDA graphs, held now") \
-  X(graph_replays_total, kCounter, "graph replays that reached a captured collective")
+  X(graph_replays_total, kCounter, "graph replays that reached a captured collective") \
+  X(log_lines_suppressed_total, kCounter, "log lines a tenant caused that its per-user limits left out")
 // clang-format on
 
 // Labelled families. Collectives are counted by operation (the opcode; 0 when no rank's request

@@ -7,9 +7,8 @@ namespace iris::daemon {
 template <typename... Args>
 void CollectiveScheduler::comm_warn(Communicator& comm, fmt::format_string<Args...> format,
                                     Args&&... args) {
-  std::string note;
-  if (!comm.log_limit.allow(note)) return;
-  spdlog::warn("comm '{}' {}{}", comm.key, fmt::format(format, std::forward<Args>(args)...), note);
+  log_.warn(comm.uid, TenantLogKind::kCommunicator, "comm '{}' {}", comm.key,
+            fmt::format(format, std::forward<Args>(args)...));
 }
 
 template <typename... Args>
@@ -31,10 +30,11 @@ uint64_t block_bytes(const RankArgs& args) {
 }
 }  // namespace
 
-CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete,
-                                         uint64_t max_in_flight)
+CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, TenantLog& log,
+                                         CompleteFn complete, uint64_t max_in_flight)
     : engine_(engine),
       stats_(stats),
+      log_(log),
       complete_(std::move(complete)),
       max_in_flight_(max_in_flight) {}
 
@@ -219,8 +219,9 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
   copies_.erase(it);
   count_copy(tag.device, completion);
   if (completion.code != ErrorCode::kOk)
-    spdlog::error("comm {} seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
-                  tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
+    log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
+             "comm '{}' seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
+             tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
   finish_transfer(tag, completion.code,
                   "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
                       std::to_string(tag.dst_rank) +
@@ -241,8 +242,9 @@ void CollectiveScheduler::end_network(uint64_t cookie, ErrorCode code, const std
   const CopyTag tag = it->second;
   copies_.erase(it);
   if (code != ErrorCode::kOk)
-    spdlog::error("comm {} seq {}: sending rank {}'s data to another node failed: {}",
-                  tag.comm->key, tag.collective->seq, tag.src_rank, why);
+    log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
+             "comm '{}' seq {}: sending rank {}'s data to another node failed: {}", tag.comm->key,
+             tag.collective->seq, tag.src_rank, why);
   finish_transfer(tag, code,
                   "sending rank " + std::to_string(tag.src_rank) +
                       "'s data to another node failed (" + why + ")");

@@ -15,6 +15,7 @@
 
 #include "daemon/collectives/communicator.hpp"
 #include "daemon/engines/engine.hpp"
+#include "daemon/operations/tenant_log.hpp"
 #include "daemon/stats.hpp"
 
 #include <spdlog/spdlog.h>
@@ -39,7 +40,9 @@ class CollectiveScheduler {
   using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode, const std::string&)>;
 
   // `max_in_flight`: collectives in flight per communicator; more fail with kLimitExceeded.
-  CollectiveScheduler(Engine& engine, Stats& stats, CompleteFn complete, uint64_t max_in_flight);
+  // `log` limits the lines a communicator's tenant causes.
+  CollectiveScheduler(Engine& engine, Stats& stats, TenantLog& log, CompleteFn complete,
+                      uint64_t max_in_flight);
 
   // Rank `rank` submits collective `seq`: `request` when it validated, else `error` and `why`.
   // The caller has checked that the session is the communicator's rank `rank`.
@@ -53,6 +56,8 @@ class CollectiveScheduler {
                      std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
                      const std::string& why = {});
   void set_remote_nodes(RemoteNodes* remote) { remote_ = remote; }
+  // Where the communicators' parts (registry, graph plans, scale-out) log what a tenant causes.
+  TenantLog& log() { return log_; }
 
   void on_copy_complete(const CopyCompletion& completion);
   // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.
@@ -108,6 +113,7 @@ class CollectiveScheduler {
 
   Engine& engine_;
   Stats& stats_;
+  TenantLog& log_;
   CompleteFn complete_;
   RemoteNodes* remote_ = nullptr;
   uint64_t max_in_flight_;

@@ -32,7 +32,6 @@ struct Communicator {
   uint64_t completed = 0;
   // The nodes of a communicator that spans several daemons; null when all its ranks are here.
   std::shared_ptr<const NodeLayout> layout;
-  LogLimiter log_limit;
   // --log-level debug traces every collective's arrivals, start and end: many more lines a
   // second, still bounded.
   LogLimiter trace_limit{1000, 2000};

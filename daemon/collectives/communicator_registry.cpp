@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/operations/printable.hpp"
 #include "iris/error.hpp"
 
 namespace iris::daemon {
@@ -13,8 +14,11 @@ CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveSched
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout) {
-  if (key.empty() || key.size() > 256)
-    throw Error(ErrorCode::kInvalidArgument, "communicator key must be 1 to 256 bytes");
+  if (key.empty() || key.size() > kMaxKeyBytes || !is_printable_ascii(key))
+    throw Error(ErrorCode::kInvalidArgument,
+                "a communicator key must be 1 to " + std::to_string(kMaxKeyBytes) +
+                    " bytes of printable ASCII (0x20-0x7e); got " + std::to_string(key.size()) +
+                    " bytes: " + printable(key, 64));
   if (nranks == 0 || nranks > kMaxRanks)
     throw Error(ErrorCode::kInvalidArgument, "nranks must be 1 to " + std::to_string(kMaxRanks) +
                                                  ", got " + std::to_string(nranks));
@@ -66,8 +70,9 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
   }
   comm->members[rank] = s.id();
   s.comm_ranks.emplace(comm->id, rank);
-  spdlog::info("session {} joined communicator '{}' (id {}) as rank {}/{}", s.id(), key, comm->id,
-               rank, nranks);
+  scheduler_.log().log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
+                       "session {} joined communicator '{}' (id {}) as rank {}/{}", s.id(), key,
+                       comm->id, rank, nranks);
   return comm->id;
 }
 

@@ -16,6 +16,8 @@ namespace iris::daemon {
 class CommunicatorRegistry {
  public:
   static constexpr uint32_t kMaxRanks = 4096;
+  // Keys are matched byte for byte and shown in logs and iris-ctl: short, printable ASCII.
+  static constexpr std::size_t kMaxKeyBytes = 256;
 
   CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler);
 

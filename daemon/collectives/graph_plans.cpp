@@ -99,7 +99,8 @@ void GraphPlans::release_plan(std::map<PlanKey, Plan>::iterator it, const std::s
 
 void GraphPlans::break_group(Group& g, ErrorCode code, const std::string& why) {
   if (g.shadow.broken) return;
-  spdlog::info("graph collective '{}' ends: {}", g.shadow.key, why);
+  scheduler_.log().log(spdlog::level::info, g.shadow.uid, TenantLogKind::kCommunicator,
+                       "graph collective '{}' ends: {}", g.shadow.key, why);
   scheduler_.break_comm(g.shadow, code, why);
 }
 

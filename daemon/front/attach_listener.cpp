@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "daemon/front/session_calls.hpp"
 #include "daemon/front/wire.hpp"
+#include "daemon/operations/printable.hpp"
 #include "iris/shared/version.hpp"
 
 namespace iris::daemon {
@@ -22,6 +24,14 @@ namespace {
 // meanwhile give some back.
 constexpr auto kAcceptPause = std::chrono::milliseconds(200);
 constexpr auto kAcceptWarningInterval = std::chrono::seconds(10);
+// What irisd keeps of a client's self-chosen name (escaped): enough to tell jobs apart.
+constexpr std::size_t kMaxClientNameBytes = 128;
+
+std::size_t quarter_of_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::max<std::size_t>(16, static_cast<std::size_t>(limit.rlim_cur / 4));
+}
 
 void add_to_epoll(int epoll_fd, int fd) {
   epoll_event ev{};
@@ -50,7 +60,8 @@ AttachListener::AttachListener(const Config& config, Runtime& runtime, ProgressL
       listen_fd_(
           net::listen_unix(config.attach_socket_path(), config.socket_mode, config.socket_group)),
       epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
-      stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
+      stop_fd_(::eventfd(0, EFD_CLOEXEC)),
+      max_handshakes_(quarter_of_descriptor_limit()) {
   if (!epoll_fd_ || !stop_fd_)
     throw std::runtime_error(std::string("attach listener: ") + std::strerror(errno));
   add_to_epoll(epoll_fd_.get(), listen_fd_.get());
@@ -115,8 +126,9 @@ void AttachListener::pause_accepting(int error) {
   ++accept_failures_since_warning_;
   if (Clock::now() - last_accept_warning_ >= kAcceptWarningInterval) {
     spdlog::warn(
-        "attach socket: cannot accept ({}; {} connections open, {} failures in the last {} s): "
-        "pausing accepts for {} ms; raise LimitNOFILE if honest clients hit this",
+        "attach socket: cannot accept ({}; {} sessions' connections hold the descriptors, {} "
+        "failures in the last {} s): pausing accepts for {} ms; raise LimitNOFILE or "
+        "max-sessions",
         std::strerror(error), connections_.size(), accept_failures_since_warning_,
         std::chrono::duration_cast<std::chrono::seconds>(kAcceptWarningInterval).count(),
         kAcceptPause.count());
@@ -125,24 +137,48 @@ void AttachListener::pause_accepting(int error) {
   }
 }
 
+std::size_t AttachListener::handshakes_open() const {
+  return static_cast<std::size_t>(std::count_if(connections_.begin(), connections_.end(),
+                                                [](const auto& c) { return !c.second.attached; }));
+}
+
+bool AttachListener::close_oldest_handshake() {
+  auto oldest = connections_.end();
+  for (auto it = connections_.begin(); it != connections_.end(); ++it)
+    if (!it->second.attached &&
+        (oldest == connections_.end() || it->second.deadline < oldest->second.deadline))
+      oldest = it;
+  if (oldest == connections_.end()) return false;
+  runtime_.tenant_log().warn(oldest->second.peer.uid, TenantLogKind::kConnection,
+                             "attach connection of pid {} uid {}: closed before its handshake to "
+                             "make room for new attaches ({} closed so far)",
+                             oldest->second.peer.pid, oldest->second.peer.uid,
+                             ++handshakes_evicted_);
+  close_connection(oldest->first);
+  return true;
+}
+
 void AttachListener::accept_all() {
   for (;;) {
+    if (handshakes_open() >= max_handshakes_) close_oldest_handshake();
     const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        if (close_oldest_handshake()) continue;  // its descriptor is free now
         pause_accepting(errno);
-      return;
-    }
-    try {
-      add_to_epoll(epoll_fd_.get(), fd);
-    } catch (const std::exception& e) {
-      ::close(fd);
-      pause_accepting(errno);
+      }
       return;
     }
     Connection conn;
     conn.fd = net::Fd(fd);
+    try {
+      conn.peer = net::peer_credentials(fd);
+      add_to_epoll(epoll_fd_.get(), fd);
+    } catch (const std::exception& e) {
+      pause_accepting(errno);
+      return;
+    }
     conn.deadline = Clock::now() + std::chrono::milliseconds(config_.limits.handshake_timeout_ms);
     connections_.emplace(fd, std::move(conn));
   }
@@ -165,9 +201,13 @@ void AttachListener::on_readable(int fd) {
     if (!on_frame(conn, *frame)) return;  // closed
   }
   if (status == net::FrameReader::Status::kBad) {
-    spdlog::warn("attach connection {}: oversized frame or too many descriptors; closing it",
-                 conn.session_id ? "of session " + std::to_string(*conn.session_id)
-                                 : std::string("(no session)"));
+    runtime_.tenant_log().warn(
+        conn.peer.uid, TenantLogKind::kConnection,
+        "attach connection of pid {} uid {} {}: oversized frame or too many descriptors; closing "
+        "it",
+        conn.peer.pid, conn.peer.uid,
+        conn.session_id ? "(session " + std::to_string(*conn.session_id) + ")"
+                        : std::string("(no session)"));
     close_connection(fd);
   } else if (status == net::FrameReader::Status::kClosed) {
     close_connection(fd);
@@ -189,10 +229,9 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
         attach_error(ErrorCode::kInvalidArgument, "malformed attach request").SerializeAsString());
     return false;
   }
-  net::PeerCredentials peer{};
+  const net::PeerCredentials& peer = conn.peer;
   try {
     require_protocol(std::to_string(request.protocol_version()));
-    peer = net::peer_credentials(fd);
     v1::AttachResponse response;
     response.set_protocol_version(kProtocolVersion);
     response.set_daemon_version(std::string(release_version()));
@@ -200,7 +239,8 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
     std::vector<int> fds;
     AttachResult attached{};
     if (!request.operator_only()) {
-      attached = loop_.call([&] { return runtime_.attach(peer, request.client_name(), fd); });
+      const std::string name = printable(request.client_name(), kMaxClientNameBytes);
+      attached = loop_.call([&] { return runtime_.attach(peer, name, fd); });
       conn.session_id = attached.session_id;
       response.set_session_id(attached.session_id);
       response.set_ring_depth(attached.ring_depth);
@@ -211,12 +251,16 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
     response.set_token(conn.token);
     conn.attached = true;
     if (!net::send_frame(fd, response.SerializeAsString(), fds)) {
-      spdlog::warn("attach from pid {}: client went away during the handshake", peer.pid);
+      runtime_.tenant_log().warn(peer.uid, TenantLogKind::kConnection,
+                                 "attach from pid {}: client went away during the handshake",
+                                 peer.pid);
       return false;
     }
     return true;
   } catch (const Error& e) {
-    spdlog::warn("attach from pid {} uid {} refused: {}", peer.pid, peer.uid, e.what());
+    runtime_.tenant_log().warn(peer.uid, TenantLogKind::kAttach,
+                               "attach from pid {} uid {} refused: {}", peer.pid, peer.uid,
+                               e.what());
     net::send_frame(fd, attach_error(e.code(), e.message()).SerializeAsString());
   } catch (const std::exception& e) {
     net::send_frame(fd, attach_error(ErrorCode::kInternal, e.what()).SerializeAsString());

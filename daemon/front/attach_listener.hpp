@@ -6,9 +6,12 @@
 // The connection's EOF is how irisd learns, at once, that a client died.
 //
 // One thread serves every connection, event-driven: reads never block (frames are reassembled
-// as bytes arrive), each handshake has a deadline, and at the descriptor limit accepting pauses
-// (with a rate-limited log line) instead of spinning, so a slow, silent or flooding peer holds
-// up neither other attaches nor the death notices of sessions.
+// as bytes arrive) and each handshake has a deadline. Connections still in their handshake may
+// hold at most a quarter of the process's descriptors; past that, or when accept() finds none
+// left, the oldest of them is closed to make room, so an honest attach gets in at once however
+// many silent connections a tenant opens (accepting pauses only when every descriptor belongs to
+// a session). A slow, silent or flooding peer holds up neither other attaches nor the death
+// notices of sessions, and what it makes irisd log is limited per uid (TenantLog).
 #pragma once
 
 #include <chrono>
@@ -40,6 +43,7 @@ class AttachListener {
   using Clock = std::chrono::steady_clock;
   struct Connection {
     net::Fd fd;
+    net::PeerCredentials peer{};  // from the kernel at accept, before anything is read
     net::FrameReader reader{kMaxSessionRequestFds};
     Clock::time_point deadline;  // the handshake must be done by then
     bool attached = false;
@@ -57,6 +61,9 @@ class AttachListener {
   // Ends the connection; its session, if it still has one, ends too (as lost).
   void close_connection(int fd);
   void close_expired_handshakes();
+  // Closes the connection that has waited longest in its handshake; false when there is none.
+  bool close_oldest_handshake();
+  std::size_t handshakes_open() const;
   // epoll_wait's timeout: until the next handshake deadline or the end of an accept pause.
   int next_timeout_ms() const;
   void pause_accepting(int error);
@@ -69,9 +76,11 @@ class AttachListener {
   net::Fd epoll_fd_;
   net::Fd stop_fd_;
   std::map<int, Connection> connections_;
+  std::size_t max_handshakes_;  // a quarter of RLIMIT_NOFILE
   std::optional<Clock::time_point> accept_paused_until_;
   Clock::time_point last_accept_warning_{};
   uint64_t accept_failures_since_warning_ = 0;
+  uint64_t handshakes_evicted_ = 0;
   std::thread thread_;
 };
 

@@ -1,8 +1,9 @@
-// irisd's counters as Prometheus metric families, for prometheus-cpp's Exposer (which serves
-// them as text at /metrics). Each scrape takes the same snapshot GetStats answers with
-// (fill_stats), so iris-ctl, the gRPC answer and /metrics never disagree about what a counter is.
-// Names follow Prometheus's conventions: `iris_` prefix, `_total` counters, base units (seconds,
-// bytes), labels for operation, outcome, size class, device, path and error code.
+// irisd's counters as Prometheus metric families, which MetricsServer
+// serves as text at /metrics (prometheus-cpp's text format). Each scrape takes the same snapshot
+// GetStats answers with (fill_stats), so iris-ctl, the gRPC answer and /metrics never disagree
+// about what a counter is. Names follow Prometheus's conventions: `iris_` prefix, `_total`
+// counters, base units (seconds, bytes), labels for operation, outcome, size class, device, path
+// and error code.
 #pragma once
 
 #include <prometheus/client_metric.h>

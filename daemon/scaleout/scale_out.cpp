@@ -68,9 +68,8 @@ struct StagedData {
 
 template <typename... Args>
 void ScaleOut::warn(fmt::format_string<Args...> format, Args&&... args) {
-  std::string note;
-  if (!log_limit_.allow(note)) return;
-  spdlog::warn("scale-out: {}{}", fmt::format(format, std::forward<Args>(args)...), note);
+  scheduler_.log().warn(TenantLog::kOtherNodes, TenantLogKind::kScaleOut, "scale-out: {}",
+                        fmt::format(format, std::forward<Args>(args)...));
 }
 
 ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler,
@@ -90,7 +89,7 @@ UcxWorker& ScaleOut::worker() {
                 "this irisd runs with --no-scale-out: communicators across nodes are off here "
                 "(ask the operator)");
   if (!worker_) {
-    worker_ = std::make_unique<UcxWorker>(*this);
+    worker_ = std::make_unique<UcxWorker>(*this, config_.scale_out_interface);
     loop_.watch(worker_->event_fd());
     spdlog::info("scale-out: UCX worker started ({} byte address)", worker_->address().size());
   }
@@ -197,7 +196,8 @@ void ScaleOut::note_join(Communicator& comm, uint32_t node) {
   if (it == states_.end() || node >= it->second.joined.size() || node == comm.layout->my_node)
     return;
   if (!it->second.joined[node])
-    spdlog::info("scale-out: node {} joined communicator '{}'", node, comm.key);
+    scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+                         "scale-out: node {} joined communicator '{}'", node, comm.key);
   it->second.joined[node] = true;
 }
 

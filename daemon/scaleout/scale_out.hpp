@@ -110,7 +110,6 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener {
   std::unordered_map<std::string, uint64_t> by_key_;  // multi-node communicators here
   std::deque<PendingJoin> pending_joins_;
   std::vector<ParkedBreak> parked_breaks_;
-  LogLimiter log_limit_;
 };
 
 }  // namespace iris::daemon

@@ -65,7 +65,8 @@ struct UcxWorker::Pending {
   }
 };
 
-UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_unique<Impl>()) {
+UcxWorker::UcxWorker(Listener& listener, const std::string& net_devices)
+    : listener_(listener), impl_(std::make_unique<Impl>()) {
   std::string why;
   loaded = ucx::load(why);
   if (loaded == nullptr) throw Error(ErrorCode::kUnavailable, why);
@@ -77,6 +78,15 @@ UcxWorker::UcxWorker(Listener& listener) : listener_(listener), impl_(std::make_
   // keepalive: every 2 s here unless the site set its own (UCX's default is 20 s).
   if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr)
     lib().ucp_config_modify(config, "KEEPALIVE_INTERVAL", "2s");
+  // The operator's choice of devices wins over the environment's: it is also where TCP listens.
+  if (!net_devices.empty()) {
+    status = lib().ucp_config_modify(config, "NET_DEVICES", net_devices.c_str());
+    if (status != UCS_OK) {
+      lib().ucp_config_release(config);
+      throw Error(ErrorCode::kInvalidArgument,
+                  "scale-out-interface '" + net_devices + "': " + describe(status));
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

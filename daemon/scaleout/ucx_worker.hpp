@@ -59,7 +59,9 @@ class UcxWorker {
   };
 
   // Throws iris::Error kUnavailable when UCX cannot start (no transport).
-  explicit UcxWorker(Listener& listener);
+  // `net_devices`: UCX_NET_DEVICES for this worker (empty: UCX's own choice or the
+  // environment's).
+  UcxWorker(Listener& listener, const std::string& net_devices);
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;

@@ -12,7 +12,6 @@
 #include <unordered_map>
 
 #include "daemon/engines/engine.hpp"
-#include "daemon/log_limiter.hpp"
 #include "daemon/sessions/mapped_buffer.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
@@ -74,7 +73,6 @@ class Session {
   // Requests popped and not yet completed: at most the ring depth (a client reusing slots to
   // pile up work gets limit_exceeded).
   uint32_t pending = 0;
-  LogLimiter log_limit;
 
  private:
   uint64_t id_;

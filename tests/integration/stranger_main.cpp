@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     if (a == "--nranks") nranks = static_cast<uint32_t>(std::stoul(argv[i + 1]));
   }
   Quiet quiet;
-  iris::daemon::UcxWorker worker(quiet);
+  iris::daemon::UcxWorker worker(quiet, "");
   const auto peer = worker.connect(address);
   std::vector<std::string> headers;
   headers.push_back(std::string(1000, '\xff'));  // not a message

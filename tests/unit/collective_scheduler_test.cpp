@@ -45,7 +45,7 @@ class Scheduler : public ::testing::Test {
   // A scheduler over `e` that records each rank's completion code and reason.
   void schedule_on(Engine& e) {
     scheduler = std::make_unique<CollectiveScheduler>(
-        e, stats,
+        e, stats, log,
         [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
           completions[t.session_id] = c;
           reasons[t.session_id] = why;
@@ -109,6 +109,7 @@ class Scheduler : public ::testing::Test {
   }
 
   Stats stats;
+  TenantLog log{stats.log_lines_suppressed_total};
   std::unique_ptr<HostEngine> engine;
   std::unique_ptr<CollectiveScheduler> scheduler;
   Communicator comm;

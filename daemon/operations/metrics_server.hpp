@@ -1,0 +1,72 @@
+// Prometheus's /metrics over HTTP/1.1, on one event-driven thread of irisd's own. It replaced
+// prometheus-cpp's Exposer (civetweb), whose worker threads each serve one connection at a time:
+// three connections sending their headers slowly held the two workers and a fresh scrape waited
+// 2 s, ten made it time out, and more workers only raise the number of slow connections it
+// takes. Here a slow, silent or garbage-sending connection costs a descriptor and a few
+// kilobytes, never a thread: every read is non-blocking, a request must be complete within 2 s
+// and its answer taken within 10 s, and at most 1024 connections are kept (the oldest without
+// a complete request is closed for a new one). A scrape is answered as soon as its request is
+// in; each connection carries one request (Connection: close).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "iris/shared/unix_socket.hpp"
+
+namespace iris::daemon {
+
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;  // the text exposition format, whole
+
+  // Listens on `address`, HOST:PORT ([V6]:PORT; port 0 takes any free one) and serves from a
+  // thread of its own until destroyed. Throws std::runtime_error naming the address.
+  MetricsServer(const std::string& address, Render render);
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  static constexpr std::size_t kMaxConnections = 1024;
+  static constexpr std::size_t kMaxRequestBytes = 8192;
+  static constexpr std::chrono::milliseconds kRequestTimeout{2000};
+  static constexpr std::chrono::milliseconds kResponseTimeout{10000};
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Connection {
+    net::Fd fd;
+    std::string in;
+    std::string out;
+    std::size_t sent = 0;
+    bool answering = false;  // the request is in; `out` is its answer
+    Clock::time_point deadline;
+  };
+
+  void run();
+  void accept_all();
+  void on_event(int fd, uint32_t events);
+  // Answers once the request is complete; false when the connection must close now.
+  bool read_request(Connection& c);
+  bool write_answer(Connection& c);
+  void close_connection(int fd);
+  bool close_oldest_unanswered();
+  int next_timeout_ms() const;
+  std::string answer(const std::string& request);
+
+  Render render_;
+  uint16_t port_ = 0;  // before listen_fd_: listening sets it
+  net::Fd listen_fd_;
+  net::Fd epoll_fd_;
+  net::Fd stop_fd_;
+  std::map<int, Connection> connections_;
+  std::thread thread_;
+};
+
+}  // namespace iris::daemon
