@@ -67,7 +67,7 @@ net::Fd listen_tcp(const std::string& address, uint16_t& port) {
     return fd;
   }
   ::freeaddrinfo(found);
-  throw std::runtime_error("cannot listen on " + address + ": " + why);
+  throw std::runtime_error("cannot serve metrics on " + address + ": " + why);
 }
 
 std::string http_response(const char* status, const std::string& type, const std::string& body,

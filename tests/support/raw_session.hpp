@@ -17,12 +17,13 @@ struct RawSession {
   v1::AttachResponse welcome;
   std::vector<net::Fd> fds;  // [wake, segment] of a session attach
 
-  static RawSession attach(const std::string& socket_path, bool operator_only = false) {
+  static RawSession attach(const std::string& socket_path, bool operator_only = false,
+                           const std::string& client_name = "raw-session") {
     RawSession s;
     s.connection = net::connect_unix(socket_path + ".attach");
     v1::AttachRequest request;
     request.set_protocol_version(kProtocolVersion);
-    request.set_client_name("raw-session");
+    request.set_client_name(client_name);
     request.set_operator_only(operator_only);
     net::send_frame(s.connection.get(), request.SerializeAsString());
     if (auto frame = net::recv_frame(s.connection.get(), std::chrono::seconds(10), 4)) {
