@@ -23,7 +23,7 @@ install(FILES deploy/irisd.sysusers DESTINATION lib/sysusers.d
         RENAME irisd.conf)
 install(FILES deploy/irisd.tmpfiles DESTINATION lib/tmpfiles.d
         RENAME irisd.conf)
-install(DIRECTORY client/python/iris DESTINATION ${IRIS_PYTHON_DIR} PATTERN __pycache__ EXCLUDE)
+install(DIRECTORY client/python/irisd DESTINATION ${IRIS_PYTHON_DIR} PATTERN __pycache__ EXCLUDE)
 install(FILES README.md docs/ARCHITECTURE.md docs/OPERATIONS.md docs/PERFORMANCE.md docs/MI300.md
         DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/irisd)
 install(FILES deploy/prometheus/prometheus.yml deploy/prometheus/irisd-alerts.yml

@@ -16,8 +16,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-import iris.distributed  # noqa: F401  registers the "iris" backend
-import iris.fsdp
+import irisd.distributed  # noqa: F401  registers the "irisd" backend
+import irisd.fsdp
 
 
 class Transformer(nn.Module):
@@ -42,7 +42,7 @@ def main():
     args = parser.parse_args()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    dist.init_process_group(backend="cpu:gloo,cuda:iris")
+    dist.init_process_group(backend="cpu:gloo,cuda:irisd")
 
     torch.manual_seed(0)  # the same initial model on every rank
     model = Transformer().cuda()
@@ -50,7 +50,7 @@ def main():
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    iris.fsdp.use_iris(model)  # all-gathers and reduce-scatters through irisd
+    irisd.fsdp.use_iris(model)  # all-gathers and reduce-scatters through irisd
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     g = torch.Generator().manual_seed(1 + dist.get_rank())  # each rank its own batches

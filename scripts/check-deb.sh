@@ -56,7 +56,7 @@ daemon=$!
 for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
 /usr/bin/iris-ctl --socket "$socket" status >"$run/status.txt" || { cat "$run/irisd.log"; exit 1; }
 grep -q "SERVING" "$run/status.txt"
-/usr/bin/python3 -c "import iris, sys; sys.exit(0 if iris.__file__.startswith('/usr/lib/python3/dist-packages') else 1)"
+/usr/bin/python3 -c "import irisd, sys; sys.exit(0 if irisd.__file__.startswith('/usr/lib/python3/dist-packages') else 1)"
 
 cmake -S examples/collective_sweep -B "$run/example" -G Ninja >/dev/null
 cmake --build "$run/example" >/dev/null

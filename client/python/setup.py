@@ -1,7 +1,7 @@
-"""The `iris` Python package (ctypes over libiris): `pip install ./client/python`, offline with the
+"""The `irisd` Python package (ctypes over libiris): `pip install ./client/python`, offline with the
 system's setuptools (no pyproject.toml, so pip builds it without fetching a build backend).
 libiris itself comes from irisd's build (`cmake --install`) or package; the module finds it in
-its install prefix or on the loader's path (see iris/__init__.py)."""
+its install prefix or on the loader's path (see irisd/__init__.py)."""
 import pathlib
 import re
 
@@ -18,9 +18,9 @@ def project_version():
 
 
 setup(
-    name="iris-collectives",
+    name="irisd",
     version=project_version(),
     description="Python client of irisd: collectives on GPU copy engines",
-    packages=["iris"],
+    packages=["irisd"],
     python_requires=">=3.8",
 )

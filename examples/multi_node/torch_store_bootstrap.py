@@ -4,12 +4,12 @@ everyone reads the rest.
 
     store = torch.distributed.TCPStore(host, port, world_size, is_master=(rank == 0))
     nodes = node_set_from_store(client, store, rank, world_size, node=my_node)
-    comm = iris.Communicator(client, "job-42", world_size, rank, nodes=nodes)
+    comm = irisd.Communicator(client, "job-42", world_size, rank, nodes=nodes)
 
 `node` numbers this rank's irisd from 0 (ranks sharing an irisd pass the same number)."""
 import os
 
-import iris
+import irisd
 
 
 def node_set_from_store(client, store, rank, world_size, node, prefix="iris/"):
@@ -23,5 +23,5 @@ def node_set_from_store(client, store, rank, world_size, node, prefix="iris/"):
         by_node.setdefault(node_of_rank[r], store.get(f"{prefix}address/{r}"))
     if sorted(by_node) != list(range(len(by_node))):
         raise ValueError("node_set_from_store: nodes must be numbered 0, 1, ... without gaps")
-    return iris.NodeSet([by_node[n] for n in range(len(by_node))], node_of_rank,
+    return irisd.NodeSet([by_node[n] for n in range(len(by_node))], node_of_rank,
                         store.get(f"{prefix}secret"))

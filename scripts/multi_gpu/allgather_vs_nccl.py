@@ -75,10 +75,10 @@ class Iris:
     """irisd through the Python binding, registering torch tensors on demand."""
 
     def __init__(self, socket, nranks, rank):
-        import iris
-        self.iris = iris
-        self.client = iris.Client(socket, name=f"allgather-vs-nccl rank {rank}")
-        self.comm = iris.Communicator(self.client, f"vs-nccl-{nranks}", nranks, rank)
+        import irisd
+        self.iris = irisd
+        self.client = irisd.Client(socket, name=f"allgather-vs-nccl rank {rank}")
+        self.comm = irisd.Communicator(self.client, f"vs-nccl-{nranks}", nranks, rank)
         self.keep = []
 
     def register(self, *tensors):
@@ -227,7 +227,7 @@ def gemm(args, rank, n, irisd):
     def gathers(kind, count):
         try:
             gather_loop(kind, count)
-        except RuntimeError as e:  # iris.IrisError, e.g. a refused HIP CP wait: in the table
+        except RuntimeError as e:  # irisd.IrisError, e.g. a refused HIP CP wait: in the table
             refused[kind] = str(e)
 
     def gather_loop(kind, count):

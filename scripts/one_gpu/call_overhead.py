@@ -10,8 +10,8 @@ and torch with CUDA.
 import tempfile
 import time
 
-import iris
-import iris.distributed
+import irisd
+import irisd.distributed
 import torch
 import torch.distributed as dist
 
@@ -25,15 +25,15 @@ def timed(label, call, stream):
         elapsed = time.perf_counter() - t0
         stream.synchronize()
         for k in kept:
-            if isinstance(k, iris.Request):
+            if isinstance(k, irisd.Request):
                 k.wait()
         if sample > 0:
             print(f"{label}: {CALLS} stream-ordered {BYTES}-byte all-gathers, "
                   f"host time per call {1e6 * elapsed / CALLS:.2f} us")
 
 
-client = iris.Client(name="call_overhead")
-comm = iris.Communicator(client, "call_overhead", nranks=1, rank=0)
+client = irisd.Client(name="call_overhead")
+comm = irisd.Communicator(client, "call_overhead", nranks=1, rank=0)
 stream = torch.cuda.Stream()
 x = torch.ones(BYTES // 4, device="cuda")
 y = torch.empty_like(x)
@@ -46,7 +46,7 @@ v = torch.empty_like(u)
 timed("Python (ctypes), first-use registration",
       lambda: comm.all_gather(u, v, BYTES, stream=stream), stream)
 with tempfile.NamedTemporaryFile() as store:
-    dist.init_process_group("cpu:gloo,cuda:iris", init_method=f"file://{store.name}", rank=0,
+    dist.init_process_group("cpu:gloo,cuda:irisd", init_method=f"file://{store.name}", rank=0,
                             world_size=1)
     nccl = dist.new_group([0], backend="nccl")
     with torch.cuda.stream(stream):

@@ -23,9 +23,9 @@ for var, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST
 
 
 def rank_main(rank, args, barrier, stop, counts):
-    import iris
-    client = iris.Client(args.socket, name=f"gemm-beside rank {rank}")
-    comm = iris.Communicator(client, "gemm-beside", args.nranks, rank)
+    import irisd
+    client = irisd.Client(args.socket, name=f"gemm-beside rank {rank}")
+    comm = irisd.Communicator(client, "gemm-beside", args.nranks, rank)
     n, size = args.nranks, args.bytes
     send = torch.full((size,), rank + 1, dtype=torch.uint8, device="cuda")
     gpu_recv = torch.empty(n * size, dtype=torch.uint8, device="cuda")

@@ -9,14 +9,14 @@ import sys
 
 
 def rank_main(rank, nranks, replays, queue):
-    import iris
+    import irisd
     import torch
 
     torch.cuda.set_device(0)
-    client = iris.Client(name=f"graph_ranks {rank}")
+    client = irisd.Client(name=f"graph_ranks {rank}")
     results = []
     for collective in ("all_gather", "all_to_all"):
-        comm = iris.Communicator(client, f"graph_ranks/{collective}", nranks, rank)
+        comm = irisd.Communicator(client, f"graph_ranks/{collective}", nranks, rank)
         n = 4099  # elements per block: odd, so blocks start at odd offsets
         blocks = nranks if collective == "all_to_all" else 1
         send = torch.empty(n * blocks, dtype=torch.float32, device="cuda")

@@ -23,12 +23,12 @@ def rank_main(rank, sockets, port, rounds, queue):
         import torch.distributed as dist
         from torch_store_bootstrap import node_set_from_store
 
-        import iris
+        import irisd
 
         torch.cuda.set_device(0)
-        client = iris.Client(socket_path=sockets[rank], name=f"scale-out gpu {rank}")
+        client = irisd.Client(socket_path=sockets[rank], name=f"scale-out gpu {rank}")
         store = dist.TCPStore("127.0.0.1", port, 2, rank == 0)
-        comm = iris.Communicator(client, "scale-out-gpu", 2, rank,
+        comm = irisd.Communicator(client, "scale-out-gpu", 2, rank,
                                  nodes=node_set_from_store(client, store, rank, 2, node=rank))
         stream = torch.cuda.Stream()
         checks, failures = 0, []

@@ -1,18 +1,18 @@
-"""Checks the Python binding (client/python/iris) against a running irisd with host buffers:
+"""Checks the Python binding (client/python/irisd) against a running irisd with host buffers:
 two ranks in this process gather each other's bytes; errors raise IrisError with the code.
 Run by integration_tests (PythonBinding); exits non-zero with the reason on any failure."""
 import argparse
 import random
 
-import iris
+import irisd
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--socket", required=True)
 socket = parser.parse_args().socket
 
 nbytes = 65_537
-clients = [iris.Client(socket, name=f"python-check-{r}") for r in range(2)]
-comms = [iris.Communicator(c, "python-check", 2, r) for r, c in enumerate(clients)]
+clients = [irisd.Client(socket, name=f"python-check-{r}") for r in range(2)]
+comms = [irisd.Communicator(c, "python-check", 2, r) for r, c in enumerate(clients)]
 sends = [c.allocate(nbytes) for c in clients]
 recvs = [c.allocate(2 * nbytes) for c in clients]
 data = [bytes(random.getrandbits(8) for _ in range(nbytes)) for _ in range(2)]
@@ -89,13 +89,13 @@ assert bytes(recvs[1].view()[:half]) == data[0][half:2 * half]
 try:
     comms[0].all_to_all_v(sends[0], [1], [0], recvs[0], [1, 1], [0, 1])
     raise AssertionError("counts of the wrong length were accepted")
-except iris.IrisError as e:
+except irisd.IrisError as e:
     assert e.name == "invalid_argument", e
 
 try:
     comms[0].all_gather(12345, recvs[0], nbytes)
     raise AssertionError("a pointer outside every buffer was accepted")
-except iris.IrisError as e:
+except irisd.IrisError as e:
     assert e.name == "not_found" and e.code == 2, e
 
 # Views of a Buffer are pointers too; bytes objects (Python's heap) are refused with the reason.
@@ -104,7 +104,7 @@ both(lambda r: comms[r].all_gather(sends[r].view(), recvs[r].view(), 16))
 try:
     comms[0].all_gather(b"x" * 16, recvs[0], 16)
     raise AssertionError("a bytes object was accepted")
-except iris.IrisError as e:
+except irisd.IrisError as e:
     assert e.name == "invalid_argument" and "client.allocate" in e.message, e
 
 # A registration outlives the Python object the caller dropped: the client keeps it.
@@ -118,8 +118,8 @@ import subprocess
 import sys
 waiter = subprocess.Popen(
     [sys.executable, "-c",
-     "import iris, sys\n"
-     f"c = iris.Client({socket!r}); m = iris.Communicator(c, 'ctrl-c', 2, 0)\n"
+     "import irisd, sys\n"
+     f"c = irisd.Client({socket!r}); m = irisd.Communicator(c, 'ctrl-c', 2, 0)\n"
      "s = c.allocate(64); r = m.all_gather(s, c.allocate(128), 64)\n"
      "print('waiting', flush=True); r.wait()\n"],
     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -127,7 +127,7 @@ assert waiter.stdout.readline().strip() == "waiting"
 waiter.send_signal(signal.SIGINT)
 _, err = waiter.communicate(timeout=10)
 assert waiter.returncode != 0 and "KeyboardInterrupt" in err, err
-failed = subprocess.run([sys.executable, "-c", "import iris; iris.Client('/nonexistent.sock')"],
+failed = subprocess.run([sys.executable, "-c", "import irisd; irisd.Client('/nonexistent.sock')"],
                         capture_output=True, text=True, timeout=30)
 assert "IrisError" in failed.stderr and "AttributeError" not in failed.stderr, failed.stderr
 
@@ -137,7 +137,7 @@ comms[1].destroy()
 try:
     pending.wait(timeout=10)
     raise AssertionError("the collective survived its peer leaving")
-except iris.IrisError as e:
+except irisd.IrisError as e:
     assert e.name == "peer_lost", e
     assert str(e).count("peer_lost") == 1, f"the name printed twice: {e}"
     assert "rank 1" in e.message, f"the daemon's reason is missing: {e}"

@@ -20,12 +20,12 @@ def rank_main(rank, sockets, port, queue):
         import torch.distributed as dist
         from torch_store_bootstrap import node_set_from_store
 
-        import iris
+        import irisd
 
-        client = iris.Client(socket_path=sockets[rank], name=f"python scale-out {rank}")
+        client = irisd.Client(socket_path=sockets[rank], name=f"python scale-out {rank}")
         store = dist.TCPStore("127.0.0.1", port, 2, rank == 0)
         nodes = node_set_from_store(client, store, rank, 2, node=rank)
-        comm = iris.Communicator(client, "python-scale-out", 2, rank, nodes=nodes)
+        comm = irisd.Communicator(client, "python-scale-out", 2, rank, nodes=nodes)
         send, recv = client.allocate(2 * N), client.allocate(2 * N)
         send.view()[:] = bytes([0x40 + rank]) * N + bytes([0x50 + rank]) * N
         comm.all_gather(send, recv, N).wait()

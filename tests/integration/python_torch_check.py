@@ -1,4 +1,4 @@
-"""The torch.distributed backend "iris" where torch has no CUDA (CI: Debian's python3-torch 1.13,
+"""The torch.distributed backend "irisd" where torch has no CUDA (CI: Debian's python3-torch 1.13,
 CPU only) against a real irisd: registration with torch.distributed, two real rank processes
 joining a group through init_process_group, CPU tensors through the group's gloo, the barrier
 through irisd, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
@@ -14,11 +14,11 @@ import traceback
 
 
 def expect_error(what, call, words):
-    import iris
+    import irisd
 
     try:
         call()
-    except iris.IrisError as e:
+    except irisd.IrisError as e:
         assert all(w in e.message for w in words), f"{what}: message {e.message!r} lacks {words}"
         return
     raise AssertionError(f"{what}: no error")
@@ -31,9 +31,9 @@ def rank_main(rank, store, sockets, queue):
         import torch.distributed as dist
         from torch.distributed import ReduceOp
 
-        import iris.distributed as backend
+        import irisd.distributed as backend
 
-        dist.init_process_group("iris", init_method=f"file://{store}", rank=rank, world_size=2)
+        dist.init_process_group("irisd", init_method=f"file://{store}", rank=rank, world_size=2)
         group = dist.distributed_c10d._get_default_group()
         assert isinstance(group, backend.IrisProcessGroup), type(group)
         assert (group.nodes is not None) == (len(sockets) > 1), "nodes found wrongly"

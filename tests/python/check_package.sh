@@ -34,27 +34,42 @@ daemon=$!
 for _ in $(seq 100); do [ -S "$scratch/irisd.sock.attach" ] && break; sleep 0.1; done
 
 check='
-import sys, iris
+import sys, irisd
 where = sys.argv[1]
-assert iris.__file__.startswith(where), (iris.__file__, where)
-assert iris._lib._name.startswith(sys.argv[2]), iris._lib._name
-client = iris.Client(sys.argv[3], name="check_package")
-comm = iris.Communicator(client, "check_package", nranks=1, rank=0)
+assert irisd.__file__.startswith(where), (irisd.__file__, where)
+assert irisd._lib._name.startswith(sys.argv[2]), irisd._lib._name
+client = irisd.Client(sys.argv[3], name="check_package")
+comm = irisd.Communicator(client, "check_package", nranks=1, rank=0)
 send, recv = client.allocate(4096), client.allocate(4096)
 send.view()[:] = bytes(range(256)) * 16
 comm.all_gather(send, recv, 4096).wait()
 assert bytes(recv.view()) == bytes(send.view())
-print("check_package:", iris.__file__, "->", iris._lib._name)
+print("check_package:", irisd.__file__, "->", irisd._lib._name)
 '
 cd "$scratch"  # not the source tree: its client/python must not be what imports
 site=$("$scratch/venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-"${run_python[@]}" "$scratch/venv/bin/python" -c "$check" "$site/iris" "$scratch/venv/lib" \
+"${run_python[@]}" "$scratch/venv/bin/python" -c "$check" "$site/irisd" "$scratch/venv/lib" \
   "$scratch/irisd.sock"
 # cmake --install's copy, found by its path (as a user would put it on sys.path).
 "${run_python[@]}" PYTHONPATH="$scratch/venv/share/iris/python" "$python" -c "$check" \
-  "$scratch/venv/share/iris/python/iris" "$scratch/venv/lib" "$scratch/irisd.sock"
+  "$scratch/venv/share/iris/python/irisd" "$scratch/venv/lib" "$scratch/irisd.sock"
+# Beside another package named `iris` (ROCm/iris and SciTools' iris are both imported so):
+# a stand-in installed by pip into the same venv, and both import, each itself.
+mkdir -p "$scratch/standin/iris"
+echo 'STANDIN = "not irisd"' >"$scratch/standin/iris/__init__.py"
+printf 'from setuptools import setup\nsetup(name="iris", version="9.9", packages=["iris"])\n' \
+  >"$scratch/standin/setup.py"
+"$scratch/venv/bin/pip" install --no-index --no-build-isolation -q "$scratch/standin"
+"${run_python[@]}" "$scratch/venv/bin/python" -c '
+import sys, iris, irisd
+assert iris.STANDIN == "not irisd", iris.__file__
+assert irisd.__file__.startswith(sys.argv[1]), irisd.__file__
+c = irisd.Client(sys.argv[2], name="beside-iris")
+irisd.Communicator(c, "beside-iris", nranks=1, rank=0).barrier()
+print("check_package: iris (stand-in) at", iris.__file__, "and irisd at", irisd.__file__)
+' "$site/irisd" "$scratch/irisd.sock"
 # IRIS_LIBRARY still overrides, and a wrong one is a clear import error.
-if IRIS_LIBRARY=/nonexistent/libiris.so.0 "$scratch/venv/bin/python" -c "import iris" 2>"$scratch/err"; then
+if IRIS_LIBRARY=/nonexistent/libiris.so.0 "$scratch/venv/bin/python" -c "import irisd" 2>"$scratch/err"; then
   echo "check_package: a missing IRIS_LIBRARY was accepted"; exit 1
 fi
 grep -q "cannot load libiris" "$scratch/err" || { cat "$scratch/err"; exit 1; }

@@ -1,6 +1,6 @@
 """FSDP2 on irisd, on the GPU host: a small transformer defined here, 2 ranks on the one GPU with
-every all-gather and reduce-scatter through irisd (iris.fsdp.use_iris; the group is
-"cpu:gloo,cuda:iris", so nothing else could move CUDA data), 50 SGD steps on random tokens. A
+every all-gather and reduce-scatter through irisd (irisd.fsdp.use_iris; the group is
+"cpu:gloo,cuda:irisd", so nothing else could move CUDA data), 50 SGD steps on random tokens. A
 single process trains the same model on the concatenated batch; the losses and the final
 parameters must match in fp32 (TF32 off): losses within rtol 1e-4, parameters within
 atol 2e-5 + rtol 1e-4 (the two runs sum the gradient's halves in different orders).
@@ -62,7 +62,7 @@ def rank_main(rank, nranks, steps, pool):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
-    import iris.fsdp
+    import irisd.fsdp
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -71,9 +71,9 @@ def rank_main(rank, nranks, steps, pool):
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    modules = iris.fsdp.use_iris(model, torch.cuda.MemPool() if pool == "torch-pool" else None)
-    gathers = iris.fsdp.IrisAllGather.calls
-    scatters = iris.fsdp.IrisReduceScatter.calls
+    modules = irisd.fsdp.use_iris(model, torch.cuda.MemPool() if pool == "torch-pool" else None)
+    gathers = irisd.fsdp.IrisAllGather.calls
+    scatters = irisd.fsdp.IrisReduceScatter.calls
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = batches(steps)
     losses = []
@@ -85,8 +85,8 @@ def rank_main(rank, nranks, steps, pool):
     # this process alive when the parent unpickles them.
     shards = {name: p.to_local().detach().cpu().numpy() for name, p in model.named_parameters()}
     return {"losses": losses, "shards": shards, "modules": modules,
-            "all_gathers": iris.fsdp.IrisAllGather.calls - gathers,
-            "reduce_scatters": iris.fsdp.IrisReduceScatter.calls - scatters}
+            "all_gathers": irisd.fsdp.IrisAllGather.calls - gathers,
+            "reduce_scatters": irisd.fsdp.IrisReduceScatter.calls - scatters}
 
 
 def reference(steps):

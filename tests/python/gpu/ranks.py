@@ -1,5 +1,5 @@
 """Runs a function as N ranks (spawned processes) of one torch.distributed job on the one GPU,
-with the "cpu:gloo,cuda:iris" backend; used by the GPU-host Python tests here. Needs IRIS_SOCKET
+with the "cpu:gloo,cuda:irisd" backend; used by the GPU-host Python tests here. Needs IRIS_SOCKET
 (an irisd with the cuda engine) and the iris package importable."""
 import faulthandler
 import multiprocessing as mp
@@ -15,10 +15,10 @@ def _child(fn, rank, nranks, store_path, args, queue):
         import torch
         import torch.distributed as dist
 
-        import iris.distributed  # noqa: F401  registers the backend
+        import irisd.distributed  # noqa: F401  registers the backend
 
         torch.cuda.set_device(0)
-        dist.init_process_group("cpu:gloo,cuda:iris", init_method=f"file://{store_path}",
+        dist.init_process_group("cpu:gloo,cuda:irisd", init_method=f"file://{store_path}",
                                 rank=rank, world_size=nranks)
         result = fn(rank, nranks, *args)
         dist.barrier()

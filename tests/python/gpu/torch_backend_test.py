@@ -1,4 +1,4 @@
-"""The torch.distributed backend "iris" on the GPU host: two ranks on the one GPU, every op
+"""The torch.distributed backend "irisd" on the GPU host: two ranks on the one GPU, every op
 against a reference computed locally with torch (each rank can make every rank's input), random
 and odd sizes, several dtypes, blocking and async, on the current stream and on a side stream,
 with tensors from the allocator named by --alloc. Then (caching allocator) memory PyTorch frees
@@ -25,14 +25,14 @@ def rank_main(rank, nranks, alloc, seed):
     import torch.distributed as dist
     from torch.distributed import ReduceOp
 
-    import iris
-    import iris.distributed
-    import iris.memory
+    import irisd
+    import irisd.distributed
+    import irisd.memory
 
     torch.backends.cuda.matmul.allow_tf32 = False
     pool = None
     if alloc == "iris-pool":
-        pool = iris.memory.mem_pool()
+        pool = irisd.memory.mem_pool()
     elif alloc == "torch-pool":
         pool = torch.cuda.MemPool()
     rng = random.Random(seed)  # the same draws on every rank
@@ -208,7 +208,7 @@ def rank_main(rank, nranks, alloc, seed):
         try:
             call()
             failures.append(f"{what}: no error")
-        except iris.IrisError as e:
+        except irisd.IrisError as e:
             checked += 1
             if len(e.message) < 20:
                 failures.append(f"{what}: unhelpful message {e.message!r}")
@@ -216,7 +216,7 @@ def rank_main(rank, nranks, alloc, seed):
     registrations = None
     if alloc == "caching":
         group = dist.distributed_c10d._get_default_group()
-        client = iris.distributed.client()
+        client = irisd.distributed.client()
         torch.cuda.synchronize()
         free_before = torch.cuda.mem_get_info()[0]
         most = 0

@@ -1,15 +1,15 @@
 """irisd's Python client: ctypes over libiris's C interface (client/include/iris/iris.h).
 
-    import iris
-    client = iris.Client(name="trainer")          # $IRIS_SOCKET, else /run/irisd/irisd.sock
-    comm = iris.Communicator(client, "job-42", nranks=8, rank=rank)
+    import irisd
+    client = irisd.Client(name="trainer")          # $IRIS_SOCKET, else /run/irisd/irisd.sock
+    comm = irisd.Communicator(client, "job-42", nranks=8, rank=rank)
     comm.all_gather(x, y, x.numel() * x.element_size(),   # torch CUDA tensors, as they are
                     stream=torch.cuda.current_stream()).wait()
 
 With irisd's cuda engine any CUDA tensor works as it is: libiris registers its allocation with
 irisd on first use and keeps it while the allocation lives (client.gpu_registrations() counts
-them). PyTorch integration: iris.distributed (the torch.distributed backend "iris"), iris.fsdp
-(FSDP2's custom all-gather and reduce-scatter), iris.memory (a MemPool whose memory irisd
+them). PyTorch integration: irisd.distributed (the torch.distributed backend "irisd"), irisd.fsdp
+(FSDP2's custom all-gather and reduce-scatter), irisd.memory (a MemPool whose memory irisd
 releases when PyTorch frees it).
 
 libiris is found without settings: next to this package (a bundled copy), in the prefix the
@@ -67,7 +67,7 @@ def _library_candidates():
     candidates = [here / _LIBRARY]
     multiarch = sysconfig.get_config_var("MULTIARCH")
     libdirs = ["lib", "lib64"] + ([f"lib/{multiarch}"] if multiarch else [])
-    # <prefix>/share/iris/python/iris, <prefix>/lib/pythonX.Y/site-packages/iris and the like.
+    # <prefix>/share/iris/python/irisd, <prefix>/lib/pythonX.Y/site-packages/irisd and the like.
     for prefix in here.parents[1:5]:
         candidates += [prefix / d / _LIBRARY for d in libdirs]
     candidates.append(_LIBRARY)  # the loader's search path
@@ -83,7 +83,7 @@ def _open_library():
             return ctypes.CDLL(str(candidate))
         except OSError as e:
             tried.append(f"{candidate}: {e}")
-    raise ImportError("iris: cannot load libiris (" + "; ".join(tried) + "). Install irisd's "
+    raise ImportError("irisd: cannot load libiris (" + "; ".join(tried) + "). Install irisd's "
                       "package, or `cmake --install` into this package's prefix, or set "
                       "IRIS_LIBRARY to the library's path")
 

@@ -1,39 +1,39 @@
 """FSDP2 on irisd: the parameters' all-gather and the gradients' reduce-scatter move on the GPU's
 copy engines, so the compute units stay with the forward and backward kernels.
 
-    import iris.distributed, iris.fsdp
-    torch.distributed.init_process_group(backend="cpu:gloo,cuda:iris")
+    import irisd.distributed, irisd.fsdp
+    torch.distributed.init_process_group(backend="cpu:gloo,cuda:irisd")
     for layer in model.layers:
         fully_shard(layer)
     fully_shard(model)
-    iris.fsdp.use_iris(model)          # every FSDP module of the model
+    irisd.fsdp.use_iris(model)          # every FSDP module of the model
 
 FSDP2 (torch 2.11's FSDPModule.set_custom_all_gather / set_custom_reduce_scatter) calls these on
 its own all-gather and reduce-scatter streams; they enqueue irisd's collective on that stream and
-return, as NCCL's do. Their buffers come from iris.memory's pool, so each allocation is registered
+return, as NCCL's do. Their buffers come from irisd.memory's pool, so each allocation is registered
 with irisd once and released when PyTorch frees it. The reduce-scatter is irisd's all-to-all
-followed by the sum on the GPU (its only arithmetic). The FSDP group must be an iris process group
-(init_process_group with cuda:iris)."""
+followed by the sum on the GPU (its only arithmetic). The FSDP group must be an irisd process group
+(init_process_group with cuda:irisd)."""
 
 import torch
 
-import iris
-from iris import memory
-from iris.distributed import IrisProcessGroup
+import irisd
+from irisd import memory
+from irisd.distributed import IrisProcessGroup
 
 try:
     from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 except ImportError as e:  # torch before 2.11 has no custom FSDP2 collectives
-    raise ImportError(f"iris.fsdp needs torch 2.11 or newer (FSDP2's custom collectives): {e}")
+    raise ImportError(f"irisd.fsdp needs torch 2.11 or newer (FSDP2's custom collectives): {e}")
 
 
 def _group(group, what):
     if not isinstance(group, IrisProcessGroup):
-        raise iris.IrisError(1, "invalid_argument",
-                             f"iris.fsdp's {what} got a {type(group).__name__}; FSDP's mesh must "
-                             "be built on an iris group (init_process_group(backend="
-                             "\"cpu:gloo,cuda:iris\"))")
+        raise irisd.IrisError(1, "invalid_argument",
+                             f"irisd.fsdp's {what} got a {type(group).__name__}; FSDP's mesh must "
+                             "be built on an irisd group (init_process_group(backend="
+                             "\"cpu:gloo,cuda:irisd\"))")
     return group
 
 
@@ -86,6 +86,6 @@ def use_iris(model, pool=None):
             module.set_custom_reduce_scatter(reduce_scatter)
             count += 1
     if count == 0:
-        raise iris.IrisError(1, "invalid_argument",
+        raise irisd.IrisError(1, "invalid_argument",
                              "use_iris: the model has no FSDP module; apply fully_shard first")
     return count

@@ -1,8 +1,8 @@
-"""The torch.distributed backend "iris": collectives on CUDA tensors moved by irisd on the GPU's
+"""The torch.distributed backend "irisd": collectives on CUDA tensors moved by irisd on the GPU's
 copy engines, CPU tensors through gloo.
 
-    import iris.distributed                      # registers the backend
-    torch.distributed.init_process_group(backend="cpu:gloo,cuda:iris")
+    import irisd.distributed                      # registers the backend
+    torch.distributed.init_process_group(backend="cpu:gloo,cuda:irisd")
 
 Each process group is one irisd communicator (its key made by rank 0 and shared through the
 group's store) plus a gloo group for CPU tensors and object collectives. Ranks attached to
@@ -21,7 +21,7 @@ and recv are not supported (irisd has no point-to-point operations) and raise an
 them.
 
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
-not written; the group raises iris.IrisError at its next call (as NCCL reports asynchronous
+not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
 errors), and work.wait() raises it too once the collective has completed."""
 
 import collections
@@ -34,20 +34,20 @@ import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d  # the options types, in every torch version
 from torch.distributed import ReduceOp
 
-import iris
+import irisd
 
-BACKEND = "iris"
+BACKEND = "irisd"
 
 _client = None
 _client_lock = threading.Lock()
 
 
 def client():
-    """The process's irisd session, shared by every iris group."""
+    """The process's irisd session, shared by every irisd group."""
     global _client
     with _client_lock:
         if _client is None:
-            _client = iris.Client(name=f"torch rank {dist.get_rank() if dist.is_initialized() else '?'}")
+            _client = irisd.Client(name=f"torch rank {dist.get_rank() if dist.is_initialized() else '?'}")
         return _client
 
 
@@ -57,11 +57,11 @@ def _nbytes(t):
 
 def _flat(t, op, what):
     if t.device.type != "cuda":
-        raise iris.IrisError(1, "invalid_argument",
-                             f"{op}: {what} is on {t.device}; the iris backend takes CUDA tensors "
-                             "(CPU tensors go to gloo: init with backend=\"cpu:gloo,cuda:iris\")")
+        raise irisd.IrisError(1, "invalid_argument",
+                             f"{op}: {what} is on {t.device}; the irisd backend takes CUDA tensors "
+                             "(CPU tensors go to gloo: init with backend=\"cpu:gloo,cuda:irisd\")")
     if not t.is_contiguous():
-        raise iris.IrisError(1, "invalid_argument",
+        raise irisd.IrisError(1, "invalid_argument",
                              f"{op}: {what} is not contiguous; pass tensor.contiguous()")
     return t.view(-1) if t.dim() != 1 else t
 
@@ -72,7 +72,7 @@ def _reduce(stacked, op, out, nranks, name):
         torch.sum(stacked, dim=0, out=out)
         if op == ReduceOp.AVG:
             if not out.is_floating_point() and not out.is_complex():
-                raise iris.IrisError(1, "invalid_argument",
+                raise irisd.IrisError(1, "invalid_argument",
                                      f"{name}: AVG needs a floating-point tensor")
             out.div_(nranks)
     elif op == ReduceOp.PRODUCT:
@@ -82,8 +82,8 @@ def _reduce(stacked, op, out, nranks, name):
     elif op == ReduceOp.MAX:
         torch.amax(stacked, dim=0, out=out)
     else:
-        raise iris.IrisError(1, "invalid_argument",
-                             f"{name}: reduction {op} is not supported by the iris backend "
+        raise irisd.IrisError(1, "invalid_argument",
+                             f"{name}: reduction {op} is not supported by the irisd backend "
                              "(SUM, AVG, PRODUCT, MIN, MAX are)")
 
 
@@ -99,7 +99,7 @@ def _op_of(opts):
 
 
 class Work(dist.Work):
-    """An iris collective on the group's stream: wait() orders the caller's current stream
+    """An irisd collective on the group's stream: wait() orders the caller's current stream
     after it (the host does not wait), synchronize() waits on the host."""
 
     def __init__(self, group, event, result):
@@ -147,7 +147,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._client = client()
         # The NodeSet when the group's ranks use several irisd daemons, else None.
         self.nodes = _nodes_of_group(self._client, store, rank, size)
-        self.comm = iris.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
+        self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
         self._streams = {}
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
@@ -206,11 +206,11 @@ class IrisProcessGroup(dist.ProcessGroup):
                     self._pending[0].wait()
                 elif not self._pending[0].test():
                     break
-            except iris.IrisError as e:
+            except irisd.IrisError as e:
                 failed = failed or e
             self._pending.popleft()
         if failed is not None:
-            raise iris.IrisError(failed.code, failed.name,
+            raise irisd.IrisError(failed.code, failed.name,
                                  f"an earlier collective of this group failed: {failed.message}")
 
     def _run(self, device, tensors, async_op, body, result=None, torch_ops=True):
@@ -237,7 +237,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         return Work(self, event, result if result is not None else tensors)
 
     def on_stream(self, tensor, body):
-        """For callers that order work themselves (iris.fsdp): body(stream) on the current
+        """For callers that order work themselves (irisd.fsdp): body(stream) on the current
         stream (on the group's stream, waited for, when that is the legacy default stream)."""
         self._check_engine()
         stream = torch.cuda.current_stream(tensor.device)
@@ -476,17 +476,17 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def _check_engine(self):
         if self._client.engine != "cuda":
-            raise iris.IrisError(15, "unavailable",
+            raise irisd.IrisError(15, "unavailable",
                                  f"irisd runs the {self._client.engine} engine; CUDA tensors need "
                                  "its cuda engine (irisd --engine cuda)")
 
     def _check(self, ok, name, what):
         if not ok:
-            raise iris.IrisError(1, "invalid_argument", f"{name}: {what}")
+            raise irisd.IrisError(1, "invalid_argument", f"{name}: {what}")
 
 
 def _unsupported(name):
-    return iris.IrisError(1, "invalid_argument",
+    return irisd.IrisError(1, "invalid_argument",
                           f"{name}: irisd has no point-to-point operations; use a gloo or nccl "
                           "group for send/recv")
 
@@ -500,12 +500,12 @@ def _split_bytes(t, splits, nranks, name, what):
     row = _nbytes(t) // t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 0
     if not splits:
         if t.dim() == 0 or t.shape[0] % nranks != 0:
-            raise iris.IrisError(1, "invalid_argument",
+            raise irisd.IrisError(1, "invalid_argument",
                                  f"{name}: {what}'s first dimension must divide by {nranks} "
                                  "without split sizes")
         return [_nbytes(t) // nranks] * nranks
     if len(splits) != nranks or sum(splits) != t.shape[0] or min(splits) < 0:
-        raise iris.IrisError(1, "invalid_argument",
+        raise irisd.IrisError(1, "invalid_argument",
                              f"{name}: {what} split sizes {list(splits)} must be {nranks} "
                              f"non-negative counts adding up to {t.shape[0]}")
     return [int(s) * row for s in splits]
@@ -524,7 +524,7 @@ def _nodes_of_group(client, store, rank, size):
     comparing their daemons' addresses through the store; None when they share one daemon."""
     try:
         mine = client.node_address()
-    except iris.IrisError:
+    except irisd.IrisError:
         return None  # this irisd cannot scale out: the group must be on one node
     store.set(f"iris/address/{rank}", mine)
     addresses = [bytes(store.get(f"iris/address/{r}")) for r in range(size)]
@@ -535,7 +535,7 @@ def _nodes_of_group(client, store, rank, size):
         node_of_rank.append(nodes.index(address))
     if len(nodes) == 1:
         return None
-    return iris.NodeSet(nodes, node_of_rank, bytes(store.get("iris/secret")))
+    return irisd.NodeSet(nodes, node_of_rank, bytes(store.get("iris/secret")))
 
 
 def _create(store, rank, size, timeout):
@@ -543,7 +543,7 @@ def _create(store, rank, size, timeout):
 
 
 def register():
-    """Registers "iris" with torch.distributed (done on import; safe to call again)."""
+    """Registers "irisd" with torch.distributed (done on import; safe to call again)."""
     if not hasattr(dist.Backend, BACKEND.upper()):
         try:
             dist.Backend.register_backend(BACKEND, _create, devices=["cuda"])

@@ -5,15 +5,15 @@ notices when PyTorch frees it (at the next lookup or first use of other memory).
 mem_pool() goes further: its memory comes from libiris's allocator (iris_torch_alloc), whose free
 ends irisd's registrations before the memory is returned, so freed memory is never held by irisd:
 
-    pool = iris.memory.mem_pool()
+    pool = irisd.memory.mem_pool()
     with torch.cuda.use_mem_pool(pool):
         buffer = torch.empty(n, device="cuda")   # registered once, on first use
 
-iris.fsdp's all-gather and reduce-scatter allocate their buffers from such a pool."""
+irisd.fsdp's all-gather and reduce-scatter allocate their buffers from such a pool."""
 
 import threading
 
-import iris
+import irisd
 
 _allocator = None
 _lock = threading.Lock()
@@ -27,7 +27,7 @@ def allocator():
     with _lock:
         if _allocator is None:
             _allocator = torch.cuda.memory.CUDAPluggableAllocator(
-                iris.library_path(), "iris_torch_alloc", "iris_torch_free")
+                irisd.library_path(), "iris_torch_alloc", "iris_torch_free")
         return _allocator
 
 
