@@ -23,6 +23,7 @@
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
 #include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/http_get.hpp"
 #include "tests/support/raw_session.hpp"
@@ -35,22 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::size_t count_lines_with(const std::string& log, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1))
-    ++n;
-  return n;
-}
-
-nlohmann::json ctl_json(const DaemonProcess& d, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {iris_ctl_path(), "--socket", d.socket()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--json");
-  const auto r = run_program(argv);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return nlohmann::json::parse(r.output);
 }
 
 uint64_t suppressed_lines(const DaemonProcess& d) {
@@ -67,18 +52,6 @@ void expect_within_one_uids_budget(const std::string& grown, double seconds) {
   EXPECT_LE(grown.size(), (100 << 10) + (50 << 10) * seconds + 4096);
 }
 
-void honest_pair_gathers(const DaemonProcess& daemon, const std::string& key) {
-  TwoRanks pair(daemon, key, 4096);
-  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
-  std::memset(sa.data(), 0x11, 4096);
-  std::memset(sb.data(), 0x22, 4096);
-  auto x = ca.all_gather(sa.data(), ra.data(), 4096);
-  auto y = cb.all_gather(sb.data(), rb.data(), 4096);
-  EXPECT_EQ(code_of([&] { x.wait(); }), ErrorCode::kOk);
-  EXPECT_EQ(code_of([&] { y.wait(); }), ErrorCode::kOk);
-  EXPECT_EQ(ra.as<unsigned char>()[4096], 0x22);
-}
-
 net::Fd connect_tcp(const std::string& host, int port) {
   net::Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_in addr{};
@@ -87,11 +60,6 @@ net::Fd connect_tcp(const std::string& host, int port) {
   ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {};
   return fd;
-}
-
-std::string metrics_address(const DaemonProcess& d) {
-  const std::string url = ctl_json(d, {"status"})["irisd"]["metrics"];
-  return url.substr(7, url.size() - 7 - std::string("/metrics").size());
 }
 
 TEST(HostileMetrics, FiveHundredSlowIdleAndGarbageConnectionsLeaveAFreshScrapeAnswered) {
@@ -170,16 +138,6 @@ TEST(HostileLogs, ConnectionChurnWritesAFewLinesAndCountsTheRest) {
   EXPECT_GT(suppressed_lines(daemon), 0u);
   honest_pair_gathers(daemon, "after-churn");
 }
-
-struct RawRing {
-  shm::ShmSegment segment;
-  shm::SegmentView view;
-  shm::RingProducer<shm::SubmitEntry> ring;
-  explicit RawRing(net::Fd segment_fd)
-      : segment(shm::ShmSegment::map(std::move(segment_fd))),
-        view(*shm::validate_segment(segment.data(), segment.size())),
-        ring(view.ring_control, view.ring_entries, view.ring_depth) {}
-};
 
 TEST(HostileLogs, ReattachingBuysNoFreshBudget) {
   DaemonProcess daemon;

@@ -49,26 +49,6 @@ uint64_t rss_bytes(pid_t pid) {
   return 0;
 }
 
-std::size_t count_lines_with(const std::string& log, const std::string& needle) {
-  std::size_t n = 0;
-  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1))
-    ++n;
-  return n;
-}
-
-// An honest two-rank all-gather on its own communicator, start to finish.
-void honest_pair_gathers(const DaemonProcess& daemon, const std::string& key) {
-  TwoRanks pair(daemon, key, 4096);
-  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
-  std::memset(sa.data(), 0x11, 4096);
-  std::memset(sb.data(), 0x22, 4096);
-  auto x = ca.all_gather(sa.data(), ra.data(), 4096);
-  auto y = cb.all_gather(sb.data(), rb.data(), 4096);
-  EXPECT_EQ(code_of([&] { x.wait(); }), ErrorCode::kOk);
-  EXPECT_EQ(code_of([&] { y.wait(); }), ErrorCode::kOk);
-  EXPECT_EQ(ra.as<unsigned char>()[4096], 0x22);
-}
-
 TEST(Hostile, SharedMemoryCannotBeTruncatedAndTheDaemonLives) {
   DaemonProcess daemon;
   RawSession attacker = RawSession::attach(daemon.socket());
@@ -163,21 +143,6 @@ TEST(Hostile, AtTheDescriptorLimitAcceptingPausesInsteadOfSpinning) {
   }
   EXPECT_EQ(code, ErrorCode::kOk);
 }
-
-// Ring entries pushed by hand into a session segment (libiris keeps one slot per request; a
-// hostile client reuses them).
-struct RawRing {
-  shm::ShmSegment segment;
-  shm::SegmentView view;
-  shm::RingProducer<shm::SubmitEntry> ring;
-  explicit RawRing(net::Fd segment_fd)
-      : segment(shm::ShmSegment::map(std::move(segment_fd))),
-        view(*shm::validate_segment(segment.data(), segment.size())),
-        ring(view.ring_control, view.ring_entries, view.ring_depth) {}
-  void push(const shm::SubmitEntry& e) {
-    while (!ring.try_push(e)) std::this_thread::yield();
-  }
-};
 
 TEST(Hostile, APileOfPendingCollectivesStaysSmallAndHarmsNoOtherCommunicator) {
   DaemonProcess daemon({"--ring-depth", "1024", "--max-inflight", "512"});

@@ -17,6 +17,7 @@
 #include "iris/iris.hpp"
 #include "iris/shared/unix_socket.hpp"
 #include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/http_get.hpp"
 
@@ -24,21 +25,6 @@ namespace iris::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-nlohmann::json ctl_json(const DaemonProcess& d, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {iris_ctl_path(), "--socket", d.socket()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  argv.push_back("--json");
-  const auto r = run_program(argv);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return nlohmann::json::parse(r.output);
-}
-
-std::string metrics_address(const DaemonProcess& d) {
-  const std::string url = ctl_json(d, {"status"})["irisd"]["metrics"];
-  // http://HOST:PORT/metrics
-  return url.substr(7, url.size() - 7 - std::string("/metrics").size());
-}
 
 std::string find_program(const std::string& name) {
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/bin"}) {

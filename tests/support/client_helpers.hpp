@@ -1,7 +1,10 @@
 // Small helpers for integration tests that drive libiris in the test process itself.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -56,6 +59,27 @@ inline ErrorCode code_of(const std::function<void()>& f) {
     return e.code();
   }
   return ErrorCode::kOk;
+}
+
+// How many times `needle` occurs in `log` (a daemon log, say).
+inline std::size_t count_lines_with(const std::string& log, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+// An honest two-rank all-gather on its own communicator, start to finish.
+inline void honest_pair_gathers(const DaemonProcess& daemon, const std::string& key) {
+  TwoRanks pair(daemon, key, 4096);
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
+  std::memset(sa.data(), 0x11, 4096);
+  std::memset(sb.data(), 0x22, 4096);
+  auto x = ca.all_gather(sa.data(), ra.data(), 4096);
+  auto y = cb.all_gather(sb.data(), rb.data(), 4096);
+  EXPECT_EQ(code_of([&] { x.wait(); }), ErrorCode::kOk);
+  EXPECT_EQ(code_of([&] { y.wait(); }), ErrorCode::kOk);
+  EXPECT_EQ(ra.as<unsigned char>()[4096], 0x22);
 }
 
 }  // namespace iris::testing

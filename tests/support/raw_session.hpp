@@ -3,9 +3,12 @@
 #pragma once
 
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "iris/shared/segment_layout.hpp"
+#include "iris/shared/shm_segment.hpp"
 #include "iris/shared/unix_socket.hpp"
 #include "iris/shared/version.hpp"
 #include "iris/v1/control.pb.h"
@@ -43,6 +46,21 @@ struct RawSession {
       if (received != nullptr) *received = std::move(frame->fds);
     }
     return response;
+  }
+};
+
+// Ring entries pushed by hand into a session segment (libiris keeps one slot per request; a
+// hostile client reuses them).
+struct RawRing {
+  shm::ShmSegment segment;
+  shm::SegmentView view;
+  shm::RingProducer<shm::SubmitEntry> ring;
+  explicit RawRing(net::Fd segment_fd)
+      : segment(shm::ShmSegment::map(std::move(segment_fd))),
+        view(*shm::validate_segment(segment.data(), segment.size())),
+        ring(view.ring_control, view.ring_entries, view.ring_depth) {}
+  void push(const shm::SubmitEntry& e) {
+    while (!ring.try_push(e)) std::this_thread::yield();
   }
 };
 
