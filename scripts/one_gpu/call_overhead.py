@@ -2,7 +2,7 @@
 iris-gpu-bench --mode submit measures the C++ one: 2000 calls enqueued on one stream and kept (not
 waited) while timing, then synchronized; one rank. Three ways in: the ctypes binding on tensors
 registered by hand (register_tensor), the same on tensors never registered (libiris's first-use
-registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "iris"
+registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "irisd"
 backend (async_op=True, so both are enqueue-only), with NCCL's backend through the same call as
 the baseline. Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY
 and torch with CUDA.
@@ -50,7 +50,7 @@ with tempfile.NamedTemporaryFile() as store:
                             world_size=1)
     nccl = dist.new_group([0], backend="nccl")
     with torch.cuda.stream(stream):
-        timed("torch.distributed backend iris, all_gather_into_tensor",
+        timed("torch.distributed backend irisd, all_gather_into_tensor",
               lambda: dist.all_gather_into_tensor(v, u, async_op=True), stream)
         timed("torch.distributed backend nccl (baseline), all_gather_into_tensor",
               lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=True), stream)
