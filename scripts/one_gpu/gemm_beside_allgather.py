@@ -7,7 +7,12 @@ starts it) run, phase by phase, for --seconds each:
   irisd host    irisd all-gathers of --bytes per rank into pinned host memory (copy engines)
   irisd device  the same into GPU memory (same-GPU device-to-device copies: SMs on driver 580)
   SM gather     the same layout gathered by a copy kernel in each rank (SMs)
-It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed."""
+It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed.
+
+Ranks must run the same number of collectives in a phase (one more on a single rank waits for
+peers that never come): the GEMM process ends a phase by fixing that number, under a lock, at
+the most iterations any rank has begun, and every rank runs exactly that many. Every wait is
+bounded (WAIT_S), so a hang reports itself."""
 import argparse
 import os
 import time
@@ -16,13 +21,30 @@ import torch
 import torch.multiprocessing as mp
 
 PHASES = ("alone", "irisd host", "irisd device", "SM gather")
+WAIT_S = 120  # the longest any one collective, barrier or join may take
 
 for var, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
                    ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ[var] = value
 
 
-def rank_main(rank, args, barrier, stop, counts):
+def may_begin(iteration, rank, lock, stop_after, begun):
+    """True when this rank is to run `iteration` of the phase: until the GEMM process fixes
+    stop_after, every rank may begin more; after, exactly stop_after in all."""
+    with lock:
+        if 0 <= stop_after.value <= iteration:
+            return False
+        begun[rank] = iteration + 1
+        return True
+
+
+def bounded_wait(request, what):
+    if not request.wait(WAIT_S):
+        raise SystemExit(f"{what} did not complete within {WAIT_S} s")
+
+
+def rank_main(rank, args, barrier, sync, counts):
+    lock, stop_after, begun = sync
     import irisd
     client = irisd.Client(args.socket, name=f"gemm-beside rank {rank}")
     comm = irisd.Communicator(client, "gemm-beside", args.nranks, rank)
@@ -35,11 +57,11 @@ def rank_main(rank, args, barrier, stop, counts):
     for phase, _ in enumerate(PHASES):
         barrier.wait()
         done = 0
-        while PHASES[phase] != "alone" and not stop.is_set():
+        while PHASES[phase] != "alone" and may_begin(done, rank, lock, stop_after, begun):
             if PHASES[phase] == "irisd host":
-                comm.all_gather(send, host_recv, size).wait()
+                bounded_wait(comm.all_gather(send, host_recv, size), f"rank {rank} all_gather")
             elif PHASES[phase] == "irisd device":
-                comm.all_gather(send, gpu_recv, size).wait()
+                bounded_wait(comm.all_gather(send, gpu_recv, size), f"rank {rank} all_gather")
             else:
                 gpu_recv.view(n, size).copy_(send.expand(n, size))
                 torch.cuda.synchronize()
@@ -50,7 +72,8 @@ def rank_main(rank, args, barrier, stop, counts):
         b.release()
 
 
-def gemm_main(args, barrier, stop, counts):
+def gemm_main(args, barrier, sync, counts):
+    lock, stop_after, begun = sync
     m = args.gemm
     a = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(m, m, dtype=torch.bfloat16, device="cuda")
@@ -68,9 +91,13 @@ def gemm_main(args, barrier, stop, counts):
             gemms += 8
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        stop.set()
+        with lock:  # from now on every rank runs exactly this many
+            stop_after.value = max(begun[:])
         barrier.wait()
-        stop.clear()
+        with lock:
+            stop_after.value = -1
+            for r in range(args.nranks):
+                begun[r] = 0
         tflops = 2 * m ** 3 * gemms / seconds / 1e12
         alone = alone or tflops
         gathers = sum(counts[phase * args.nranks:(phase + 1) * args.nranks]) / args.nranks
@@ -90,16 +117,16 @@ def main():
     p.add_argument("--gemm", type=int, default=8192)
     args = p.parse_args()
     ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(args.nranks + 1, timeout=300)  # a failed rank must not hang the rest
-    stop = ctx.Event()
+    barrier = ctx.Barrier(args.nranks + 1, timeout=WAIT_S)  # a failed rank must not hang the rest
+    sync = (ctx.Lock(), ctx.Value("l", -1, lock=False), ctx.Array("l", args.nranks, lock=False))
     counts = ctx.Array("l", len(PHASES) * args.nranks)
-    ranks = [ctx.Process(target=rank_main, args=(r, args, barrier, stop, counts))
+    ranks = [ctx.Process(target=rank_main, args=(r, args, barrier, sync, counts))
              for r in range(args.nranks)]
     for r in ranks:
         r.start()
-    gemm_main(args, barrier, stop, counts)
+    gemm_main(args, barrier, sync, counts)
     for r in ranks:
-        r.join(timeout=60)
+        r.join(timeout=WAIT_S)
         if r.exitcode != 0:
             raise SystemExit(f"a rank process failed (exit {r.exitcode})")
 
