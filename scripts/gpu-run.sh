@@ -82,6 +82,9 @@ if want pytorch; then
     "${pyenv[@]}" timeout 300 python3 tests/python/gpu/fsdp_train_test.py --steps 50 \
       --pool "$pool" >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   done
+  # Functional collectives and torch.compile (eager and compiled, FSDP2 compiled).
+  "${pyenv[@]}" timeout 400 python3 tests/python/gpu/functional_compile_test.py \
+    >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   # The README's FSDP2 example as users launch it.
   "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
     examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
@@ -115,7 +118,7 @@ if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/
 if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out/graph_torch.txt"; fi
 if want pytorch; then
   echo "-- torch.distributed backend and FSDP2 (exit $pytorch_rc)"
-  grep -E "^(torch backend|FSDP2)" "$out/pytorch.txt"
+  grep -E "^(torch backend|FSDP2|functional)" "$out/pytorch.txt"
   echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
   echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
