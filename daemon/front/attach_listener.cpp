@@ -86,8 +86,8 @@ void AttachListener::stop() {
 
 int AttachListener::next_timeout_ms() const {
   std::optional<Clock::time_point> next = accept_paused_until_;
-  for (const auto& [fd, conn] : connections_)
-    if (!conn.attached && (!next || conn.deadline < *next)) next = conn.deadline;
+  if (!handshakes_.empty() && (!next || handshakes_.begin()->first < *next))
+    next = handshakes_.begin()->first;
   if (!next) return -1;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000));
@@ -137,18 +137,13 @@ void AttachListener::pause_accepting(int error) {
   }
 }
 
-std::size_t AttachListener::handshakes_open() const {
-  return static_cast<std::size_t>(std::count_if(connections_.begin(), connections_.end(),
-                                                [](const auto& c) { return !c.second.attached; }));
-}
-
 bool AttachListener::close_oldest_handshake() {
-  auto oldest = connections_.end();
-  for (auto it = connections_.begin(); it != connections_.end(); ++it)
-    if (!it->second.attached &&
-        (oldest == connections_.end() || it->second.deadline < oldest->second.deadline))
-      oldest = it;
-  if (oldest == connections_.end()) return false;
+  if (handshakes_.empty()) return false;
+  const auto oldest = connections_.find(handshakes_.begin()->second);
+  if (oldest == connections_.end()) {  // cannot happen: every entry's connection is open
+    handshakes_.erase(handshakes_.begin());
+    return true;
+  }
   runtime_.tenant_log().warn(oldest->second.peer.uid, TenantLogKind::kConnection,
                              "attach connection of pid {} uid {}: closed before its handshake to "
                              "make room for new attaches ({} closed so far)",
@@ -160,7 +155,7 @@ bool AttachListener::close_oldest_handshake() {
 
 void AttachListener::accept_all() {
   for (;;) {
-    if (handshakes_open() >= max_handshakes_) close_oldest_handshake();
+    if (handshakes_.size() >= max_handshakes_) close_oldest_handshake();
     const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -180,16 +175,18 @@ void AttachListener::accept_all() {
       return;
     }
     conn.deadline = Clock::now() + std::chrono::milliseconds(config_.limits.handshake_timeout_ms);
+    handshakes_.emplace(conn.deadline, fd);
     connections_.emplace(fd, std::move(conn));
   }
 }
 
 void AttachListener::close_expired_handshakes() {
   const auto now = Clock::now();
-  std::vector<int> expired;
-  for (const auto& [fd, conn] : connections_)
-    if (!conn.attached && now >= conn.deadline) expired.push_back(fd);
-  for (int fd : expired) close_connection(fd);
+  while (!handshakes_.empty() && handshakes_.begin()->first <= now) {
+    const int fd = handshakes_.begin()->second;
+    handshakes_.erase(handshakes_.begin());
+    close_connection(fd);
+  }
 }
 
 void AttachListener::on_readable(int fd) {
@@ -250,6 +247,7 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
         {peer.uid, is_operator(peer.pid, peer.uid, peer.gid, config_.operator_group)});
     response.set_token(conn.token);
     conn.attached = true;
+    handshakes_.erase({conn.deadline, fd});
     if (!net::send_frame(fd, response.SerializeAsString(), fds)) {
       runtime_.tenant_log().warn(peer.uid, TenantLogKind::kConnection,
                                  "attach from pid {}: client went away during the handshake",
@@ -295,6 +293,7 @@ void AttachListener::close_connection(int fd) {
   if (auto id = it->second.session_id)
     loop_.post([this, id = *id] { runtime_.end_session(id, true); });
   if (!it->second.token.empty()) tokens_.revoke(it->second.token);
+  if (!it->second.attached) handshakes_.erase({it->second.deadline, fd});
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
   connections_.erase(it);
 }

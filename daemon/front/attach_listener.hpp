@@ -17,6 +17,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -63,7 +64,6 @@ class AttachListener {
   void close_expired_handshakes();
   // Closes the connection that has waited longest in its handshake; false when there is none.
   bool close_oldest_handshake();
-  std::size_t handshakes_open() const;
   // epoll_wait's timeout: until the next handshake deadline or the end of an accept pause.
   int next_timeout_ms() const;
   void pause_accepting(int error);
@@ -76,6 +76,9 @@ class AttachListener {
   net::Fd epoll_fd_;
   net::Fd stop_fd_;
   std::map<int, Connection> connections_;
+  // Connections still in their handshake, by deadline (oldest first): what expires, what makes
+  // room, and the next timeout, without a walk over every connection.
+  std::set<std::pair<Clock::time_point, int>> handshakes_;
   std::size_t max_handshakes_;  // a quarter of RLIMIT_NOFILE
   std::optional<Clock::time_point> accept_paused_until_;
   Clock::time_point last_accept_warning_{};
