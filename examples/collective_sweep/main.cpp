@@ -4,9 +4,10 @@
 //
 //   collective_sweep --socket /run/irisd/irisd.sock --nranks 4 --rank 0 [--collective all_to_all]
 //
-// Every iteration sends fresh data, poisons the receive buffer first and checks every byte
-// afterwards. Only the collective itself is timed: a barrier before it starts all ranks
-// together, and an iteration's time is that of its slowest rank.
+// Per size, first three verified rounds (fresh data, the receive buffer poisoned first, every
+// byte checked after), untimed; then the timed rounds, which do nothing but the collective (a
+// barrier before each starts all ranks together; a round's time is that of its slowest rank),
+// so no rank's time includes waiting for a peer still checking the previous round.
 // "bytes" is one block: what each rank sends (all-gather), sends to each peer (all-to-all), or
 // what the root sends (broadcast, from rank 0).
 #include <algorithm>
@@ -161,19 +162,7 @@ int main(int argc, char** argv) {
           o.iterations != 0
               ? o.iterations
               : static_cast<uint32_t>(std::clamp<uint64_t>((256ull << 20) / bytes, 5, 200));
-      std::vector<double> latency_us;
-      for (uint32_t it = 0; it < iters; ++it, ++iteration) {
-        const auto blocks = blocks_of(o, bytes);
-        if (o.verify) {
-          for (const Block& b : blocks.recv)
-            iris::example::fill_block(recv.as<char>() + b.offset, bytes, seed, b.tag, iteration,
-                                      true);
-          for (const Block& b : blocks.send)
-            iris::example::fill_block(blocks.send_base(send, recv) + b.offset, bytes, seed, b.tag,
-                                      iteration);
-        }
-        comm.barrier();
-        const auto start = std::chrono::steady_clock::now();
+      auto run_collective = [&] {
         if (o.collective == "all_to_all") {
           comm.all_to_all(send.data(), recv.data(), bytes).wait();
         } else if (o.collective == "broadcast") {
@@ -181,19 +170,34 @@ int main(int argc, char** argv) {
         } else {
           comm.all_gather(send.data(), recv.data(), bytes).wait();
         }
-        const auto end = std::chrono::steady_clock::now();
-        if (o.verify) {
-          for (const Block& b : blocks.recv) {
-            const auto bad = iris::example::check_block(recv.as<char>() + b.offset, bytes, seed,
-                                                        b.tag, iteration);
-            if (bad != bytes) {
-              std::fprintf(stderr, "rank %u: %llu-byte %s: block with tag %u wrong at %zu\n",
-                           o.rank, static_cast<unsigned long long>(bytes), o.collective.c_str(),
-                           b.tag, bad);
-              return 1;
-            }
+      };
+      constexpr uint32_t kVerifiedRounds = 3;
+      for (uint32_t it = 0; o.verify && it < kVerifiedRounds; ++it, ++iteration) {
+        const auto blocks = blocks_of(o, bytes);
+        for (const Block& b : blocks.recv)
+          iris::example::fill_block(recv.as<char>() + b.offset, bytes, seed, b.tag, iteration,
+                                    true);
+        for (const Block& b : blocks.send)
+          iris::example::fill_block(blocks.send_base(send, recv) + b.offset, bytes, seed, b.tag,
+                                    iteration);
+        run_collective();
+        for (const Block& b : blocks.recv) {
+          const auto bad =
+              iris::example::check_block(recv.as<char>() + b.offset, bytes, seed, b.tag, iteration);
+          if (bad != bytes) {
+            std::fprintf(stderr, "rank %u: %llu-byte %s: block with tag %u wrong at %zu\n", o.rank,
+                         static_cast<unsigned long long>(bytes), o.collective.c_str(), b.tag, bad);
+            return 1;
           }
         }
+        comm.barrier();  // nobody refills its buffers while a peer still reads them
+      }
+      std::vector<double> latency_us;
+      for (uint32_t it = 0; it < iters; ++it) {
+        comm.barrier();
+        const auto start = std::chrono::steady_clock::now();
+        run_collective();
+        const auto end = std::chrono::steady_clock::now();
         // The collective took as long as its slowest rank: gather every rank's time (through
         // irisd itself) and keep the largest.
         const double mine = std::chrono::duration<double, std::micro>(end - start).count();
