@@ -33,6 +33,16 @@ TenantLog::Budget& TenantLog::budget(uint64_t tenant) {
   return budgets_.try_emplace(tenant, limits_).first->second;
 }
 
+bool TenantLog::may_write(uint64_t tenant, TenantLogKind kind) {
+  std::lock_guard lock(mutex_);
+  Budget& b = budget(tenant);
+  LogLimiter& of_kind = b.kinds[static_cast<std::size_t>(kind)];
+  if (of_kind.can() && b.lines.can()) return true;
+  of_kind.count_suppressed();
+  suppressed_total_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
 void TenantLog::write(spdlog::level::level_enum level, uint64_t tenant, TenantLogKind kind,
                       std::string_view message) {
   std::string line = printable(message, limits_.max_line_bytes);

@@ -50,7 +50,8 @@ class TenantLog {
   template <typename... Args>
   void log(spdlog::level::level_enum level, uint64_t tenant, TenantLogKind kind,
            fmt::format_string<Args...> format, Args&&... args) {
-    if (!spdlog::should_log(level)) return;
+    // A line its budgets refuse is counted, never formatted: a flood costs no allocations.
+    if (!spdlog::should_log(level) || !may_write(tenant, kind)) return;
     write(level, tenant, kind, fmt::format(format, std::forward<Args>(args)...));
   }
   template <typename... Args>
@@ -59,6 +60,9 @@ class TenantLog {
     log(spdlog::level::warn, tenant, kind, format, std::forward<Args>(args)...);
   }
 
+  // False (and the line counted as suppressed) when the tenant's line budgets are spent; the
+  // byte budget is checked by write(), once the line's length is known.
+  bool may_write(uint64_t tenant, TenantLogKind kind);
   // Writes `message` (escaped and cut) when the tenant's budgets allow it.
   void write(spdlog::level::level_enum level, uint64_t tenant, TenantLogKind kind,
              std::string_view message);
