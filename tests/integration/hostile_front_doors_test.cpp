@@ -218,9 +218,9 @@ TEST(HostileLogs, CommunicatorKeysArePrintableAscii) {
 }
 
 TEST(HostileAttach, AtTheDescriptorLimitAnHonestAttachGetsInWithoutWaitingForDeadlines) {
-  // Handshakes may take 30 s here: an attach that had to wait for one to expire would fail the
-  // bound below.
-  DaemonProcess daemon({"--max-open-files", "256", "--handshake-timeout-ms", "30000"});
+  // Handshakes may take 10 minutes here, past ctest's 300 s limit for this test: an attach that
+  // had to wait for one to expire would never get in, and the test would fail by its timeout.
+  DaemonProcess daemon({"--max-open-files", "256", "--handshake-timeout-ms", "600000"});
   std::vector<net::Fd> idle;
   for (int i = 0; i < 300; ++i) idle.push_back(net::connect_unix(daemon.socket() + ".attach"));
   ASSERT_TRUE(eventually([&] {
@@ -233,7 +233,6 @@ TEST(HostileAttach, AtTheDescriptorLimitAnHonestAttachGetsInWithoutWaitingForDea
     const double took = seconds_since(start);
     std::cout << "honest attach beside 300 idle connections at a 256-descriptor limit: "
               << took * 1000 << " ms\n";
-    EXPECT_LT(took, 10.0) << "the attach waited for handshake deadlines";
   }
 }
 
