@@ -131,7 +131,7 @@ void Daemon::start() {
                           last_notify = now;
                           p.systemd.beat(p.status_line->next());
                         });
-  p.loop->start(*p.runtime);
+  p.loop->start();
   start_metrics();
 
   p.service = std::make_unique<ControlService>(config_, *p.runtime, *p.loop, p.stats, p.tokens,

@@ -39,8 +39,9 @@ void ProgressLoop::set_heartbeat(std::chrono::milliseconds period, std::function
   beat_ = std::move(beat);
 }
 
-void ProgressLoop::start(LoopWork& work) {
-  work_ = &work;
+void ProgressLoop::add_poller(Poller& poller) { pollers_.push_back(&poller); }
+
+void ProgressLoop::start() {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -84,6 +85,23 @@ void ProgressLoop::run_commands() {
   for (auto& f : batch) f();
 }
 
+bool ProgressLoop::poll_once() {
+  bool worked = false;
+  for (Poller* p : pollers_) worked = p->poll() || worked;
+  return worked;
+}
+
+bool ProgressLoop::enter_sleep() {
+  // Every poller arms its wake-ups even after one refused: exit_sleep() disarms them all.
+  bool may_sleep = true;
+  for (Poller* p : pollers_) may_sleep = p->try_enter_sleep() && may_sleep;
+  return may_sleep;
+}
+
+void ProgressLoop::exit_sleep() {
+  for (Poller* p : pollers_) p->exit_sleep();
+}
+
 void ProgressLoop::run() {
   using clock = std::chrono::steady_clock;
   auto last_work = clock::now();
@@ -92,7 +110,7 @@ void ProgressLoop::run() {
   epoll_event events[64];
   while (!stop_requested_.load(std::memory_order_relaxed)) {
     if (commands_pending_.load(std::memory_order_acquire)) run_commands();
-    const bool worked = work_->poll_once();
+    const bool worked = poll_once();
     const auto now = clock::now();
     if (beat_ && now - last_beat >= beat_period_) {
       last_beat = now;
@@ -113,14 +131,13 @@ void ProgressLoop::run() {
       }
       continue;
     }
-    work_->set_sleeping(true);
-    if (work_->has_ready_work() || commands_pending_.load(std::memory_order_acquire)) {
-      work_->set_sleeping(false);
+    if (!enter_sleep() || commands_pending_.load(std::memory_order_acquire)) {
+      exit_sleep();
       sched_yield();
       continue;
     }
     const int n = ::epoll_wait(epoll_fd_.get(), events, 64, sleep_ms);
-    work_->set_sleeping(false);
+    exit_sleep();
     for (int i = 0; i < n; ++i) {
       drain_eventfd(events[i].data.fd);
     }

@@ -1,10 +1,11 @@
-// The daemon's progress thread. It owns all data-path state (through the LoopWork it drives):
-// other threads never touch that state directly but run closures on the loop with call()/post(),
-// so the rings, the scheduler and the registry need no locks.
+// The daemon's progress thread. It owns all data-path state (through the pollers registered with
+// it): other threads never touch that state directly but run closures on the loop with
+// call()/post(), so the rings, the scheduler and the registries need no locks.
 //
-// The loop polls while there is work, keeps polling for `spin` after the last work (a new
-// submission is then picked up within a microsecond), and then sleeps in epoll on the sessions'
-// wake eventfds, the engine's completion fd and its own command fd.
+// Each pass runs every poller in registration order (seastar's pollers). The loop polls while
+// any did work, keeps polling for `spin` after the last work (a new submission is then picked up
+// within a microsecond), and then sleeps in epoll on the sessions' wake eventfds, the engine's
+// completion fd and its own command fd, once every poller agreed to it.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "iris/error.hpp"
 #include "iris/shared/cpu_relax.hpp"
@@ -21,16 +23,19 @@
 
 namespace iris::daemon {
 
-class LoopWork {
+// One source of work on the loop. Every poller answers the same questions, so a new one cannot
+// forget to say whether the loop may sleep.
+class Poller {
  public:
-  virtual ~LoopWork() = default;
-  // One pass over rings and engine completions; true when it did anything.
-  virtual bool poll_once() = 0;
-  // Before sleeping (true) and after waking (false): the clients' need-wakeup flags.
-  virtual void set_sleeping(bool sleeping) = 0;
-  // Checked after set_sleeping(true) so that a submission racing with it is not slept through;
-  // also true while work waits on something no fd signals (GPU copies, streams' flags).
-  virtual bool has_ready_work() = 0;
+  virtual ~Poller() = default;
+  // Does the work ready now; true when it did any (the loop then keeps spinning).
+  virtual bool poll() = 0;
+  // Before the loop sleeps: arm what announces new work through an fd (clients' need-wakeup
+  // flags), then say whether sleeping is safe. False while work waits on something no fd
+  // announces (GPU copies, streams' flags, armed graph plans) or arrived meanwhile.
+  virtual bool try_enter_sleep() { return true; }
+  // After the sleep, or after any poller refused it: disarm.
+  virtual void exit_sleep() {}
 };
 
 class ProgressLoop {
@@ -43,7 +48,12 @@ class ProgressLoop {
   // which is what systemd's watchdog and the health check are told. Set before start().
   void set_heartbeat(std::chrono::milliseconds period, std::function<void()> beat);
 
-  void start(LoopWork& work);
+  // Pollers run in the order they were added, every pass. Add them before start().
+  void add_poller(Poller& poller);
+  // One pass of every poller on the calling thread; true when any did work. The loop's own
+  // thread runs it; tests drive a loop they never start with it.
+  bool poll_once();
+  void start();
   // Runs the queued closures, then stops and joins the thread.
   void stop();
 
@@ -67,13 +77,16 @@ class ProgressLoop {
  private:
   void run();
   void run_commands();
+  // Asks every poller; true when all agreed to sleep.
+  bool enter_sleep();
+  void exit_sleep();
 
   std::chrono::microseconds spin_;
   std::chrono::milliseconds beat_period_{1000};
   std::function<void()> beat_;
   net::Fd epoll_fd_;
   net::Fd command_fd_;
-  LoopWork* work_ = nullptr;
+  std::vector<Poller*> pollers_;
   std::thread thread_;
   std::atomic<bool> stop_requested_{false};
 

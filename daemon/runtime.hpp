@@ -1,14 +1,17 @@
-// The daemon's data path, on the progress thread: it polls the sessions' rings, dispatches each
-// request (validation, stream-ordered arrivals, the collective scheduler), feeds engine
-// completions back, and writes completions; and it carries out the front doors' session,
-// buffer and communicator calls on the registries. Everything here runs on the progress thread
-// (see ProgressLoop), so none of it is locked.
+// The daemon's data path, assembled: the registries, and the rooms a ring entry passes through,
+// each a poller of the progress loop in this order: rings (sessions/ring_poller) -> arrivals
+// (collectives/arrivals: sequence, validation, stream-ordered waits) -> graph plans -> scale out
+// -> scheduler (collectives/collective_scheduler: matching, copies, engine completions) ->
+// completer (sessions/completer: slot, done flag, wake) -> communicator removal. Runtime itself
+// carries out the front doors' session, buffer, communicator and graph calls on them.
+// Everything here runs on the progress thread (see ProgressLoop), so none of it is locked.
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "daemon/collectives/arrivals.hpp"
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
 #include "daemon/collectives/graph_plans.hpp"
@@ -16,6 +19,8 @@
 #include "daemon/progress_loop.hpp"
 #include "daemon/scaleout/scale_out.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
+#include "daemon/sessions/completer.hpp"
+#include "daemon/sessions/ring_poller.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
 
@@ -30,10 +35,10 @@ struct AttachResult {
   net::Fd segment;  // the session segment's sealed memfd, for the client
 };
 
-class Runtime final : public LoopWork {
+class Runtime {
  public:
   Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoop& loop);
-  ~Runtime() override;
+  ~Runtime();
 
   // Sessions. Throw iris::Error with a code and an operator-facing message.
   // `connection` is the attach connection; the session keeps a duplicate to close it at its end.
@@ -76,46 +81,20 @@ class Runtime final : public LoopWork {
   // Clean shutdown: tell every client the daemon is gone.
   void mark_all_stopped();
 
-  bool poll_once() override;
-  void set_sleeping(bool sleeping) override;
-  bool has_ready_work() override;
-
  private:
-  void handle_entry(Session& s, const shm::SubmitEntry& e);
-  void handle_collective(Session& s, const shm::SubmitEntry& e);
-  // Stream-ordered arrivals whose GPU stream has now reached the call go to the scheduler.
-  bool start_ready_stream_arrivals();
-  // Writes a completion (and, for a failure, why) into the session's slot and GPU done flag.
-  void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
-  // The communicators gauge, after anything that may add or remove one.
-  void count_comms();
-  // A warning caused by a session's own requests, rate-limited per user.
-  template <typename... Args>
-  void session_warn(Session& s, fmt::format_string<Args...> format, Args&&... args);
-
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;
   TenantLog tenant_log_;
-  CollectiveScheduler scheduler_;
   SessionRegistry sessions_;
+  Completer completer_;
+  CollectiveScheduler scheduler_;
   BufferRegistry buffers_;
   CommunicatorRegistry comms_;
   GraphPlans plans_;
   ScaleOut scale_out_;
-
-  std::vector<uint64_t> sessions_to_end_;  // found corrupt while polling
-  // A validated stream-ordered request, waiting for its rank's GPU stream to reach the call.
-  struct AwaitingStream {
-    CompletionTarget target;
-    uint64_t comm_id;
-    uint32_t rank;
-    uint64_t seq;
-    ValidatedRequest request;
-    std::chrono::steady_clock::time_point seen;  // when its ring entry was popped
-  };
-  std::vector<AwaitingStream> awaiting_stream_;
-  std::vector<CopyCompletion> completions_;
+  Arrivals arrivals_;
+  RingPoller rings_;
 };
 
 }  // namespace iris::daemon

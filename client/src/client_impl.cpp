@@ -52,7 +52,8 @@ std::string describe_failure(ErrorCode code) {
     case ErrorCode::kInvalidArgument:
       return "malformed request (the daemon log says which field)";
     case ErrorCode::kLimitExceeded:
-      return "too many collectives in flight in irisd (max_inflight)";
+      return "too many requests in flight: on one communicator (irisd's --max-inflight) or in "
+             "one session (more than its completion slots, the ring depth)";
     case ErrorCode::kEngineError:
       return "the copy engine failed a transfer (see the daemon log)";
     default:

@@ -1,33 +1,25 @@
 #include "iris/communicator.hpp"
 
-#include <thread>
-
 #include <algorithm>
+#include <array>
+#include <thread>
 
 #include "client/src/client_impl.hpp"
 #include "iris/shared/checked_range.hpp"
+#include "iris/shared/collective_shape.hpp"
 
 namespace iris {
 
-// One rank's side of a collective, as libiris checks and submits it.
+// One rank's call of a collective, as its API method received it; what each side names and
+// how large it is comes from the collective's shape (iris/shared/collective_shape.hpp).
 struct CollectiveCall {
   shm::Opcode opcode;
-  const char* name;
   const void* send = nullptr;
-  uint64_t send_bytes = 0;
-  const void* recv = nullptr;
-  uint64_t recv_bytes = 0;
+  void* recv = nullptr;
   uint64_t bytes = 0;  // per block
   uint32_t root = 0;
-  std::span<const uint64_t> v_args = {};  // all-to-all-v: the four arrays back to back
-  // The copy from this rank to itself, which the caller's stream runs when both sides are its
-  // GPU memory (see shm::kOwnBlockCopiedByClient).
-  void* self_dst = nullptr;
-  const void* self_src = nullptr;
-  uint64_t self_bytes = 0;
-  // False where the argument is insignificant on this rank (it is then neither checked nor sent).
-  bool send_significant = true;
-  bool recv_significant = true;
+  // all-to-all-v: send counts, send displacements, receive counts, receive displacements.
+  std::array<const std::vector<uint64_t>*, 4> v = {};
 };
 
 struct Communicator::Impl {
@@ -132,22 +124,6 @@ Request counting_rejections(Communicator::Impl* impl, Submit&& submit) {
   }
 }
 
-uint64_t blocks_bytes(const char* name, uint64_t bytes, uint32_t nranks) {
-  const auto all = checked_mul(bytes, nranks);
-  if (!all)
-    throw Error(ErrorCode::kOutOfRange, std::string(name) + " of " + std::to_string(bytes) +
-                                            " bytes x " + std::to_string(nranks) +
-                                            " ranks overflows 64 bits");
-  return *all;
-}
-
-void check_root(const char* name, uint32_t root, uint32_t nranks) {
-  if (root >= nranks)
-    throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": root " + std::to_string(root) +
-                                                 " is out of range for " + std::to_string(nranks) +
-                                                 " ranks");
-}
-
 // The end of the furthest (displacement, count) block: the bytes a v-argument spans.
 uint64_t v_extent(const std::vector<uint64_t>& counts, const std::vector<uint64_t>& displs) {
   uint64_t end = 0;
@@ -165,155 +141,56 @@ uint64_t v_extent(const std::vector<uint64_t>& counts, const std::vector<uint64_
 }  // namespace
 
 Request Communicator::all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{.opcode = shm::Opcode::kAllGather,
-                        .name = "all_gather",
-                        .send = send,
-                        .send_bytes = bytes,
-                        .recv = recv,
-                        .bytes = bytes};
-    if (impl_) {
-      call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-      call.self_dst = static_cast<char*>(recv) + uint64_t{impl_->rank} * bytes;
-      call.self_src = send;
-      call.self_bytes = bytes;
-    }
-    return submit(call, stream);
-  });
+  return submit({.opcode = shm::Opcode::kAllGather, .send = send, .recv = recv, .bytes = bytes},
+                stream);
 }
 
 Request Communicator::all_to_all(const void* send, void* recv, std::size_t bytes_per_peer,
                                  Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{.opcode = shm::Opcode::kAllToAll,
-                        .name = "all_to_all",
-                        .send = send,
-                        .recv = recv,
-                        .bytes = bytes_per_peer};
-    if (impl_) {
-      call.send_bytes = call.recv_bytes = blocks_bytes(call.name, bytes_per_peer, impl_->nranks);
-      const uint64_t own = uint64_t{impl_->rank} * bytes_per_peer;
-      call.self_dst = static_cast<char*>(recv) + own;
-      call.self_src = static_cast<const char*>(send) + own;
-      call.self_bytes = bytes_per_peer;
-    }
-    return submit(call, stream);
-  });
+  return submit(
+      {.opcode = shm::Opcode::kAllToAll, .send = send, .recv = recv, .bytes = bytes_per_peer},
+      stream);
 }
 
 Request Communicator::all_to_all_v(const void* send, const std::vector<uint64_t>& send_counts,
                                    const std::vector<uint64_t>& send_displs, void* recv,
                                    const std::vector<uint64_t>& recv_counts,
                                    const std::vector<uint64_t>& recv_displs, Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{
-        .opcode = shm::Opcode::kAllToAllV, .name = "all_to_all_v", .send = send, .recv = recv};
-    std::vector<uint64_t> args;
-    if (impl_) {
-      const uint32_t n = impl_->nranks;
-      for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
-        if (v->size() != n)
-          throw Error(ErrorCode::kInvalidArgument,
-                      "all_to_all_v: counts and displacements need " + std::to_string(n) +
-                          " entries each (one per rank), got " + std::to_string(v->size()));
-      call.send_bytes = v_extent(send_counts, send_displs);
-      call.recv_bytes = v_extent(recv_counts, recv_displs);
-      args.reserve(4 * uint64_t{n});
-      for (const auto* v : {&send_counts, &send_displs, &recv_counts, &recv_displs})
-        args.insert(args.end(), v->begin(), v->end());
-      call.v_args = args;
-      const uint32_t r = impl_->rank;
-      if (send_counts[r] == recv_counts[r]) {  // otherwise irisd reports the mismatch
-        call.self_dst = static_cast<char*>(recv) + recv_displs[r];
-        call.self_src = static_cast<const char*>(send) + send_displs[r];
-        call.self_bytes = send_counts[r];
-      }
-    }
-    return submit(call, stream);
-  });
+  return submit({.opcode = shm::Opcode::kAllToAllV,
+                 .send = send,
+                 .recv = recv,
+                 .v = {&send_counts, &send_displs, &recv_counts, &recv_displs}},
+                stream);
 }
 
 Request Communicator::broadcast(void* buf, std::size_t bytes, uint32_t root, Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{.opcode = shm::Opcode::kBroadcast,
-                        .name = "broadcast",
-                        .send = buf,
-                        .send_bytes = bytes,
-                        .recv = buf,
-                        .recv_bytes = bytes,
-                        .bytes = bytes,
-                        .root = root};
-    if (impl_) check_root(call.name, root, impl_->nranks);
-    return submit(call, stream);
-  });
+  return submit(
+      {.opcode = shm::Opcode::kBroadcast, .send = buf, .recv = buf, .bytes = bytes, .root = root},
+      stream);
 }
 
 Request Communicator::gather(const void* send, void* recv, std::size_t bytes, uint32_t root,
                              Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{.opcode = shm::Opcode::kGather,
-                        .name = "gather",
-                        .send = send,
-                        .send_bytes = bytes,
-                        .recv = recv,
-                        .bytes = bytes,
-                        .root = root,
-                        .recv_significant = false};
-    if (impl_) {
-      check_root(call.name, root, impl_->nranks);
-      if (impl_->rank == root) {
-        call.recv_significant = true;
-        call.recv_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-        call.self_dst = static_cast<char*>(recv) + uint64_t{root} * bytes;
-        call.self_src = send;
-        call.self_bytes = bytes;
-      }
-    }
-    return submit(call, stream);
-  });
+  return submit(
+      {.opcode = shm::Opcode::kGather, .send = send, .recv = recv, .bytes = bytes, .root = root},
+      stream);
 }
 
 Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, uint32_t root,
                               Stream stream) {
-  return counting_rejections(impl_.get(), [&] {
-    CollectiveCall call{.opcode = shm::Opcode::kScatter,
-                        .name = "scatter",
-                        .send = send,
-                        .recv = recv,
-                        .recv_bytes = bytes,
-                        .bytes = bytes,
-                        .root = root,
-                        .send_significant = false};
-    if (impl_) {
-      check_root(call.name, root, impl_->nranks);
-      if (impl_->rank == root) {
-        call.send_significant = true;
-        call.send_bytes = blocks_bytes(call.name, bytes, impl_->nranks);
-        call.self_dst = recv;
-        call.self_src = static_cast<const char*>(send) + uint64_t{root} * bytes;
-        call.self_bytes = bytes;
-      }
-    }
-    return submit(call, stream);
-  });
+  return submit(
+      {.opcode = shm::Opcode::kScatter, .send = send, .recv = recv, .bytes = bytes, .root = root},
+      stream);
 }
 
-void Communicator::barrier() {
-  counting_rejections(impl_.get(), [&] {
-    return submit(CollectiveCall{.opcode = shm::Opcode::kBarrier,
-                                 .name = "barrier",
-                                 .send_significant = false,
-                                 .recv_significant = false},
-                  {});
-  }).wait();
-}
+void Communicator::barrier() { submit({.opcode = shm::Opcode::kBarrier}, {}).wait(); }
 
 namespace {
 
 // Where a significant pointer lies: in a Buffer, else in GPU memory registered on first use
 // (held in `held` until the request is submitted). Throws naming the argument when neither
 // holds it or the range runs past the buffer's end.
-BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const char* name,
+BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const std::string& name,
                             const char* what, const void* ptr, uint64_t bytes) {
   if (ptr == nullptr)
     throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": the " + what +
@@ -350,46 +227,115 @@ bool disjoint(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) 
 
 }  // namespace
 
+namespace {
+
+// What one rank's call names on each side, read from the collective's shape: whether it names a
+// send and a receive range, how many bytes each spans, and its own block (the copy from this
+// rank to itself), with all-to-all-v's four arrays back to back in `v_args`.
+struct RankSides {
+  bool send = false;
+  bool recv = false;
+  uint64_t send_bytes = 0;
+  uint64_t recv_bytes = 0;
+  std::optional<shm::PairBlock> own;
+  std::vector<uint64_t> v_args;
+};
+
+uint64_t side_bytes(const shm::CollectiveShape& shape, shm::Side side, uint64_t bytes,
+                    uint32_t nranks) {
+  const auto all = shm::range_bytes(side, nranks, bytes);
+  if (!all)
+    throw Error(ErrorCode::kOutOfRange, std::string(shape.name) + " of " + std::to_string(bytes) +
+                                            " bytes x " + std::to_string(nranks) +
+                                            " ranks overflows 64 bits");
+  return *all;
+}
+
+RankSides sides_of(const shm::CollectiveShape& shape, const CollectiveCall& call, uint32_t nranks,
+                   uint32_t rank) {
+  if (shape.rooted && call.root >= nranks)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(shape.name) + ": root " + std::to_string(call.root) +
+                    " is out of range for " + std::to_string(nranks) + " ranks");
+  RankSides sides;
+  sides.send = shape.send.significant(rank, call.root) && !shape.one_buffer;
+  sides.recv = shape.recv.significant(rank, call.root);
+  if (shape.send.extent != shm::Extent::kPerPeerCounts) {
+    sides.send_bytes = side_bytes(shape, shape.send, call.bytes, nranks);
+    sides.recv_bytes = side_bytes(shape, shape.recv, call.bytes, nranks);
+    sides.own = shm::pair_block(shape, rank, rank, call.root, call.bytes);
+    return sides;
+  }
+  for (const auto* v : call.v)
+    if (v->size() != nranks)
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(shape.name) + ": counts and displacements need " +
+                      std::to_string(nranks) + " entries each (one per rank), got " +
+                      std::to_string(v->size()));
+  const auto& [send_counts, send_displs, recv_counts, recv_displs] = call.v;
+  sides.send_bytes = v_extent(*send_counts, *send_displs);
+  sides.recv_bytes = v_extent(*recv_counts, *recv_displs);
+  sides.v_args.reserve(4 * uint64_t{nranks});
+  for (const auto* v : call.v) sides.v_args.insert(sides.v_args.end(), v->begin(), v->end());
+  // Unequal counts are irisd's to report, as a size mismatch.
+  if ((*send_counts)[rank] == (*recv_counts)[rank] && (*send_counts)[rank] != 0)
+    sides.own = shm::PairBlock{(*send_displs)[rank], (*recv_displs)[rank], (*send_counts)[rank]};
+  return sides;
+}
+
+}  // namespace
+
 Request Communicator::submit(const CollectiveCall& call, Stream stream) {
-  if (!impl_ || impl_->destroyed)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(call.name) + " on a destroyed or empty communicator");
-  if (stream && stream.handle() == nullptr)
-    throw Error(ErrorCode::kInvalidArgument,
-                std::string(call.name) +
-                    " needs a created stream (the legacy default stream is not supported); "
-                    "leave the stream out for the host-blocking form");
-  Client::Impl& client = *impl_->client;
-  shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
-                           shm::kNoBuffer, 0,         call.bytes,     call.root};
-  std::optional<BufferLocation> from, to;
-  HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
-  if (call.send_significant) {
-    from = locate_range(client, held, call.name, "send", call.send, call.send_bytes);
-    args.send_buffer = from->buffer_id;
-    args.send_offset = from->offset;
-  }
-  if (call.recv_significant) {
-    to = locate_range(client, held, call.name, "receive", call.recv, call.recv_bytes);
-    args.recv_buffer = to->buffer_id;
-    args.recv_offset = to->offset;
-  }
-  shm::SubmitEntry entry = shm::collective_entry(args);
-  if (!stream) return client.submit(entry, &impl_->next_seq, std::nullopt, {}, call.v_args, &held);
-  entry.flags |= shm::kStreamOrdered;
-  // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
-  // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
-  // switch contexts for it (~280 us measured on the H200; docs/PERFORMANCE.md). Overlapping
-  // ranges (in place, or invalid) are left to irisd.
-  std::optional<Client::Impl::StreamCopy> own_block;
-  if (call.self_bytes != 0 && from && to && from->gpu && to->gpu &&
-      disjoint(call.send, call.send_bytes, call.recv, call.recv_bytes)) {
-    entry.flags |= shm::kOwnBlockCopiedByClient;
-    own_block = Client::Impl::StreamCopy{call.self_dst, call.self_src, call.self_bytes};
-  }
-  const GpuStream on{stream.handle(),
-                     stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
-  return client.submit(entry, &impl_->next_seq, on, own_block, call.v_args, &held);
+  const shm::CollectiveShape& shape = *shm::shape_of(call.opcode);
+  const std::string name(shape.name);
+  return counting_rejections(impl_.get(), [&] {
+    if (!impl_ || impl_->destroyed)
+      throw Error(ErrorCode::kInvalidArgument, name + " on a destroyed or empty communicator");
+    if (stream && stream.handle() == nullptr)
+      throw Error(ErrorCode::kInvalidArgument,
+                  name +
+                      " needs a created stream (the legacy default stream is not supported); "
+                      "leave the stream out for the host-blocking form");
+    const RankSides sides = sides_of(shape, call, impl_->nranks, impl_->rank);
+    Client::Impl& client = *impl_->client;
+    shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
+                             shm::kNoBuffer, 0,         call.bytes,     call.root};
+    std::optional<BufferLocation> from, to;
+    HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
+    if (sides.send) {
+      from = locate_range(client, held, name, "send", call.send, sides.send_bytes);
+      args.send_buffer = from->buffer_id;
+      args.send_offset = from->offset;
+    }
+    if (sides.recv) {
+      to = locate_range(client, held, name, "receive", call.recv, sides.recv_bytes);
+      args.recv_buffer = to->buffer_id;
+      args.recv_offset = to->offset;
+    }
+    if (shape.one_buffer) {
+      args.send_buffer = args.recv_buffer;
+      args.send_offset = args.recv_offset;
+    }
+    shm::SubmitEntry entry = shm::collective_entry(args);
+    if (!stream)
+      return client.submit(entry, &impl_->next_seq, std::nullopt, {}, sides.v_args, &held);
+    entry.flags |= shm::kStreamOrdered;
+    // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
+    // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
+    // switch contexts for it (~280 us measured on the H200; docs/PERFORMANCE.md). Overlapping
+    // ranges (in place, or invalid) are left to irisd.
+    std::optional<Client::Impl::StreamCopy> own_block;
+    if (sides.own && from && to && from->gpu && to->gpu &&
+        disjoint(call.send, sides.send_bytes, call.recv, sides.recv_bytes)) {
+      entry.flags |= shm::kOwnBlockCopiedByClient;
+      own_block = Client::Impl::StreamCopy{
+          static_cast<char*>(call.recv) + sides.own->recv_offset,
+          static_cast<const char*>(call.send) + sides.own->send_offset, sides.own->bytes};
+    }
+    const GpuStream on{stream.handle(),
+                       stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
+    return client.submit(entry, &impl_->next_seq, on, own_block, sides.v_args, &held);
+  });
 }
 
 void Communicator::destroy() {

@@ -10,19 +10,10 @@
 #include <string>
 
 #include "daemon/collectives/request_validation.hpp"
+#include "daemon/sessions/completion_target.hpp"
 #include "iris/error_code.hpp"
 
 namespace iris::daemon {
-
-// Where a rank's completion goes: a slot in its session's segment. A graph plan's replay
-// (graph_plan) completes in the plan's slot, and its GPU done flag gets the constant 1 that the
-// graph waits for and resets, not the generation.
-struct CompletionTarget {
-  uint64_t session_id;
-  uint32_t slot;
-  uint32_t generation;
-  bool graph_plan = false;
-};
 
 struct ArrivedRank {
   CompletionTarget target;

@@ -104,8 +104,8 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
     fail(c, error, "rank " + std::to_string(rank) + "'s request: " + why);
   } else if (c.error == ErrorCode::kOk) {
     const RankArgs& args = arrived.request->args;
-    trace(comm, "seq {} ({}): rank {} arrived ({}/{}), {} bytes", c.seq, collective_name(args.kind),
-          rank, c.arrived(), comm.nranks, args.bytes);
+    trace(comm, "seq {} ({}): rank {} arrived ({}/{}), {} bytes", c.seq,
+          shm::opcode_name(args.kind), rank, c.arrived(), comm.nranks, args.bytes);
     std::optional<PlanError> bad;
     if (const RankArgs* reference = c.reference())
       bad = check_agreement(*reference, *c.reference_rank, args, rank);
@@ -114,7 +114,7 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
     if (!bad) bad = start_copies(comm, c, rank);
     if (bad) {
       comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", c.seq,
-                collective_name(args.kind), bad->message);
+                shm::opcode_name(args.kind), bad->message);
       fail(c, bad->code, bad->message);
     }
   }
@@ -200,6 +200,13 @@ void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& com
     device.copy_errors_total.fetch_add(1, std::memory_order_relaxed);
     device.failing_streak.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+bool CollectiveScheduler::poll() {
+  completions_.clear();
+  if (engine_.poll(completions_) == 0) return false;
+  for (const CopyCompletion& c : completions_) on_copy_complete(c);
+  return true;
 }
 
 void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {

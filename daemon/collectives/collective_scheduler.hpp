@@ -16,6 +16,7 @@
 #include "daemon/collectives/communicator.hpp"
 #include "daemon/engines/engine.hpp"
 #include "daemon/operations/tenant_log.hpp"
+#include "daemon/progress_loop.hpp"
 #include "daemon/stats.hpp"
 
 #include <spdlog/spdlog.h>
@@ -34,9 +35,10 @@ class RemoteNodes {
   virtual void broke_here(Communicator& comm, const std::string& why) = 0;
 };
 
-class CollectiveScheduler {
+class CollectiveScheduler final : public Poller {
  public:
-  // Writes a rank's completion: the code, and why it failed in words the client shows.
+  // Writes a rank's completion (the Completer's): the code, and why it failed in words the
+  // client shows.
   using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode, const std::string&)>;
 
   // `max_in_flight`: collectives in flight per communicator; more fail with kLimitExceeded.
@@ -58,6 +60,11 @@ class CollectiveScheduler {
   void set_remote_nodes(RemoteNodes* remote) { remote_ = remote; }
   // Where the communicators' parts (registry, graph plans, scale-out) log what a tenant causes.
   TenantLog& log() { return log_; }
+
+  // Poller: the engine's finished copies, each ending its part of a collective. The loop must
+  // not sleep while the engine's copies finish without announcing it on its completion fd.
+  bool poll() override;
+  bool try_enter_sleep() override { return !engine_.needs_polling(); }
 
   void on_copy_complete(const CopyCompletion& completion);
   // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.
@@ -126,6 +133,7 @@ class CollectiveScheduler {
   };
   std::unordered_map<uint64_t, Staging> staging_;
   std::vector<CopyRequest> batch_;
+  std::vector<CopyCompletion> completions_;
 };
 
 }  // namespace iris::daemon

@@ -9,8 +9,13 @@
 
 namespace iris::daemon {
 
-CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler)
-    : config_(config), scheduler_(scheduler) {}
+CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler,
+                                           Stats& stats)
+    : config_(config), scheduler_(scheduler), stats_(stats) {}
+
+void CommunicatorRegistry::count() {
+  stats_.communicators.store(comms_.size(), std::memory_order_relaxed);
+}
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout) {
@@ -67,6 +72,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     comm = created.get();
     by_key_.emplace(key, comm->id);
     comms_.emplace(comm->id, std::move(created));
+    count();
   }
   comm->members[rank] = s.id();
   s.comm_ranks.emplace(comm->id, rank);
@@ -110,14 +116,18 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
     }
   }
   scheduler_.break_comm(comm, ErrorCode::kPeerLost, "every rank left the communicator");
-  if (comm.in_flight.empty()) comms_.erase(it);
+  if (comm.in_flight.empty()) {
+    comms_.erase(it);
+    count();
+  }
 }
 
-void CommunicatorRegistry::remove_emptied() {
-  if (emptied_.empty()) return;
+bool CommunicatorRegistry::poll() {
+  if (emptied_.empty()) return false;
   auto emptied = std::move(emptied_);
   emptied_.clear();
   for (uint64_t id : emptied) remove_if_unused(id);
+  return false;
 }
 
 Communicator* CommunicatorRegistry::find(uint64_t id) const {

@@ -13,13 +13,14 @@
 
 namespace iris::daemon {
 
-class CommunicatorRegistry {
+class CommunicatorRegistry final : public Poller {
  public:
   static constexpr uint32_t kMaxRanks = 4096;
   // Keys are matched byte for byte and shown in logs and iris-ctl: short, printable ASCII.
   static constexpr std::size_t kMaxKeyBytes = 256;
 
-  CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler);
+  // Keeps stats.communicators at the number of communicators.
+  CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler, Stats& stats);
 
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
   // that key accepts ranks. `layout`: its nodes when it spans several daemons (every local rank
@@ -30,9 +31,9 @@ class CommunicatorRegistry {
   // collective, so every collective in flight and every later one fails with kPeerLost and a
   // message naming the rank, its session and pid.
   void leave(Session& s, uint64_t comm_id, const std::string& how);
-  // Removes communicators whose last member left while copies were in flight, now that they
-  // may have finished.
-  void remove_emptied();
+  // Poller: removes communicators whose last member left while copies were in flight, now that
+  // they may have finished (never counts as work).
+  bool poll() override;
 
   Communicator* find(uint64_t id) const;
   const std::unordered_map<uint64_t, std::unique_ptr<Communicator>>& all() const { return comms_; }
@@ -40,9 +41,11 @@ class CommunicatorRegistry {
 
  private:
   void remove_if_unused(uint64_t comm_id);
+  void count();
 
   const Config& config_;
   CollectiveScheduler& scheduler_;
+  Stats& stats_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
   std::unordered_map<std::string, uint64_t> by_key_;  // communicators still accepting ranks
   std::vector<uint64_t> emptied_;                     // no members left, copies still in flight

@@ -105,6 +105,7 @@ void GraphPlans::break_group(Group& g, ErrorCode code, const std::string& why) {
 }
 
 bool GraphPlans::poll() {
+  if (idle()) return false;
   bool arrived = false;
   for (auto& [key, p] : plans_) {
     if (!p.session->take_plan_ready(p.plan_slot)) continue;

@@ -31,12 +31,13 @@
 #include <vector>
 
 #include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/progress_loop.hpp"
 #include "daemon/sessions/session.hpp"
 #include "daemon/stats.hpp"
 
 namespace iris::daemon {
 
-class GraphPlans {
+class GraphPlans final : public Poller {
  public:
   // `max_per_uid`: plans all of one user's sessions may hold; every pass of the progress loop
   // looks at every plan's ready flag, so one tenant's plans must not slow everyone's pass.
@@ -50,13 +51,15 @@ class GraphPlans {
            ValidatedRequest request);
   // The plan's graph is gone. Throws kNotFound for a slot that holds no plan.
   void release(Session& s, uint32_t plan_slot);
-  // Every plan of a session that ends, or of its rank in a communicator it leaves.
-  void release_session(const Session& s, const std::string& how);
+  // Every plan of a session's rank in a communicator it leaves (or leaves by ending).
   void release_comm(const Session& s, uint64_t comm_id, const std::string& how);
 
-  // Replays that reached their collective since the last poll start; groups whose replay waits
-  // too long fail; groups nobody holds and nothing runs in go. True when anything arrived.
-  bool poll();
+  // Poller: replays that reached their collective since the last poll start; groups whose
+  // replay waits too long fail; groups nobody holds and nothing runs in go. True when anything
+  // arrived. A replay announces itself only by writing its ready flag, so the loop stays awake
+  // while any plan or group is left.
+  bool poll() override;
+  bool try_enter_sleep() override { return idle(); }
 
   std::size_t size() const { return plans_.size(); }
   // Nothing to poll: no plan held, no group left with collectives to finish.

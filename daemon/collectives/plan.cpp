@@ -1,52 +1,25 @@
 #include "daemon/collectives/plan.hpp"
 
+#include "iris/shared/collective_shape.hpp"
+
 namespace iris::daemon {
-
-std::string_view collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kNop:
-      return "nop";
-    case CollectiveKind::kAllGather:
-      return "all_gather";
-    case CollectiveKind::kAllToAll:
-      return "all_to_all";
-    case CollectiveKind::kAllToAllV:
-      return "all_to_all_v";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kGather:
-      return "gather";
-    case CollectiveKind::kScatter:
-      return "scatter";
-    case CollectiveKind::kBarrier:
-      return "barrier";
-  }
-  return "unknown";
-}
-
-namespace {
-
-bool rooted(CollectiveKind kind) {
-  return kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kGather ||
-         kind == CollectiveKind::kScatter;
-}
-
-}  // namespace
 
 std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, const RankArgs& b,
                                          uint32_t rank_b) {
   const auto who = [&](uint32_t r) { return "rank " + std::to_string(r); };
   if (a.kind != b.kind)
     return PlanError{ErrorCode::kInvalidArgument,
-                     who(rank_b) + " called " + std::string(collective_name(b.kind)) + " where " +
-                         who(rank_a) + " called " + std::string(collective_name(a.kind)) +
+                     who(rank_b) + " called " + std::string(shm::opcode_name(b.kind)) + " where " +
+                         who(rank_a) + " called " + std::string(shm::opcode_name(a.kind)) +
                          " (every rank must call the same collectives in the same order)"};
-  if (rooted(a.kind) && a.root != b.root)
+  const shm::CollectiveShape* shape = shm::shape_of(a.kind);
+  if (shape != nullptr && shape->rooted && a.root != b.root)
     return PlanError{ErrorCode::kInvalidArgument, who(rank_b) + " passed root " +
                                                       std::to_string(b.root) + ", " + who(rank_a) +
                                                       " root " + std::to_string(a.root)};
-  if (a.kind != CollectiveKind::kAllToAllV && a.kind != CollectiveKind::kBarrier &&
-      a.bytes != b.bytes)
+  const bool fixed_size = shape != nullptr && shape->send.extent != shm::Extent::kPerPeerCounts &&
+                          shape->send.extent != shm::Extent::kNone;
+  if (fixed_size && a.bytes != b.bytes)
     return PlanError{ErrorCode::kSizeMismatch, who(rank_b) + " passed " + std::to_string(b.bytes) +
                                                    " bytes, " + who(rank_a) + " " +
                                                    std::to_string(a.bytes)};
@@ -54,38 +27,20 @@ std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, con
 }
 
 std::optional<SourceBlock> source_block(const RankArgs& s, uint32_t src, uint32_t dst) {
-  const uint64_t b = s.bytes;
-  std::optional<SourceBlock> block;
-  switch (s.kind) {
-    case CollectiveKind::kAllGather:
-      block = SourceBlock{s.send_offset, b};
-      break;
-    case CollectiveKind::kAllToAll:
-      block = SourceBlock{s.send_offset + uint64_t{dst} * b, b};
-      break;
-    case CollectiveKind::kAllToAllV:
-      block = SourceBlock{s.send_offset + s.send_displs[dst], s.send_counts[dst]};
-      break;
-    case CollectiveKind::kBroadcast:
-      if (src == s.root && dst != s.root) block = SourceBlock{s.send_offset, b};
-      break;
-    case CollectiveKind::kGather:
-      if (dst == s.root) block = SourceBlock{s.send_offset, b};
-      break;
-    case CollectiveKind::kScatter:
-      if (src == s.root) block = SourceBlock{s.send_offset + uint64_t{dst} * b, b};
-      break;
-    case CollectiveKind::kBarrier:
-    case CollectiveKind::kNop:
-      break;
+  if (s.kind == CollectiveKind::kAllToAllV) {
+    if (s.send_counts[dst] == 0) return std::nullopt;
+    return SourceBlock{s.send_offset + s.send_displs[dst], s.send_counts[dst]};
   }
-  if (block && block->bytes == 0) return std::nullopt;
-  return block;
+  const shm::CollectiveShape* shape = shm::shape_of(s.kind);
+  if (shape == nullptr) return std::nullopt;
+  const auto block = shm::pair_block(*shape, src, dst, s.root, s.bytes);
+  if (!block) return std::nullopt;
+  return SourceBlock{s.send_offset + block->send_offset, block->bytes};
 }
 
 std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s, uint32_t src,
                                                               const RankArgs& d, uint32_t dst) {
-  if (s.kind == CollectiveKind::kNop)
+  if (shm::shape_of(s.kind) == nullptr)
     return PlanError{ErrorCode::kInvalidArgument, "not a collective"};
   if (src == dst && s.self_copy_done) return std::optional<PlannedCopy>{};
   if (s.kind == CollectiveKind::kAllToAllV && s.send_counts[dst] != d.recv_counts[src])
@@ -94,22 +49,15 @@ std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s,
                                                    " bytes to rank " + std::to_string(dst) +
                                                    ", which expects " +
                                                    std::to_string(d.recv_counts[src])};
-  const auto from = source_block(s, src, dst);
-  if (!from) return std::optional<PlannedCopy>{};
-  uint64_t to = d.recv_offset;  // broadcast, scatter: the whole receive range
-  switch (s.kind) {
-    case CollectiveKind::kAllGather:
-    case CollectiveKind::kAllToAll:
-    case CollectiveKind::kGather:
-      to += uint64_t{src} * s.bytes;
-      break;
-    case CollectiveKind::kAllToAllV:
-      to += d.recv_displs[src];
-      break;
-    default:
-      break;
+  if (s.kind == CollectiveKind::kAllToAllV) {
+    if (s.send_counts[dst] == 0) return std::optional<PlannedCopy>{};
+    return PlannedCopy{src, s.send_offset + s.send_displs[dst], dst,
+                       d.recv_offset + d.recv_displs[src], s.send_counts[dst]};
   }
-  return PlannedCopy{src, from->offset, dst, to, from->bytes};
+  const auto block = shm::pair_block(*shm::shape_of(s.kind), src, dst, s.root, s.bytes);
+  if (!block) return std::optional<PlannedCopy>{};
+  return PlannedCopy{src, s.send_offset + block->send_offset, dst,
+                     d.recv_offset + block->recv_offset, block->bytes};
 }
 
 std::variant<std::vector<PlannedCopy>, PlanError> build_plan(std::span<const RankArgs> ranks) {

@@ -1,7 +1,8 @@
 // Collectives as plans: the copies (source rank and offset, destination rank and offset, bytes)
-// that move one collective's data. Pure functions of the ranks' arguments, no daemon state: every
-// copy-only collective (all-gather, all-to-all, all-to-all-v, broadcast, gather, scatter) is one
-// pair rule here, and the scheduler executes whatever they return.
+// that move one collective's data. Pure functions of the ranks' arguments, no daemon state: the
+// pair rule of every fixed-size collective is its row in the shape table
+// (iris/shared/collective_shape.hpp); all-to-all-v's per-peer counts are the one rule written
+// here. The scheduler executes whatever they return.
 //
 // A plan is built pair by pair: the copies from rank s to rank d depend only on the arguments of
 // s and d, so the scheduler issues them as soon as both ranks have arrived, with no barrier.
@@ -11,17 +12,15 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "iris/error_code.hpp"
-#include "iris/shared/descriptor.hpp"
+#include "iris/shared/collective_shape.hpp"
 
 namespace iris::daemon {
 
 using CollectiveKind = shm::Opcode;
-std::string_view collective_name(CollectiveKind kind);
 
 // One rank's arguments, already checked against its own buffers (see request_validation.hpp).
 // Offsets are bytes into the rank's registered send and receive buffers.
@@ -74,7 +73,8 @@ std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& sr
                                                               uint32_t dst);
 
 // The whole plan of a collective whose ranks have all arrived: every pair's copy, or the first
-// disagreement. The scheduler builds the same copies pair by pair as ranks arrive.
+// disagreement. The scheduler builds the same copies pair by pair as ranks arrive; this is the
+// tests' oracle for it (property tests compare its copies with the collectives' definitions).
 std::variant<std::vector<PlannedCopy>, PlanError> build_plan(std::span<const RankArgs> ranks);
 
 }  // namespace iris::daemon

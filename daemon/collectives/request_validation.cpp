@@ -122,7 +122,8 @@ Result validate_request(const shm::SubmitEntry& e, uint32_t nranks, uint32_t ran
                         const BufferLookup& lookup) {
   if (nranks == 0 || rank >= nranks)
     return error(ErrorCode::kInvalidArgument, "rank out of range for the communicator");
-  if (e.opcode < shm::kFirstCollectiveOpcode || e.opcode > shm::kLastCollectiveOpcode)
+  const shm::CollectiveShape* shape = shm::shape_of(e.opcode);
+  if (shape == nullptr)
     return error(ErrorCode::kInvalidArgument, "unknown opcode " + std::to_string(e.opcode));
   if ((e.flags & ~shm::kKnownSubmitFlags) != 0)
     return error(ErrorCode::kInvalidArgument, "unknown request flags " + std::to_string(e.flags) +
@@ -131,29 +132,22 @@ Result validate_request(const shm::SubmitEntry& e, uint32_t nranks, uint32_t ran
   if ((e.flags & shm::kOwnBlockCopiedByClient) != 0 && !stream_ordered)
     return error(ErrorCode::kInvalidArgument,
                  "only stream-ordered requests may copy their own block themselves");
-  const auto kind = static_cast<CollectiveKind>(e.opcode);
-  const bool rooted = kind == CollectiveKind::kBroadcast || kind == CollectiveKind::kGather ||
-                      kind == CollectiveKind::kScatter;
-  if (rooted && e.root >= nranks)
+  if (shape->rooted && e.root >= nranks)
     return error(ErrorCode::kInvalidArgument, "root " + std::to_string(e.root) +
                                                   " is out of range for " + std::to_string(nranks) +
                                                   " ranks");
-  if (kind == CollectiveKind::kBarrier) {
-    ValidatedRequest barrier;
-    barrier.stream_ordered = stream_ordered;
-    barrier.args.kind = kind;
-    return barrier;
-  }
-  const bool is_root = rooted && e.root == rank;
-  const bool has_send = kind != CollectiveKind::kScatter || is_root;
-  const bool has_recv = kind != CollectiveKind::kGather || is_root;
+  const uint32_t root = shape->rooted ? e.root : 0;
 
   ValidatedRequest out;
   out.stream_ordered = stream_ordered;
   RankArgs& a = out.args;
-  a.kind = kind;
+  a.kind = shape->opcode;
+  a.root = root;
+  if (shape->send.extent == shm::Extent::kNone) return out;  // a barrier names no buffer
   a.bytes = e.bytes;
-  a.root = rooted ? e.root : 0;
+  // One buffer (broadcast) is named by every rank as its receive range, which is also the send.
+  const bool has_send = shape->send.significant(rank, root) && !shape->one_buffer;
+  const bool has_recv = shape->recv.significant(rank, root);
   if (has_send) {
     out.send = lookup(e.send_buffer);
     if (!out.send)
@@ -161,55 +155,49 @@ Result validate_request(const shm::SubmitEntry& e, uint32_t nranks, uint32_t ran
                                              " is not registered by this session");
     a.send_offset = e.send_offset;
   }
-  if (kind == CollectiveKind::kBroadcast) {
-    if (e.recv_buffer != e.send_buffer || e.recv_offset != e.send_offset)
-      return error(ErrorCode::kInvalidArgument,
-                   "broadcast takes one buffer: the receive range must be the send range");
-    out.recv = out.send;
-  } else if (has_recv) {
+  if (has_recv) {
     out.recv = lookup(e.recv_buffer);
     if (!out.recv)
       return error(ErrorCode::kNotFound, "receive buffer " + std::to_string(e.recv_buffer) +
                                              " is not registered by this session");
+    a.recv_offset = e.recv_offset;
   }
-  if (out.recv) a.recv_offset = e.recv_offset;
+  if (shape->one_buffer) {
+    if (e.recv_buffer != e.send_buffer || e.recv_offset != e.send_offset)
+      return error(
+          ErrorCode::kInvalidArgument,
+          std::string(shape->name) + " takes one buffer: the receive range must be the send range");
+    out.send = out.recv;
+    a.send_offset = e.recv_offset;
+  }
 
-  if (kind == CollectiveKind::kAllToAllV) {
+  if (shape->send.extent == shm::Extent::kPerPeerCounts) {
     if (auto bad = read_v_args(e, nranks, lookup, a)) return *bad;
     if (auto bad = check_v_blocks(a, *out.send, *out.recv)) return *bad;
     return out;
   }
 
-  // Sizes of the significant ranges: blocks of `bytes`, nranks of them where a rank sends or
-  // receives one per peer.
-  const auto all = checked_mul(e.bytes, nranks);
-  const bool send_all = kind == CollectiveKind::kAllToAll || kind == CollectiveKind::kScatter;
-  const bool recv_all = kind == CollectiveKind::kAllGather || kind == CollectiveKind::kAllToAll ||
-                        kind == CollectiveKind::kGather;
-  const std::optional<uint64_t> send_bytes = send_all ? all : e.bytes;
-  const std::optional<uint64_t> recv_bytes = recv_all ? all : e.bytes;
+  const auto send_bytes = shm::range_bytes(shape->send, nranks, e.bytes);
+  const auto recv_bytes = shm::range_bytes(shape->recv, nranks, e.bytes);
   if (out.send)
     if (auto bad = check_range("send", *out.send, e.send_offset, send_bytes)) return *bad;
   if (out.recv)
     if (auto bad = check_range("receive", *out.recv, e.recv_offset, recv_bytes)) return *bad;
 
-  // In place where NCCL and MPI define it: send is this rank's own block of recv (all-gather,
-  // gather at the root) or recv is its block of send (scatter at the root). Any other overlap
-  // would let one copy overwrite another's source.
-  if (kind != CollectiveKind::kBroadcast && out.send && out.recv && out.send->id == out.recv->id) {
-    const uint64_t own = uint64_t{rank} * e.bytes;  // no overflow: inside the checked ranges
-    bool in_place = false;
-    if (kind == CollectiveKind::kAllGather || kind == CollectiveKind::kGather)
-      in_place = e.send_offset == e.recv_offset + own;
-    else if (kind == CollectiveKind::kScatter)
-      in_place = e.recv_offset == e.send_offset + own;
+  // In place where NCCL and MPI define it: the own block's source is its destination. Any other
+  // overlap would let one copy overwrite another's source.
+  if (has_send && has_recv && out.send->id == out.recv->id) {
+    // No overflow: the own block lies inside the ranges checked above.
+    const auto own = shm::pair_block(*shape, rank, rank, root, e.bytes);
+    const bool in_place = shape->in_place_allowed && own &&
+                          e.send_offset + own->send_offset == e.recv_offset + own->recv_offset;
     if (!in_place && ranges_overlap(e.send_offset, *send_bytes, e.recv_offset, *recv_bytes))
       return error(ErrorCode::kInvalidArgument,
-                   std::string(collective_name(kind)) +
+                   std::string(shape->name) +
                        ": send range overlaps the receive range but is not in place (" +
-                       (kind == CollectiveKind::kAllToAll
-                            ? std::string("in-place all_to_all is not supported")
-                        : kind == CollectiveKind::kScatter
+                       (!shape->in_place_allowed
+                            ? "in-place " + std::string(shape->name) + " is not supported"
+                        : shape->send.extent == shm::Extent::kBlockPerRank
                             ? std::string("in place needs recv == send + rank * bytes")
                             : std::string("in place needs send == recv + rank * bytes")) +
                        ")");

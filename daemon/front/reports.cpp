@@ -37,7 +37,7 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
   }
   uint64_t outcomes[2] = {0, 0};
   for (uint32_t op = 0; op < kOpSlots; ++op) {
-    const std::string op_name(collective_name(static_cast<CollectiveKind>(op)));
+    const std::string op_name(shm::opcode_name(static_cast<CollectiveKind>(op)));
     for (std::size_t o = 0; o < 2; ++o) {
       const uint64_t n = load(stats.collectives[op][o]);
       outcomes[o] += n;
@@ -128,7 +128,7 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
       f->set_seq(seq);
       if (const RankArgs* reference = c->reference()) {
         f->set_bytes(reference->bytes);
-        f->set_collective(std::string(collective_name(reference->kind)));
+        f->set_collective(std::string(shm::opcode_name(reference->kind)));
       }
       f->set_waiting_seconds(seconds_since(c->started));
       for (uint32_t r = 0; r < comm->nranks; ++r) {

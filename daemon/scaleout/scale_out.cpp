@@ -209,13 +209,13 @@ void ScaleOut::send_to_nodes(Communicator& comm, const std::string& header) {
       worker().send(it->second.peers[n], header, nullptr, 0, [](ErrorCode, const std::string&) {});
 }
 
-bool ScaleOut::progress() {
+bool ScaleOut::poll() {
   const bool worked = worker_ && worker_->progress();
   return apply_parked_breaks() || worked;
 }
 
 // Parked breaks wait on arrivals or their deadline: the loop keeps turning meanwhile.
-bool ScaleOut::ready_to_sleep() { return parked_breaks_.empty() && (!worker_ || worker_->arm()); }
+bool ScaleOut::try_enter_sleep() { return parked_breaks_.empty() && (!worker_ || worker_->arm()); }
 
 bool ScaleOut::apply_parked_breaks() {
   bool applied = false;

@@ -33,7 +33,7 @@ class NodeArrival;
 
 namespace iris::daemon {
 
-class ScaleOut final : public RemoteNodes, public UcxWorker::Listener {
+class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Poller {
  public:
   ScaleOut(const Config& config, CollectiveScheduler& scheduler, CommunicatorRegistry& comms,
            Engine& engine, ProgressLoop& loop);
@@ -55,9 +55,9 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener {
   // How many of its nodes have joined `comm` (this one included), of how many.
   std::pair<uint32_t, uint32_t> nodes_joined(const Communicator& comm) const;
 
-  // The progress loop's part: UCX progress, and arming before the loop sleeps.
-  bool progress();
-  bool ready_to_sleep();
+  // Poller: UCX progress and other nodes' parked breaks; UCX armed before the loop sleeps.
+  bool poll() override;
+  bool try_enter_sleep() override;
 
   // RemoteNodes.
   std::optional<PlanError> send_arrival(Communicator& comm, Collective& c, uint32_t rank) override;

@@ -27,7 +27,7 @@ Session::~Session() {
   if (connection_) ::shutdown(connection_.get(), SHUT_RDWR);
 }
 
-void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why) {
+bool Session::complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why) {
   if (code != ErrorCode::kOk) {
     // Before the completion word (release): the client reads it once it sees the failure.
     char* text = view_.failures[slot].text;
@@ -36,7 +36,9 @@ void Session::complete(uint32_t slot, uint32_t generation, ErrorCode code, const
     text[n] = '\0';
   }
   view_.slots[slot].word.store(shm::pack_completion(generation, code), std::memory_order_release);
+  const bool first = !needs_wake_;
   needs_wake_ = true;
+  return first;
 }
 
 bool Session::stream_ready(uint32_t slot, uint32_t generation) const {

@@ -37,10 +37,10 @@ class Session {
   shm::RingConsumer<shm::SubmitEntry>& ring() { return ring_; }
   bool ring_has_entries() const { return ring_.has_entries(); }
 
-  // Writes a completion into the client's slot; the wake happens in flush_wake(). (Runtime
-  // writes the GPU done flag of stream-ordered requests.)
-  // `why`, for a failure, goes into the slot's failure text first.
-  void complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why);
+  // Writes a completion into the client's slot (the Completer writes the rest of a request's
+  // end); the wake happens in flush_wake(). `why`, for a failure, goes into the slot's failure
+  // text first. True for the first completion since the last wake.
+  bool complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why);
   // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
   bool stream_ready(uint32_t slot, uint32_t generation) const;
   // Graph plans: whether a replay wrote the plan's ready flag (1), clearing it if so; and the
@@ -66,8 +66,9 @@ class Session {
   uint64_t buffer_bytes = 0;                // every registered buffer
   uint64_t host_buffer_bytes = 0;           // those irisd allocated in host memory
   std::map<uint64_t, uint32_t> comm_ranks;  // comm id -> this session's rank
-  // GPU memory where this session's streams wait for done flags (ring depth x uint32), once the
-  // client registered it; irisd writes it next to the host-memory done flag.
+  // GPU memory where this session's streams wait for done flags (ring depth + graph plan slots,
+  // a uint32 each), once the client registered it; the Completer writes a request's flag there
+  // with its completion slot.
   std::optional<ImportedMemory> device_done_flags;
   uint64_t submitted = 0;
   // Requests popped and not yet completed: at most the ring depth (a client reusing slots to

@@ -145,7 +145,7 @@ class GraphPlansTest : public ::testing::Test {
     return {static_cast<uint32_t>(word >> 32), shm::completion_code(word)};
   }
   void poll(int times = 20) {
-    for (int i = 0; i < times; ++i) runtime->poll_once();
+    for (int i = 0; i < times; ++i) loop.poll_once();
   }
 
   Config config;

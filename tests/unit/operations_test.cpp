@@ -152,15 +152,7 @@ TEST(Health, AWedgedLoopAndAFailingDeviceAreUnhealthyUntilTheyRecover) {
   EXPECT_TRUE(health.verdict(t0 + std::chrono::seconds(3)).healthy);
 }
 
-class IdleWork final : public LoopWork {
- public:
-  bool poll_once() override { return false; }
-  void set_sleeping(bool) override {}
-  bool has_ready_work() override { return false; }
-};
-
 TEST(Heartbeat, BeatsOnTheLoopThreadAndStopsWhileTheLoopIsBlocked) {
-  IdleWork work;
   ProgressLoop loop(std::chrono::microseconds(0));
   std::atomic<int> beats{0};
   std::atomic<std::thread::id> beat_thread{};  // the thread of the first beat
@@ -171,7 +163,7 @@ TEST(Heartbeat, BeatsOnTheLoopThreadAndStopsWhileTheLoopIsBlocked) {
     if (!beat_thread.compare_exchange_strong(none, me) && none != me) one_thread = false;
     ++beats;
   });
-  loop.start(work);
+  loop.start();
   const std::thread::id loop_thread = loop.call([] { return std::this_thread::get_id(); });
   const auto wait_for_beats = [&](int n) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

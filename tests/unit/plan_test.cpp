@@ -124,7 +124,7 @@ TEST_F(Plans, EveryDestinationByteIsWrittenOnceFromTheRightSource) {
     const Case c = random_case(rng, kind);
     auto built = build_plan(c.ranks);
     ASSERT_TRUE(std::holds_alternative<std::vector<PlannedCopy>>(built))
-        << collective_name(kind) << ": " << std::get<PlanError>(built).message << " seed " << seed;
+        << shm::opcode_name(kind) << ": " << std::get<PlanError>(built).message << " seed " << seed;
     ByteMap written;
     for (const PlannedCopy& copy : std::get<std::vector<PlannedCopy>>(built)) {
       ASSERT_GT(copy.bytes, 0u) << "empty copies are dropped";
@@ -132,17 +132,17 @@ TEST_F(Plans, EveryDestinationByteIsWrittenOnceFromTheRightSource) {
         const auto at = std::pair{copy.dst_rank, copy.dst_offset + i};
         const auto from = std::pair{copy.src_rank, copy.src_offset + i};
         ASSERT_TRUE(written.emplace(at, from).second)
-            << collective_name(kind) << ": rank " << at.first << " byte " << at.second
+            << shm::opcode_name(kind) << ": rank " << at.first << " byte " << at.second
             << " written twice; seed " << seed;
         auto want = c.expected.find(at);
         ASSERT_NE(want, c.expected.end())
-            << collective_name(kind) << ": rank " << at.first << " byte " << at.second
+            << shm::opcode_name(kind) << ": rank " << at.first << " byte " << at.second
             << " is outside what the collective writes; seed " << seed;
-        ASSERT_EQ(want->second, from) << collective_name(kind) << ": wrong source; seed " << seed;
+        ASSERT_EQ(want->second, from) << shm::opcode_name(kind) << ": wrong source; seed " << seed;
       }
     }
     ASSERT_EQ(written.size(), c.expected.size())
-        << collective_name(kind) << ": destination bytes left unwritten; seed " << seed;
+        << shm::opcode_name(kind) << ": destination bytes left unwritten; seed " << seed;
   }
 }
 
@@ -162,7 +162,7 @@ TEST_F(Plans, SourceBlocksAreWhatThePairsCopy) {
         const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
         const auto block = source_block(sender, src, dst);
         ASSERT_EQ(planned.has_value(), block.has_value())
-            << collective_name(kind) << " " << src << "->" << dst << "; seed " << seed;
+            << shm::opcode_name(kind) << " " << src << "->" << dst << "; seed " << seed;
         if (!planned) continue;
         EXPECT_EQ(planned->src_offset, block->offset) << "seed " << seed;
         EXPECT_EQ(planned->bytes, block->bytes) << "seed " << seed;
@@ -205,7 +205,7 @@ TEST_F(Plans, DisagreeingArgumentsAreRefused) {
     }
     auto built = build_plan(c.ranks);
     ASSERT_TRUE(std::holds_alternative<PlanError>(built))
-        << collective_name(kind) << " trial " << trial << ": disagreement accepted; seed " << seed;
+        << shm::opcode_name(kind) << " trial " << trial << ": disagreement accepted; seed " << seed;
     EXPECT_EQ(std::get<PlanError>(built).code, want) << std::get<PlanError>(built).message;
     EXPECT_FALSE(std::get<PlanError>(built).message.empty());
   }

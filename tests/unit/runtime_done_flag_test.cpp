@@ -70,7 +70,7 @@ TEST(RuntimeDoneFlags, AFlagThatCannotBeWrittenFailsTheRequest) {
   entry.flags = shm::kStreamOrdered | shm::kOwnBlockCopiedByClient;
   view.flags[3].ready.store(1);
   ASSERT_TRUE(ring.try_push(entry));
-  for (int i = 0; i < 10; ++i) runtime.poll_once();
+  for (int i = 0; i < 10; ++i) loop.poll_once();
 
   const uint64_t word = view.slots[3].word.load();
   ASSERT_TRUE(shm::completion_matches(word, 1));
