@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "iris/shared/unix_socket.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris::client {
 

@@ -1,6 +1,6 @@
 #include "iris/buffer.hpp"
 
-#include "client/src/client_impl.hpp"
+#include "client/src/buffer_impl.hpp"
 
 #include <unistd.h>
 

@@ -205,53 +205,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::map<uintptr_t, Registered> buffers_;  // by base address
 };
 
-struct Request::Impl {
-  Impl(std::shared_ptr<Client::Impl> c, uint32_t s, uint32_t g,
-       std::shared_ptr<Client::Impl::Outcome> o)
-      : client(std::move(c)), slot(s), generation(g), outcome(std::move(o)) {}
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-  ~Impl();
-
-  std::shared_ptr<Client::Impl> client;
-  uint32_t slot;
-  uint32_t generation;
-  std::shared_ptr<Client::Impl::Outcome> outcome;
-  bool done = false;
-  ErrorCode code = ErrorCode::kOk;
-  std::string why;  // the daemon's reason for a failure
-
-  void finish(ErrorCode result);
-};
-
-struct Buffer::Impl {
-  Impl(std::shared_ptr<Client::Impl> c, uint64_t i, void* d, std::size_t b,
-       std::shared_ptr<shm::ShmSegment> m)
-      : client(std::move(c)), id(i), data(d), bytes(b), mapping(std::move(m)) {}
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
-  ~Impl();
-
-  std::shared_ptr<Client::Impl> client;
-  uint64_t id;
-  void* data;
-  std::size_t bytes;
-  std::shared_ptr<shm::ShmSegment> mapping;  // null for GPU memory the caller owns
-};
-
-// For tests that must put entries in the ring that libiris itself never would.
-struct ClientInternals {
-  static Request submit_raw(Client& c, const shm::SubmitEntry& entry) {
-    return c.impl_->submit(entry, nullptr);
-  }
-  static Client::Impl& impl(Client& c) { return *c.impl_; }
-};
+// Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).
+std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout);
 
 // GPU memory [begin, end) is about to be freed: every session of this process drops its
 // first-use registrations of it (PyTorch's pool allocator, iris_torch_free).
 void forget_freed_gpu_memory(uintptr_t begin, uintptr_t end);
-
-// The message a rank sees for a failed collective: what happened and what to do.
-std::string describe_failure(ErrorCode code);
 
 }  // namespace iris

@@ -3,7 +3,7 @@
 #include "iris/error.hpp"
 
 #ifdef IRIS_HAVE_CUDA
-#include "iris/shared/cuda_driver.hpp"
+#include "iris/shared/cuda_library.hpp"
 #endif
 
 namespace iris {

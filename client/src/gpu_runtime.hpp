@@ -15,9 +15,9 @@
 
 #include "iris/shared/unix_socket.hpp"
 #ifdef IRIS_HAVE_HIP
-#include "iris/shared/hip_runtime.hpp"
+#include "iris/shared/hip_library.hpp"
 #endif
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris {
 

@@ -3,7 +3,7 @@
 #include "iris/error.hpp"
 
 #ifdef IRIS_HAVE_HIP
-#include "iris/shared/hip_runtime.hpp"
+#include "iris/shared/hip_library.hpp"
 #endif
 
 namespace iris {

@@ -1,6 +1,7 @@
 #include "iris/request.hpp"
 
-#include "client/src/client_impl.hpp"
+#include "client/src/failure_text.hpp"
+#include "client/src/request_impl.hpp"
 
 #include <unistd.h>
 
@@ -59,12 +60,8 @@ bool Request::test() {
 bool Request::wait(std::chrono::nanoseconds timeout) {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   if (!impl_->done) {
-    const auto now = std::chrono::steady_clock::now();
-    const auto deadline =
-        timeout >= std::chrono::steady_clock::time_point::max() - now
-            ? std::chrono::steady_clock::time_point::max()
-            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
-    auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline, impl_->outcome.get());
+    auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline_after(timeout),
+                                    impl_->outcome.get());
     if (!code) return false;
     impl_->finish(*code);
   }

@@ -9,7 +9,7 @@
 #include "iris/iris.h"
 
 #ifdef IRIS_HAVE_CUDA
-#include "iris/shared/cuda_driver.hpp"
+#include "iris/shared/cuda_library.hpp"
 #endif
 
 namespace {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "daemon/collectives/collective.hpp"
+#include "daemon/collectives/node_layout.hpp"
 #include "daemon/log_limiter.hpp"
-#include "daemon/scaleout/node_layout.hpp"
 #include "iris/error_code.hpp"
 
 namespace iris::daemon {

@@ -14,41 +14,6 @@
 
 namespace iris::daemon {
 
-void check_export_range(const DeviceBufferExport& exported, uint64_t size, const char* what) {
-  if (!range_within(exported.offset, exported.bytes, size))
-    throw Error(ErrorCode::kOutOfRange, "range [" + std::to_string(exported.offset) + ", +" +
-                                            std::to_string(exported.bytes) + ") lies outside " +
-                                            what + " of " + std::to_string(size) + " bytes");
-}
-
-uint64_t check_vmm_export(const DeviceBufferExport& exported) {
-  const auto& chunks = exported.vmm_chunk_bytes;
-  if (chunks.size() != exported.vmm_fds.size())
-    throw Error(ErrorCode::kInvalidArgument,
-                std::to_string(exported.vmm_fds.size()) + " file descriptors for " +
-                    std::to_string(chunks.size()) + " VMM allocations");
-  uint64_t total = 0;
-  for (uint64_t bytes : chunks) {
-    const auto sum = checked_add(total, bytes);
-    if (bytes == 0 || !sum)
-      throw Error(ErrorCode::kInvalidArgument, "VMM allocation sizes are zero or overflow");
-    total = *sum;
-  }
-  check_export_range(exported, total, "the VMM allocations");
-  return total;
-}
-
-ImportedMemory Engine::import_device_memory(const DeviceBufferExport&) {
-  throw Error(ErrorCode::kInvalidArgument,
-              "the '" + description().name +
-                  "' engine cannot use GPU buffers: run irisd with --engine hsa (AMD) or "
-                  "--engine cuda (NVIDIA) on a GPU node");
-}
-
-void Engine::write_device_word(int, std::byte*, uint32_t) {
-  throw Error(ErrorCode::kInternal, "the '" + description().name + "' engine has no GPU memory");
-}
-
 std::unique_ptr<Engine> make_engine(const EngineOptions& options) {
   if (options.kind == "host")
     return std::make_unique<HostEngine>(options, "requested with --engine host");

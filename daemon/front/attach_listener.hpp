@@ -25,7 +25,7 @@
 #include "daemon/front/caller_tokens.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris::daemon {
 

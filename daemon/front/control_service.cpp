@@ -6,6 +6,7 @@
 
 #include "daemon/front/reports.hpp"
 #include "daemon/front/wire.hpp"
+#include "daemon/operations/stats_report.hpp"
 #include "iris/shared/metadata.hpp"
 #include "iris/shared/version.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "daemon/runtime.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris::daemon {
 

@@ -10,7 +10,7 @@
 #include "daemon/engines/engine.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
 #include "iris/shared/unix_socket.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris::daemon {
 

@@ -1,6 +1,6 @@
 #include "daemon/operations/health.hpp"
 
-#include "daemon/front/reports.hpp"
+#include "daemon/operations/stats_report.hpp"
 
 namespace iris::daemon {
 

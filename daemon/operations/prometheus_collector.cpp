@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "daemon/front/reports.hpp"
+#include "daemon/operations/stats_report.hpp"
 #include "iris/shared/version.hpp"
 
 namespace iris::daemon {

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "iris/error.hpp"
-#include "iris/shared/descriptor.hpp"
+#include "iris/shared/collective_shape.hpp"
 #include "iris/v1/scaleout.pb.h"
 
 namespace iris::daemon {
@@ -429,7 +429,7 @@ void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
     scheduler_.arrive_remote(comm, rank, a.seq(), std::nullopt, ErrorCode::kInvalidArgument,
                              "its node sent " + why);
   };
-  if (a.kind() < shm::kFirstCollectiveOpcode || a.kind() > shm::kLastCollectiveOpcode)
+  if (shm::shape_of(a.kind()) == nullptr)
     return refuse("an unknown collective " + std::to_string(a.kind()));
   RankArgs args;
   args.kind = static_cast<CollectiveKind>(a.kind());

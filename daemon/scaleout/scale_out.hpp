@@ -22,9 +22,9 @@
 
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/collectives/node_layout.hpp"
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
-#include "daemon/scaleout/node_layout.hpp"
 #include "daemon/scaleout/ucx_worker.hpp"
 
 namespace iris::v1 {

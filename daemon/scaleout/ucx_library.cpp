@@ -17,8 +17,7 @@ LoadedLibrary<Library> load_once() {
   }
   // ucs_status_string lives in libucs, which libucp depends on: found through the same handle.
 #define IRIS_UCX_RESOLVE(name)                                                                 \
-  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));                \
-  if (r.table.name == nullptr) {                                                               \
+  if (!resolve(lib, #name, r.table.name)) {                                                    \
     r.why_not = "the UCX found (libucp.so.0) lacks " #name " (irisd needs UCX 1.12 or newer)"; \
     return r;                                                                                  \
   }

@@ -7,7 +7,7 @@
 #include "daemon/front/wire.hpp"
 #include "iris/error.hpp"
 #include "iris/shared/unix_socket.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 #include <google/protobuf/stubs/logging.h>
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "iris/shared/cuda_driver.hpp"
+#include "iris/shared/cuda_library.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {

@@ -16,8 +16,8 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include "client/ctl/control_channel.hpp"
 #include "client/ctl/operator_attach.hpp"
-#include "client/src/control_channel.hpp"
 #include "iris/shared/unix_socket.hpp"
 #include "tests/support/daemon_process.hpp"
 

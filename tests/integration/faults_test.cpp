@@ -10,12 +10,12 @@
 #include <limits>
 #include <thread>
 
-#include "client/src/client_impl.hpp"
 #include "examples/collective_sweep/pattern.hpp"
 #include "iris/iris.hpp"
 #include "iris/shared/version.hpp"
 #include "tests/support/client_helpers.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/raw_session.hpp"
 
 namespace iris::testing {
 namespace {
@@ -46,10 +46,10 @@ class Faults : public ::testing::Test {
 };
 
 TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {
-  auto client = Client::connect(options_for(daemon));
-  auto comm = Communicator::init(client, "solo", 1, 0);
-  auto buf = client.allocate(4096);
-  auto recv = client.allocate(4096);
+  auto client = RawClient::attach(daemon.socket());
+  const uint64_t comm = client.comm_init("solo", 1, 0);
+  const auto buf = client.allocate(4096);
+  const auto recv = client.allocate(4096);
   const uint64_t max = std::numeric_limits<uint64_t>::max();
   struct Case {
     const char* what;
@@ -57,42 +57,32 @@ TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {
     ErrorCode expected;
   };
   const Case cases[] = {
-      {"unknown buffer", raw_gather(comm.id(), 1, 424242, 0, recv.id(), 0, 8),
-       ErrorCode::kNotFound},
-      {"send past end", raw_gather(comm.id(), 2, buf.id(), 4000, recv.id(), 0, 97),
+      {"unknown buffer", raw_gather(comm, 1, 424242, 0, recv.id, 0, 8), ErrorCode::kNotFound},
+      {"send past end", raw_gather(comm, 2, buf.id, 4000, recv.id, 0, 97), ErrorCode::kOutOfRange},
+      {"recv past end", raw_gather(comm, 3, buf.id, 0, recv.id, 1, 4096), ErrorCode::kOutOfRange},
+      {"offset overflows 64 bits", raw_gather(comm, 4, buf.id, max, recv.id, 0, 2),
        ErrorCode::kOutOfRange},
-      {"recv past end", raw_gather(comm.id(), 3, buf.id(), 0, recv.id(), 1, 4096),
-       ErrorCode::kOutOfRange},
-      {"offset overflows 64 bits", raw_gather(comm.id(), 4, buf.id(), max, recv.id(), 0, 2),
-       ErrorCode::kOutOfRange},
-      {"unknown communicator", raw_gather(777, 1, buf.id(), 0, recv.id(), 0, 8),
-       ErrorCode::kNotFound},
-      {"sequence skipped", raw_gather(comm.id(), 9, buf.id(), 0, recv.id(), 0, 8),
+      {"unknown communicator", raw_gather(777, 1, buf.id, 0, recv.id, 0, 8), ErrorCode::kNotFound},
+      {"sequence skipped", raw_gather(comm, 9, buf.id, 0, recv.id, 0, 8),
        ErrorCode::kSequenceError},
-      {"sequence reused", raw_gather(comm.id(), 1, buf.id(), 0, recv.id(), 0, 8),
-       ErrorCode::kSequenceError},
+      {"sequence reused", raw_gather(comm, 1, buf.id, 0, recv.id, 0, 8), ErrorCode::kSequenceError},
   };
-  for (const Case& c : cases) {
-    auto r = ClientInternals::submit_raw(client, c.entry);
-    EXPECT_EQ(wait_code(r), c.expected) << c.what;
-  }
+  for (const Case& c : cases)
+    EXPECT_EQ(client.wait(0, client.submit(c.entry)), c.expected) << c.what;
   shm::SubmitEntry bad_opcode{};
   bad_opcode.opcode = 77;
-  auto r = ClientInternals::submit_raw(client, bad_opcode);
-  EXPECT_EQ(wait_code(r), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.wait(0, client.submit(bad_opcode)), ErrorCode::kInvalidArgument);
 
   // Stream-ordered without registered done flags: nothing the stream waits on could be written.
-  auto stream_entry = raw_gather(comm.id(), 5, buf.id(), 0, recv.id(), 0, 8);
+  auto stream_entry = raw_gather(comm, 5, buf.id, 0, recv.id, 0, 8);
   stream_entry.flags = shm::kStreamOrdered;
-  auto stream_ordered = ClientInternals::submit_raw(client, stream_entry);
-  EXPECT_EQ(wait_code(stream_ordered), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(client.wait(0, client.submit(stream_entry)), ErrorCode::kInvalidArgument);
 
   // The session and the daemon still work: seq 6 is next (1-5 were consumed above).
-  example::fill_block(buf.data(), 4096, 5, 0, 0);
-  auto ok = ClientInternals::submit_raw(client,
-                                        raw_gather(comm.id(), 6, buf.id(), 0, recv.id(), 0, 4096));
-  EXPECT_EQ(wait_code(ok), ErrorCode::kOk);
-  EXPECT_EQ(example::check_block(recv.data(), 4096, 5, 0, 0), 4096u);
+  example::fill_block(buf.data, 4096, 5, 0, 0);
+  EXPECT_EQ(client.wait(0, client.submit(raw_gather(comm, 6, buf.id, 0, recv.id, 0, 4096))),
+            ErrorCode::kOk);
+  EXPECT_EQ(example::check_block(recv.data, 4096, 5, 0, 0), 4096u);
 }
 
 TEST_F(Faults, ClientSideChecksNamePointersOutsideBuffers) {
@@ -225,15 +215,12 @@ TEST(FaultsRing, UnwaitedCompletedRequestsDoNotBlockLaterCalls) {
 }
 
 TEST_F(Faults, CorruptRingIndicesEndOnlyThatSession) {
-  auto bad = Client::connect(options_for(daemon, "bad"));
+  auto bad = RawClient::attach(daemon.socket(), "bad");
   auto good = Client::connect(options_for(daemon, "good"));
-  auto& impl = ClientInternals::impl(bad);
-  impl.view.ring_control->tail.store(1'000'000, std::memory_order_release);
-  ::write(impl.wake_fd.get(), "\1\0\0\0\0\0\0\0", 8);
-  // The daemon ends the bad session; its connection closes, which libiris reports as gone.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!impl.daemon_gone() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(1ms);
+  bad.ring.view.ring_control->tail.store(1'000'000, std::memory_order_release);
+  ::write(bad.session.fds[0].get(), "\1\0\0\0\0\0\0\0", 8);
+  // The daemon ends the bad session and closes its connection.
+  EXPECT_TRUE(bad.connection_closed(5000ms));
   auto r = good.nop();
   EXPECT_EQ(wait_code(r), ErrorCode::kOk);
   EXPECT_NE(daemon.log().find("ring indices corrupt"), std::string::npos);

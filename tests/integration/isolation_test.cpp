@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <thread>
 
-#include "client/src/client_impl.hpp"
 #include "iris/iris.hpp"
 #include "tests/support/client_helpers.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/raw_session.hpp"
 
 namespace iris::testing {
 namespace {
@@ -108,25 +108,20 @@ TEST(Isolation, BadSocketSettingsStopTheDaemonWithAReason) {
 
 TEST(Isolation, OneSessionCannotReachAnothersBuffers) {
   DaemonProcess daemon;
-  auto a = Client::connect(options_for(daemon));
+  auto a = RawClient::attach(daemon.socket());
   auto b = Client::connect(options_for(daemon));
   auto theirs = b.allocate(4096);
-  auto comm = Communicator::init(a, "mine", 1, 0);
-  auto mine = a.allocate(4096);
+  const uint64_t comm = a.comm_init("mine", 1, 0);
+  const auto mine = a.allocate(4096);
   shm::SubmitEntry e{};
   e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
-  e.comm_id = comm.id();
+  e.comm_id = comm;
   e.seq = 1;
   e.send_buffer = theirs.id();  // a real buffer id, but b's
-  e.recv_buffer = mine.id();
+  e.recv_buffer = mine.id;
   e.bytes = 16;
-  auto r = ClientInternals::submit_raw(a, e);
-  try {
-    r.wait(10s);
-    ADD_FAILURE() << "reading another session's buffer succeeded";
-  } catch (const Error& err) {
-    EXPECT_EQ(err.code(), ErrorCode::kNotFound);
-  }
+  EXPECT_EQ(a.wait(0, a.submit(e)), ErrorCode::kNotFound)
+      << "reading another session's buffer must fail as an unknown buffer";
 }
 
 TEST(Isolation, PeerIdentityComesFromTheKernel) {

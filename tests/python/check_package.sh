@@ -68,6 +68,16 @@ c = irisd.Client(sys.argv[2], name="beside-iris")
 irisd.Communicator(c, "beside-iris", nranks=1, rank=0).barrier()
 print("check_package: iris (stand-in) at", iris.__file__, "and irisd at", irisd.__file__)
 ' "$site/irisd" "$scratch/irisd.sock"
+# Python's ErrorCode is libiris's, value for value and name for name.
+"${run_python[@]}" "$scratch/venv/bin/python" -c '
+import irisd
+for code in irisd.ErrorCode:
+    name = irisd._lib.iris_error_name(int(code)).decode()
+    assert name == code.name.lower(), (int(code), name, code.name)
+beyond = len(irisd.ErrorCode)
+assert irisd._lib.iris_error_name(beyond).decode() == "unknown", "libiris has codes Python lacks"
+print("check_package: irisd.ErrorCode matches libiris:", beyond, "codes")
+'
 # IRIS_LIBRARY still overrides, and a wrong one is a clear import error.
 if IRIS_LIBRARY=/nonexistent/libiris.so.0 "$scratch/venv/bin/python" -c "import irisd" 2>"$scratch/err"; then
   echo "check_package: a missing IRIS_LIBRARY was accepted"; exit 1

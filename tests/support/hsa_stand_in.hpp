@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/engines/hsa/hsa_runtime.hpp"
-#include "iris/shared/hip_runtime.hpp"
+#include "daemon/engines/hsa/hsa_library.hpp"
+#include "iris/shared/hip_library.hpp"
 
 namespace iris::test {
 

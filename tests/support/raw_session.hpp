@@ -2,16 +2,23 @@
 // libiris never sends, descriptors it never keeps (the segment's memfd), frames it never splits.
 #pragma once
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "iris/error_code.hpp"
+#include "iris/shared/descriptor.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
 #include "iris/shared/unix_socket.hpp"
 #include "iris/shared/version.hpp"
-#include "iris/v1/control.pb.h"
+#include "iris/v1/attach.pb.h"
 
 namespace iris::testing {
 
@@ -61,6 +68,80 @@ struct RawRing {
         ring(view.ring_control, view.ring_entries, view.ring_depth) {}
   void push(const shm::SubmitEntry& e) {
     while (!ring.try_push(e)) std::this_thread::yield();
+  }
+};
+
+// A whole session spoken by hand: host buffers, a communicator, entries pushed into its ring
+// (any slot, any content) and their completions read from the segment. For tests that submit
+// what libiris never would, or tamper with the session's shared memory.
+struct RawClient {
+  RawSession session;
+  RawRing ring;
+  std::vector<shm::ShmSegment> buffers;  // host buffers irisd allocated, kept mapped
+  uint32_t next_generation = 1;
+
+  static RawClient attach(const std::string& socket_path, const std::string& name = "raw-client") {
+    RawSession s = RawSession::attach(socket_path, false, name);
+    if (s.fds.size() != 2) throw std::runtime_error("raw attach: no segment came with the answer");
+    net::Fd segment = std::move(s.fds[1]);
+    return RawClient{std::move(s), RawRing(std::move(segment)), {}, 1};
+  }
+
+  struct HostBuffer {
+    uint64_t id;
+    std::byte* data;
+  };
+  HostBuffer allocate(uint64_t bytes) {
+    v1::SessionRequest request;
+    request.mutable_allocate_host()->set_bytes(bytes);
+    std::vector<net::Fd> fds;
+    const auto response = session.call(request, &fds);
+    if (response.error_code() != 0 || fds.size() != 1)
+      throw std::runtime_error("raw allocate: " + response.error_message());
+    buffers.push_back(shm::ShmSegment::map(std::move(fds[0])));
+    return {response.registered().buffer_id(), static_cast<std::byte*>(buffers.back().data())};
+  }
+
+  uint64_t comm_init(const std::string& key, uint32_t nranks, uint32_t rank) {
+    v1::SessionRequest request;
+    request.mutable_comm_init()->set_key(key);
+    request.mutable_comm_init()->set_nranks(nranks);
+    request.mutable_comm_init()->set_rank(rank);
+    const auto response = session.call(request);
+    if (response.error_code() != 0)
+      throw std::runtime_error("raw comm_init: " + response.error_message());
+    return response.comm_id();
+  }
+
+  // Pushes `e` into the ring with completion slot `slot` and a fresh generation, rings the
+  // wake eventfd, and returns the generation its completion will carry.
+  uint32_t submit(shm::SubmitEntry e, uint32_t slot = 0) {
+    e.slot = slot;
+    e.generation = next_generation++;
+    ring.push(e);
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(session.fds[0].get(), &one, sizeof(one));
+    return e.generation;
+  }
+
+  // The code irisd completed (slot, generation) with, or kTimeout when it did not in time.
+  ErrorCode wait(uint32_t slot, uint32_t generation,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const uint64_t word = ring.view.slots[slot].word.load(std::memory_order_acquire);
+      if (shm::completion_matches(word, generation)) return shm::completion_code(word);
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return ErrorCode::kTimeout;
+  }
+
+  // True once irisd has closed the session's attach connection (it ended the session).
+  bool connection_closed(std::chrono::milliseconds timeout) const {
+    pollfd p{session.connection.get(), POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return false;
+    char byte;
+    return ::recv(session.connection.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
 };
 

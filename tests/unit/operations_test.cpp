@@ -16,6 +16,7 @@
 #include "daemon/operations/health.hpp"
 #include "daemon/operations/json_log_formatter.hpp"
 #include "daemon/operations/prometheus_collector.hpp"
+#include "daemon/operations/stats_report.hpp"
 #include "daemon/progress_loop.hpp"
 
 namespace iris::daemon {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "client/ctl/control_channel.hpp"
 #include "client/ctl/report.hpp"
-#include "client/src/control_channel.hpp"
 
 namespace iris::ctl {
 

@@ -1,5 +1,6 @@
-// A process's connection to irisd: the attach handshake (the daemon learns our pid and uid from
-// the kernel), the session's shared-memory ring, and the control channel.
+// A process's connection to irisd: the attach handshake and the session's calls on the attach
+// socket (the daemon learns our pid and uid from the kernel), and the session's shared-memory
+// ring and completion slots. libiris does not speak the operators' gRPC service.
 #pragma once
 
 #include <chrono>
@@ -94,7 +95,6 @@ class Client {
 
  private:
   friend class Communicator;
-  friend struct ClientInternals;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -1,4 +1,5 @@
-// libiris: all-gathers run by irisd on copy engines. See README.md for a walk-through.
+// libiris: collectives (all-gather, all-to-all(-v), broadcast, gather, scatter, barrier) run by
+// irisd on copy engines. See README.md for a walk-through.
 #pragma once
 
 #include "iris/buffer.hpp"

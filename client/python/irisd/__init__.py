@@ -28,15 +28,40 @@ out (as in C++), True once done, and raises IrisError when the collective failed
 timeout can be interrupted with Ctrl-C."""
 
 import ctypes
+import enum
 import os
 import pathlib
 import sysconfig
 import time
 
-__all__ = ["Buffer", "Client", "Communicator", "IrisError", "NodeSet", "Request", "wait_all"]
+__all__ = ["Buffer", "Client", "Communicator", "ErrorCode", "IrisError", "NodeSet", "Request",
+           "wait_all"]
 
 # How long one wait in C lasts before Python looks for signals (Ctrl-C) again.
 _WAIT_SLICE_NS = 100_000_000
+
+
+class ErrorCode(enum.IntEnum):
+    """iris::ErrorCode (shared/include/iris/error_code.hpp), value for value; the lower-case
+    name is the one iris_error_name() gives (python.check_package checks both against libiris)."""
+    OK = 0
+    INVALID_ARGUMENT = 1
+    NOT_FOUND = 2
+    OUT_OF_RANGE = 3
+    PERMISSION_DENIED = 4
+    ALREADY_EXISTS = 5
+    SIZE_MISMATCH = 6
+    SEQUENCE_ERROR = 7
+    NRANKS_MISMATCH = 8
+    PEER_LOST = 9
+    LIMIT_EXCEEDED = 10
+    BUSY = 11
+    TIMEOUT = 12
+    DAEMON_GONE = 13
+    PROTOCOL_MISMATCH = 14
+    UNAVAILABLE = 15
+    INTERNAL = 16
+    ENGINE_ERROR = 17
 
 
 class IrisError(RuntimeError):
@@ -46,6 +71,11 @@ class IrisError(RuntimeError):
     def __init__(self, code, name, message):
         super().__init__(f"{name}: {message}")
         self.code, self.name, self.message = code, name, message
+
+    @classmethod
+    def of(cls, code, message):
+        """An IrisError raised by Python itself, for an ErrorCode."""
+        return cls(int(code), code.name.lower(), message)
 
 
 class _IrisStream(ctypes.Structure):
@@ -163,17 +193,18 @@ def _address(x):
     if isinstance(x, int):
         return x
     if isinstance(x, bytes):
-        raise IrisError(1, "invalid_argument",
+        raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                         "a bytes object lives in Python's own memory, which irisd cannot reach: "
                         "copy it into a Buffer from client.allocate() (buffer.view()[:] = data)")
     try:
         view = memoryview(x)
     except TypeError:
-        raise IrisError(1, "invalid_argument",
+        raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                         f"cannot use a {type(x).__name__} as a pointer: pass a Buffer, a view "
                         "of one, an int address or a torch tensor") from None
     if view.readonly:
-        raise IrisError(1, "invalid_argument", "a read-only buffer cannot take part in a collective")
+        raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
+                           "a read-only buffer cannot take part in a collective")
     return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B")))
 
 
@@ -182,7 +213,7 @@ def _stream(s, hip):
         return None
     handle = int(getattr(s, "cuda_stream", s))
     if handle == 0:
-        raise IrisError(1, "invalid_argument",
+        raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                         "the legacy default stream (0) cannot order a collective: pass a "
                         "created stream (torch.cuda.Stream()), or no stream to wait from the host")
     return ctypes.byref(_IrisStream(handle, _STREAM_HIP if hip else _STREAM_CUDA))
@@ -191,7 +222,7 @@ def _stream(s, hip):
 def _u64_array(values, nranks, what):
     values = [int(v) for v in values]
     if len(values) != nranks:
-        raise IrisError(1, "invalid_argument",
+        raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                         f"all_to_all_v: {what} needs {nranks} entries (one per rank), "
                         f"got {len(values)}")
     return (ctypes.c_uint64 * nranks)(*values)
@@ -259,7 +290,8 @@ class Client:
         until release() or close(). Needed under the hsa engine (HIP memory); with the cuda
         engine tensors are registered on first use without this."""
         if not tensor.is_contiguous():
-            raise IrisError(1, "invalid_argument", "register_tensor needs a contiguous tensor")
+            raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
+                               "register_tensor needs a contiguous tensor")
         key = (tensor.data_ptr(), tensor.numel() * tensor.element_size())
         if key not in self._tensors or self._tensors[key]._handle is None:
             register = self.register_hip if self.engine == "hsa" else self.register_cuda
@@ -384,7 +416,7 @@ class Communicator:
                                     rank)
             return
         if len(nodes.node_of_rank) != nranks:
-            raise IrisError(1, "invalid_argument",
+            raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                             f"NodeSet.node_of_rank has {len(nodes.node_of_rank)} entries for "
                             f"{nranks} ranks")
         count = len(nodes.addresses)

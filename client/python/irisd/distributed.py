@@ -57,11 +57,11 @@ def _nbytes(t):
 
 def _flat(t, op, what):
     if t.device.type != "cuda":
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{op}: {what} is on {t.device}; the irisd backend takes CUDA tensors "
                              "(CPU tensors go to gloo: init with backend=\"cpu:gloo,cuda:irisd\")")
     if not t.is_contiguous():
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{op}: {what} is not contiguous; pass tensor.contiguous()")
     return t.view(-1) if t.dim() != 1 else t
 
@@ -72,7 +72,7 @@ def _reduce(stacked, op, out, nranks, name):
         torch.sum(stacked, dim=0, out=out)
         if op == ReduceOp.AVG:
             if not out.is_floating_point() and not out.is_complex():
-                raise irisd.IrisError(1, "invalid_argument",
+                raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                                      f"{name}: AVG needs a floating-point tensor")
             out.div_(nranks)
     elif op == ReduceOp.PRODUCT:
@@ -82,7 +82,7 @@ def _reduce(stacked, op, out, nranks, name):
     elif op == ReduceOp.MAX:
         torch.amax(stacked, dim=0, out=out)
     else:
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{name}: reduction {op} is not supported by the irisd backend "
                              "(SUM, AVG, PRODUCT, MIN, MAX are)")
 
@@ -476,17 +476,17 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def _check_engine(self):
         if self._client.engine != "cuda":
-            raise irisd.IrisError(15, "unavailable",
+            raise irisd.IrisError.of(irisd.ErrorCode.UNAVAILABLE,
                                  f"irisd runs the {self._client.engine} engine; CUDA tensors need "
                                  "its cuda engine (irisd --engine cuda)")
 
     def _check(self, ok, name, what):
         if not ok:
-            raise irisd.IrisError(1, "invalid_argument", f"{name}: {what}")
+            raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT, f"{name}: {what}")
 
 
 def _unsupported(name):
-    return irisd.IrisError(1, "invalid_argument",
+    return irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                           f"{name}: irisd has no point-to-point operations; use a gloo or nccl "
                           "group for send/recv")
 
@@ -500,12 +500,12 @@ def _split_bytes(t, splits, nranks, name, what):
     row = _nbytes(t) // t.shape[0] if t.dim() > 0 and t.shape[0] > 0 else 0
     if not splits:
         if t.dim() == 0 or t.shape[0] % nranks != 0:
-            raise irisd.IrisError(1, "invalid_argument",
+            raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                                  f"{name}: {what}'s first dimension must divide by {nranks} "
                                  "without split sizes")
         return [_nbytes(t) // nranks] * nranks
     if len(splits) != nranks or sum(splits) != t.shape[0] or min(splits) < 0:
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{name}: {what} split sizes {list(splits)} must be {nranks} "
                              f"non-negative counts adding up to {t.shape[0]}")
     return [int(s) * row for s in splits]

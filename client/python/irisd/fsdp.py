@@ -30,7 +30,7 @@ except ImportError as e:  # torch before 2.11 has no custom FSDP2 collectives
 
 def _group(group, what):
     if not isinstance(group, IrisProcessGroup):
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"irisd.fsdp's {what} got a {type(group).__name__}; FSDP's mesh must "
                              "be built on an irisd group (init_process_group(backend="
                              "\"cpu:gloo,cuda:irisd\"))")
@@ -86,6 +86,6 @@ def use_iris(model, pool=None):
             module.set_custom_reduce_scatter(reduce_scatter)
             count += 1
     if count == 0:
-        raise irisd.IrisError(1, "invalid_argument",
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              "use_iris: the model has no FSDP module; apply fully_shard first")
     return count

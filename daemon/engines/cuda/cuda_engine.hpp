@@ -30,7 +30,7 @@
 #include "daemon/engines/engine.hpp"
 #include "daemon/engines/release_stack.hpp"
 #include "daemon/engines/split_completions.hpp"
-#include "iris/shared/cuda_driver.hpp"
+#include "iris/shared/cuda_library.hpp"
 #include "iris/shared/unix_socket.hpp"
 
 namespace iris::daemon {

@@ -30,12 +30,12 @@
 #include <vector>
 
 #include "daemon/engines/engine.hpp"
-#include "daemon/engines/hsa/hsa_runtime.hpp"
+#include "daemon/engines/hsa/hsa_library.hpp"
 #include "daemon/engines/hsa/kfd_topology.hpp"
 #include "daemon/engines/hsa/sdma_planner.hpp"
 #include "daemon/engines/hsa/signal_pool.hpp"
 #include "daemon/engines/split_completions.hpp"
-#include "iris/shared/hip_runtime.hpp"
+#include "iris/shared/hip_library.hpp"
 #include "iris/shared/unix_socket.hpp"
 
 namespace iris::daemon {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "daemon/engines/hsa/hsa_runtime.hpp"
+#include "daemon/engines/hsa/hsa_library.hpp"
 
 namespace iris::daemon::hsa {
 

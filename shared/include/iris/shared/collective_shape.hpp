@@ -133,6 +133,12 @@ static_assert(moves(Opcode::kBroadcast, 1, 3, 1, 0, 0) && idle(Opcode::kBroadcas
 static_assert(moves(Opcode::kGather, 2, 1, 1, 0, 16) && idle(Opcode::kGather, 2, 3, 1));
 static_assert(moves(Opcode::kScatter, 1, 2, 1, 16, 0) && idle(Opcode::kScatter, 2, 1, 1));
 static_assert(idle(Opcode::kBarrier, 0, 1, 0) && !shape_of(Opcode::kNop));
+constexpr bool rows_have_counter_slots() {
+  for (const CollectiveShape& s : kCollectiveShapes)
+    if (static_cast<uint32_t>(s.opcode) > kLastCollectiveOpcode) return false;
+  return true;
+}
+static_assert(rows_have_counter_slots(), "raise kLastCollectiveOpcode with a new opcode");
 }  // namespace shape_checks
 
 }  // namespace iris::shm

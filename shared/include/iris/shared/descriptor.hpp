@@ -22,7 +22,7 @@ enum class Opcode : uint32_t {
   kScatter = 7,    // root's send + r*bytes lands in rank r's recv[bytes]
   kBarrier = 8,    // moves nothing, names no buffer: completes once every rank has arrived
 };
-inline constexpr uint32_t kFirstCollectiveOpcode = 2;
+// The highest opcode: per-opcode counters have this many slots, plus one.
 inline constexpr uint32_t kLastCollectiveOpcode = 8;
 
 // Wrapping comparison of 32-bit generation counters: a >= b.

@@ -1,6 +1,9 @@
-// A vendor runtime's entry-point table loaded once with dlopen (CUDA driver, HIP, HSA), or the
-// reason it could not be: each loader fills one of these, and every caller gets the same answer.
+// A run-time library's entry-point table loaded once with dlopen, or the reason it could not be.
+// Every loader (cuda_library, hip_library, engines/hsa/hsa_library, scaleout/ucx_library; as
+// NCCL's *wrap.cc) fills one of these with resolve(), and every caller gets the same answer.
 #pragma once
+
+#include <dlfcn.h>
 
 #include <string>
 
@@ -20,5 +23,12 @@ struct LoadedLibrary {
     return &table;
   }
 };
+
+// Looks `name` up in `lib` into the table's `slot`: false when the library lacks it.
+template <class Fn>
+bool resolve(void* lib, const char* name, Fn& slot) {
+  slot = reinterpret_cast<Fn>(::dlsym(lib, name));
+  return slot != nullptr;
+}
 
 }  // namespace iris

@@ -1,5 +1,7 @@
-// Layout of a session segment: header, submission ring, completion slots. Created by irisd
-// (0600, owned by the client's uid), mapped by the client. Every section starts on a cache line.
+// Layout of a session segment: header, submission ring, completion slots. Created by irisd as a
+// sealed memfd (it cannot be shrunk or grown) and passed to the client over the attach
+// connection (SCM_RIGHTS): no file name, nothing another process can open. Every section starts
+// on a cache line.
 #pragma once
 
 #include <atomic>

@@ -80,14 +80,14 @@ class RingConsumer {
         head_(control->head.load(std::memory_order_relaxed)),
         cached_tail_(head_) {}
 
-  // Copies the entry out of shared memory before returning it, so that a producer rewriting the
-  // slot afterwards cannot change what the consumer validated.
   // Whether the producer has published entries not yet popped (no side effects).
   bool has_entries() const { return control_->tail.load(std::memory_order_acquire) != head_; }
 
   // Whether a pop since the last call found every entry taken (the producer had to wait).
   bool take_found_full() { return std::exchange(found_full_, false); }
 
+  // Copies the entry out of shared memory before returning it, so that a producer rewriting the
+  // slot afterwards cannot change what the consumer validated.
   PopResult try_pop(Entry& out) {
     if (cached_tail_ == head_) {
       cached_tail_ = control_->tail.load(std::memory_order_acquire);

@@ -1,5 +1,6 @@
 // A gRPC channel to irisd's control socket that adds the protocol (and, once attached, the
-// session token) to every call and turns failures into iris::Error. Used by libiris and iris-ctl.
+// session token) to every call and turns failures into iris::Error. iris-ctl's: libiris speaks
+// only the attach socket.
 #pragma once
 
 #include <chrono>

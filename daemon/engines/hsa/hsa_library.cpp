@@ -1,4 +1,4 @@
-#include "daemon/engines/hsa/hsa_runtime.hpp"
+#include "daemon/engines/hsa/hsa_library.hpp"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -36,19 +36,17 @@ LoadResult load() {
   }
   r.table.library = opened.path;
 #define IRIS_HSA_RESOLVE(name)                                                               \
-  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));              \
-  if (r.table.name == nullptr) {                                                             \
+  if (!resolve(lib, #name, r.table.name)) {                                                  \
     r.why_not = std::string("the ROCm runtime is too old: libhsa-runtime64 lacks ") + #name; \
     return r;                                                                                \
   }
   IRIS_HSA_FUNCTIONS(IRIS_HSA_RESOLVE)
 #undef IRIS_HSA_RESOLVE
-  r.table.hsa_amd_memory_async_copy_on_engine =
-      reinterpret_cast<CopyOnEngineFn>(::dlsym(lib, "hsa_amd_memory_async_copy_on_engine"));
-  r.table.hsa_amd_memory_copy_engine_status =
-      reinterpret_cast<CopyEngineStatusFn>(::dlsym(lib, "hsa_amd_memory_copy_engine_status"));
-  r.table.hsa_amd_memory_get_preferred_copy_engine = reinterpret_cast<CopyEngineStatusFn>(
-      ::dlsym(lib, "hsa_amd_memory_get_preferred_copy_engine"));
+  // ROCm >= 5.7 only (Debian's 5.2.3 lacks them): optional.
+  resolve(lib, "hsa_amd_memory_async_copy_on_engine", r.table.hsa_amd_memory_async_copy_on_engine);
+  resolve(lib, "hsa_amd_memory_copy_engine_status", r.table.hsa_amd_memory_copy_engine_status);
+  resolve(lib, "hsa_amd_memory_get_preferred_copy_engine",
+          r.table.hsa_amd_memory_get_preferred_copy_engine);
   const hsa_status_t init = r.table.hsa_init();
   if (init != HSA_STATUS_SUCCESS) {
     r.why_not = "hsa_init failed: " + r.table.describe(init);

@@ -1,4 +1,4 @@
-#include "client/src/control_channel.hpp"
+#include "client/ctl/control_channel.hpp"
 
 namespace iris::client {
 

@@ -1,4 +1,4 @@
-#include "iris/shared/cuda_driver.hpp"
+#include "iris/shared/cuda_library.hpp"
 
 #include <dlfcn.h>
 
@@ -23,17 +23,14 @@ LoadResult load() {
   }
   // Each macro argument expands to its versioned symbol name (cuMemHostRegister_v2, ...).
 #define IRIS_CUDA_RESOLVE(name)                                                           \
-  r.table.name =                                                                          \
-      reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));  \
-  if (r.table.name == nullptr) {                                                          \
+  if (!resolve(lib, IRIS_CUDA_STRINGIFY(name), r.table.name)) {                           \
     r.why_not = std::string("the NVIDIA driver is too old: libcuda.so.1 lacks ") +        \
                 IRIS_CUDA_STRINGIFY(name) + " (irisd needs a CUDA 12.8 or newer driver)"; \
     return r;                                                                             \
   }
   IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_RESOLVE)
 #undef IRIS_CUDA_RESOLVE
-#define IRIS_CUDA_RESOLVE_OPTIONAL(name) \
-  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, IRIS_CUDA_STRINGIFY(name)));
+#define IRIS_CUDA_RESOLVE_OPTIONAL(name) resolve(lib, IRIS_CUDA_STRINGIFY(name), r.table.name);
   IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_RESOLVE_OPTIONAL)
 #undef IRIS_CUDA_RESOLVE_OPTIONAL
   const CUresult init = r.table.cuInit(0);

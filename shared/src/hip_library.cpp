@@ -1,4 +1,4 @@
-#include "iris/shared/hip_runtime.hpp"
+#include "iris/shared/hip_library.hpp"
 
 #include <dlfcn.h>
 
@@ -27,8 +27,7 @@ LoadResult load() {
   }
   r.table.library = opened.path;
 #define IRIS_HIP_RESOLVE(name)                                                          \
-  r.table.name = reinterpret_cast<decltype(r.table.name)>(::dlsym(lib, #name));         \
-  if (r.table.name == nullptr) {                                                        \
+  if (!resolve(lib, #name, r.table.name)) {                                             \
     r.why_not = std::string("the HIP runtime is too old: libamdhip64 lacks ") + #name + \
                 " (irisd needs ROCm 5.2 or newer)";                                     \
     return r;                                                                           \
@@ -36,8 +35,7 @@ LoadResult load() {
   IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_RESOLVE)
   IRIS_HIP_RESOLVE(hipMalloc)
 #undef IRIS_HIP_RESOLVE
-  r.table.hipStreamIsCapturing = reinterpret_cast<decltype(r.table.hipStreamIsCapturing)>(
-      ::dlsym(lib, "hipStreamIsCapturing"));
+  resolve(lib, "hipStreamIsCapturing", r.table.hipStreamIsCapturing);  // optional
   int count = 0;
   const hipError_t e = r.table.hipGetDeviceCount(&count);
   if (e != hipSuccess || count == 0) {

@@ -1,0 +1,265 @@
+// Client::Impl's ring and completion slots: submit() pushes an entry (its slot taken from the
+// pool, all-to-all-v's arguments staged), wait() and poll() read the slot's completion word,
+// spinning briefly and then sleeping on the segment's futex (Request::wait and Request::test
+// come here), and the slot goes back to the pool once its Request has seen the result.
+#include "client/src/client_impl.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <sys/mman.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "client/src/request_impl.hpp"
+#include "iris/shared/cpu_relax.hpp"
+#include "iris/shared/futex.hpp"
+
+namespace iris {
+
+namespace {
+using clock = std::chrono::steady_clock;
+// How long wait() polls before it sleeps: long enough to catch small collectives without a
+// syscall, short enough not to burn a core the rank's own work needs.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+constexpr auto kPureSpin = std::chrono::microseconds(2);
+// How often a sleeping waiter checks that irisd is still there.
+constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
+}  // namespace
+
+clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
+  const auto now = clock::now();
+  if (timeout >= clock::time_point::max() - now) return clock::time_point::max();
+  return now + std::chrono::duration_cast<clock::duration>(timeout);
+}
+
+void Client::Impl::sleep_for_completions(clock::time_point deadline,
+                                         const std::function<bool()>& ready) const {
+  // The epoch is read before `ready` is checked: a completion published in between changes it,
+  // and the futex then returns at once instead of sleeping through the completion.
+  const uint32_t epoch = view.header->completion_epoch.load(std::memory_order_acquire);
+  view.header->client_waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (!ready()) {
+    const auto slice = std::min<clock::duration>(kLivenessInterval, deadline - clock::now());
+    shm::futex_wait(view.header->completion_epoch, epoch, slice);
+  }
+  view.header->client_waiters.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+std::optional<ErrorCode> Client::Impl::poll(uint32_t slot, uint32_t generation) const {
+  const uint64_t word = view.slots[slot].word.load(std::memory_order_acquire);
+  if (!shm::completion_matches(word, generation)) return std::nullopt;
+  return shm::completion_code(word);
+}
+
+std::string Client::Impl::failure_text(uint32_t slot) const {
+  const char* text = view.failures[slot].text;
+  return std::string(text, ::strnlen(text, shm::kFailureTextBytes));
+}
+
+void Client::Impl::count_rejection() {
+  view.header->client_rejections.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
+                                            clock::time_point deadline, const Outcome* outcome) {
+  check_owner();
+  // Taken back while we waited: the slot may already hold another request's completion.
+  auto result = [&]() -> std::optional<ErrorCode> {
+    if (outcome != nullptr && outcome->ready.load(std::memory_order_acquire)) return outcome->code;
+    return poll(slot, generation);
+  };
+  const auto start = clock::now();
+  const auto spin_until = std::min(deadline, start + kSpinBeforeSleep);
+  const auto yield_after = start + kPureSpin;
+  for (auto now = start; now < spin_until; now = clock::now()) {
+    if (auto code = result()) return code;
+    // Past the first microseconds, give the core away on each turn: on a busy node the daemon
+    // (or a peer rank) may be runnable on this very core, and a pure spin would hold it off
+    // until our time slice ends.
+    if (now < yield_after) {
+      cpu_relax();
+    } else {
+      sched_yield();
+    }
+  }
+  for (;;) {
+    if (auto code = result()) return code;
+    throw_if_daemon_gone();
+    if (clock::now() >= deadline) return std::nullopt;
+    sleep_for_completions(deadline, [&] { return result().has_value(); });
+  }
+}
+
+uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
+  for (;;) {
+    {
+      std::lock_guard lock(slots_mutex_);
+      if (free_slots_.empty()) {
+        // Every slot is held: take back those whose request completed, whether or not its
+        // Request has looked yet (it finds the result in its outcome).
+        for (uint32_t i = 0; i < slots_.size(); ++i) {
+          SlotState& s = slots_[i];
+          if (!s.in_use) continue;
+          if (auto code = poll(i, s.generation)) take_back_completed(i, *code);
+        }
+      }
+      if (!free_slots_.empty()) {
+        const uint32_t slot = free_slots_.back();
+        free_slots_.pop_back();
+        SlotState& s = slots_[slot];
+        s.in_use = true;
+        s.abandoned = false;
+        s.outcome = std::make_shared<Outcome>();
+        s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
+        return slot;
+      }
+    }
+    throw_if_daemon_gone();
+    if (clock::now() >= deadline)
+      throw Error(ErrorCode::kBusy,
+                  "all " + std::to_string(slots_.size()) +
+                      " ring slots hold requests in flight; wait for some, or ask the operator "
+                      "for a deeper ring (--ring-depth)");
+    sleep_for_completions(deadline, [this] {
+      std::lock_guard lock(slots_mutex_);
+      for (uint32_t i = 0; i < slots_.size(); ++i)
+        if (!slots_[i].in_use || poll(i, slots_[i].generation)) return true;
+      return false;
+    });
+  }
+}
+
+void Client::Impl::release_slot(uint32_t slot) {
+  std::lock_guard lock(slots_mutex_);
+  SlotState& s = slots_[slot];
+  s.in_use = false;
+  s.outcome.reset();
+  free_slots_.push_back(slot);
+}
+
+void Client::Impl::take_back_completed(uint32_t slot, ErrorCode code) {
+  SlotState& s = slots_[slot];
+  if (s.outcome && !s.abandoned) {
+    s.outcome->code = code;
+    // Read now: the next request in this slot overwrites the text.
+    if (code != ErrorCode::kOk) s.outcome->why = failure_text(slot);
+    s.outcome->ready.store(true, std::memory_order_release);
+  }
+  s.outcome.reset();
+  s.abandoned = false;
+  s.in_use = false;
+  free_slots_.push_back(slot);
+}
+
+std::pair<ErrorCode, std::string> Client::Impl::collect(uint32_t slot, const Outcome& outcome,
+                                                        ErrorCode code) {
+  std::lock_guard lock(slots_mutex_);
+  if (outcome.ready.load(std::memory_order_acquire)) return {outcome.code, outcome.why};
+  std::string why = code != ErrorCode::kOk ? failure_text(slot) : std::string();
+  SlotState& s = slots_[slot];
+  s.in_use = false;
+  s.outcome.reset();
+  free_slots_.push_back(slot);
+  return {code, std::move(why)};
+}
+
+void Client::Impl::abandon(uint32_t slot, const Outcome& outcome) {
+  std::lock_guard lock(slots_mutex_);
+  // Taken back already (the outcome is ready, the slot may hold another request): nothing to do.
+  if (outcome.ready.load(std::memory_order_acquire)) return;
+  slots_[slot].abandoned = true;
+}
+
+void Client::Impl::ring_doorbell() {
+  // Pairs with the daemon's store of daemon_needs_wakeup before its last look at the ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (view.header->daemon_needs_wakeup.load(std::memory_order_relaxed) != 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(wake_fd.get(), &one, sizeof(one));
+  }
+}
+
+void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
+                              shm::SubmitEntry& entry) {
+  const std::size_t need = values.size_bytes();
+  std::lock_guard lock(args_mutex_);
+  if (args_arenas_.empty() || args_arenas_.back().stride < need) {
+    std::size_t stride = 256;
+    while (stride < need) stride *= 2;
+    auto [id, mapping] = allocate_host(stride * slots_.size(), "allocate argument area");
+    args_arenas_.push_back({id, stride, std::move(mapping)});
+  }
+  ArgsArena& arena = args_arenas_.back();
+  const std::size_t offset = std::size_t{slot} * arena.stride;
+  std::memcpy(static_cast<std::byte*>(arena.mapping.data()) + offset, values.data(), need);
+  entry.args_buffer = arena.buffer_id;
+  entry.args_offset = offset;
+}
+
+Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
+                             std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
+                             std::span<const uint64_t> v_args, HeldRegistrations* held) {
+  check_owner();
+  // Only the cheap check here: a crashed daemon is noticed by the wait.
+  if (detached || daemon_stopped())
+    throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
+                                                 : "irisd stopped; attach again once it is back");
+  // Under capture the call becomes a graph plan: no ring slot, no ring entry.
+  if (stream && stream_flags->capturing(*stream)) {
+    capture_graph_plan(entry, *stream, own_block, v_args);
+    if (held != nullptr) held->submitted(std::nullopt);  // the graph replays them
+    return Request();
+  }
+  const auto deadline = deadline_after(options.submit_timeout);
+  const uint32_t slot = acquire_slot(deadline);
+  const uint32_t generation = slots_[slot].generation;
+  entry.slot = slot;
+  entry.generation = generation;
+  if (!v_args.empty()) {
+    try {
+      stage_args(slot, v_args, entry);
+    } catch (const Error&) {
+      release_slot(slot);
+      throw;
+    }
+  }
+  if (stream) {
+    try {
+      if (own_block)
+        stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);
+      stream_flags->enqueue_ready(*stream, slot, generation);
+    } catch (const Error&) {
+      release_slot(slot);
+      throw;
+    }
+  }
+  {
+    std::lock_guard lock(submit_mutex_);
+    if (seq_counter != nullptr) entry.seq = seq_counter->load(std::memory_order_relaxed);
+    // Slots bound the requests in flight to the ring depth, so the ring has room unless the
+    // daemon is slow to pop; then this waits, never overwrites.
+    while (!producer_.try_push(entry)) {
+      if (daemon_gone() || clock::now() >= deadline) {
+        release_slot(slot);
+        throw_if_daemon_gone();
+        throw Error(ErrorCode::kBusy, "submission ring full: irisd is not keeping up");
+      }
+      std::this_thread::yield();
+    }
+    if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
+  }
+  if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});
+  ring_doorbell();
+  // After the push: the request is in flight whatever happens here, and a failure to enqueue
+  // the wait is reported while the Request still tracks the slot.
+  Request request(
+      std::make_shared<Request::Impl>(shared_from_this(), slot, generation, slots_[slot].outcome));
+  if (stream) stream_flags->enqueue_wait_done(*stream, slot, generation);
+  return request;
+}
+
+}  // namespace iris
