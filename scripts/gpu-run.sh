@@ -2,10 +2,11 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
-#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch
-#                                 (default: all)
+#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch,
+#                                 compare (default: all). compare runs scripts/bench-compare.sh
+#                                 (CPU only) between the bundle .gpu-old, when there is one, and .gpu.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,probe,torch,pytorch},"
+phases=",${1:-tests,readme,bench,probe,torch,pytorch,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -34,9 +35,9 @@ for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; don
 if want readme; then
   # The README's torch example, as it stands, on the cuda engine.
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
-    timeout 120 python3 scripts/one_gpu/readme_example.py python-torch >"$out/readme.txt" 2>&1
+    timeout 120 python3 tests/python/gpu/readme_example.py python-torch >"$out/readme.txt" 2>&1
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
-    timeout 120 python3 scripts/one_gpu/readme_example.py python-graph >>"$out/readme.txt" 2>&1
+    timeout 120 python3 tests/python/gpu/readme_example.py python-graph >>"$out/readme.txt" 2>&1
 fi
 
 # Benchmarks (not tests): 8 ranks on the one GPU; rank 0 prints markdown tables.
@@ -63,9 +64,9 @@ if want probe; then
 fi
 if want torch; then
   IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python timeout 300 \
-    python3 scripts/one_gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
+    python3 tests/bench/gpu/gemm_beside_allgather.py --socket "$run/irisd.sock" >"$out/gemm_torch.md" 2>&1
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
-    timeout 300 python3 scripts/one_gpu/graph_ranks.py --replays 200 >"$out/graph_torch.txt" 2>&1
+    timeout 300 python3 tests/python/gpu/graph_ranks.py --replays 200 >"$out/graph_torch.txt" 2>&1
   echo "graph_ranks exit $?" >>"$out/graph_torch.txt"
 fi
 pytorch_rc=skipped
@@ -93,15 +94,18 @@ if want pytorch; then
   node1=$!
   for _ in $(seq 100); do [ -S "$run/node1.sock.attach" ] && break; sleep 0.1; done
   "${pyenv[@]}" IRIS_SOCKETS="$run/irisd.sock,$run/node1.sock" timeout 300 \
-    python3 scripts/one_gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
+    python3 tests/python/gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
   kill "$node1"; wait "$node1"; cp "$run/node1.log" "$out/node1.log"
-  "${pyenv[@]}" timeout 120 python3 scripts/one_gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
+  "${pyenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
   "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
 fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
+if want compare && [ -d .gpu-old ]; then
+  timeout 900 scripts/bench-compare.sh .gpu-old .gpu 5 >"$out/compare.md" 2>&1
+fi
 
 echo
 echo "== summary"
@@ -123,3 +127,4 @@ if want pytorch; then
   echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
 fi
+if want compare && [ -d .gpu-old ]; then echo "-- .gpu-old against .gpu"; cat "$out/compare.md"; fi

@@ -7,7 +7,7 @@
 # sides of ROCm 6.1's dma-buf IPC change; HSA_ENABLE_SDMA / HSA_ENABLE_PEER_SDMA; the kernel's
 # recommended SDMA engine mask per link), starts irisd with --engine hsa, shows what irisd sees (agents, xGMI links,
 # SDMA engines per pair, whether copies go to a chosen engine), then for 2, 4 and 8 GPUs (as many
-# as there are) runs scripts/multi_gpu/allgather_vs_nccl.py against RCCL (torch.distributed's
+# as there are) runs tests/bench/gpu/allgather_vs_nccl.py against RCCL (torch.distributed's
 # "nccl" backend is RCCL in ROCm builds of PyTorch):
 #   1. correctness: bit for bit against all_gather_into_tensor, 1 B to 1 GiB per rank, odd sizes,
 #      host-blocking, stream-ordered (hipStreamWriteValue32 / hipStreamWaitValue32), in place;
@@ -121,20 +121,20 @@ for n in 2 4 8; do
     phases=bandwidth
     [ "$split" = 0 ] && phases=correctness,bandwidth,gemm,spin
     run_with_irisd "${n}gpu_split$split" --split-bytes "$split" -- env -u GPU_STREAMOPS_CP_WAIT sh -c \
-      'timeout 1800 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
+      'timeout 1800 python3 tests/bench/gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
       sh --nranks "$n" --phases "$phases" "$@" 2>&1 | tee "$out/vs_rccl_${n}gpu_split$split.md"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   done
   echo "== 3a. $n GPUs, GEMM beside stream-ordered all-gathers with GPU_STREAMOPS_CP_WAIT=1"
   echo "      (above: unset, so each stream wait is a one-thread kernel holding a wave)"
   run_with_irisd "${n}gpu_cpwait" -- env GPU_STREAMOPS_CP_WAIT=1 sh -c \
-    'timeout 900 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
+    'timeout 900 python3 tests/bench/gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
     sh --nranks "$n" --phases gemm 2>&1 | tee "$out/vs_rccl_${n}gpu_cpwait.md"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   echo "== 3b. $n GPUs, PyTorch expandable segments (VMM buffers, imported from file descriptors)"
   run_with_irisd "${n}gpu_vmm" -- env PYTORCH_HIP_ALLOC_CONF=expandable_segments:True \
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True sh -c \
-    'timeout 900 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
+    'timeout 900 python3 tests/bench/gpu/allgather_vs_nccl.py --socket "$SOCKET" "$@"' \
     sh --nranks "$n" --phases correctness 2>&1 | tee "$out/vs_rccl_${n}gpu_vmm.md"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats_${n}gpu_split0.txt"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # irisd against NCCL on every GPU of this host (2, 4 and 8 ranks, as many as there are GPUs): runs
 # on the GPU host from the repository root with the bundle of scripts/gpu-bundle.sh in .gpu/.
-# Starts irisd (cuda engine), runs scripts/multi_gpu/allgather_vs_nccl.py for each rank count, its
+# Starts irisd (cuda engine), runs tests/bench/gpu/allgather_vs_nccl.py for each rank count, its
 # correctness phase again with PyTorch's expandable segments (VMM memory), then NCCL's copy-engine
 # path in a process of its own (NCCL_CTA_POLICY is read once per process).
 # Extra arguments go to the Python script. Tables go to stdout and to $OUT (or /tmp) as markdown.
@@ -34,13 +34,13 @@ rc=0
 for n in 2 4 8; do
   [ "$n" -le "$gpus" ] || continue
   echo "== $n GPUs"
-  timeout 900 python3 scripts/multi_gpu/allgather_vs_nccl.py --socket "$run/irisd.sock" \
+  timeout 900 python3 tests/bench/gpu/allgather_vs_nccl.py --socket "$run/irisd.sock" \
     --nranks "$n" "$@" 2>&1 | tee "$out/vs_nccl_$n.md" || rc=1
   echo "== $n GPUs, PyTorch expandable segments (VMM buffers, imported from file descriptors)"
   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout 300 python3 \
-    scripts/multi_gpu/allgather_vs_nccl.py --socket "$run/irisd.sock" --nranks "$n" \
+    tests/bench/gpu/allgather_vs_nccl.py --socket "$run/irisd.sock" --nranks "$n" \
     --phases correctness 2>&1 | tee -a "$out/vs_nccl_$n.md" || rc=1
-  NCCL_CTA_POLICY=2 timeout 300 python3 scripts/multi_gpu/allgather_vs_nccl.py --nranks "$n" \
+  NCCL_CTA_POLICY=2 timeout 300 python3 tests/bench/gpu/allgather_vs_nccl.py --nranks "$n" \
     --nccl-ce 2>&1 | tee -a "$out/vs_nccl_$n.md"
 done
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats | tee "$out/stats.txt" |

@@ -10,7 +10,7 @@
 //          and replayed kGraphCalls times: time per call / per replay (the slowest rank's).
 //   submit: the host's cost of one stream-ordered all-gather call (kSubmitCalls calls of
 //          min-bytes enqueued on one stream, timed on the host, then synchronized): the C++
-//          figure scripts/one_gpu/call_overhead.py compares the Python binding with.
+//          figure tests/bench/gpu/call_overhead.py compares the Python binding with.
 //   gemm:  throughput of a bf16 GEMM kernel alone, while irisd runs all-gathers into host memory
 //          back to back, and while an SM-kernel gather of the same layout runs beside it.
 #include <cuda_bf16.h>

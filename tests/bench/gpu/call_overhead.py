@@ -6,7 +6,7 @@ registration: a lookup per call), and torch.distributed.all_gather_into_tensor t
 backend (async_op=True, so both are enqueue-only), with NCCL's backend through the same call as
 the baseline. Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY
 and torch with CUDA.
-    python3 scripts/one_gpu/call_overhead.py"""
+    python3 tests/bench/gpu/call_overhead.py"""
 import tempfile
 import time
 

@@ -2,7 +2,7 @@
 CUDA graphs with torch.cuda.graph, replay them, and check every replay's result on the GPU (a
 replay counter in the graph makes new data each time). Prints one line per collective; exits
 non-zero on a mismatch or a failed replay. Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY.
-    python3 scripts/one_gpu/graph_ranks.py [--replays N]"""
+    python3 tests/python/gpu/graph_ranks.py [--replays N]"""
 import argparse
 import multiprocessing as mp
 import sys

@@ -4,7 +4,7 @@ run all-gathers and all-to-alls on CUDA tensors (registered on first use), host-
 stream-ordered, random odd sizes, checked against the inputs every rank can make. The GPU data
 crosses between the daemons staged through pinned host memory by the copy engines (Debian's UCX
 has no CUDA support). Prints one line; exits non-zero on a mismatch.
-    IRIS_SOCKETS=a.sock,b.sock python3 scripts/one_gpu/scale_out_gpu.py [--rounds 20]"""
+    IRIS_SOCKETS=a.sock,b.sock python3 tests/python/gpu/scale_out_gpu.py [--rounds 20]"""
 import argparse
 import multiprocessing as mp
 import os
@@ -13,7 +13,7 @@ import socket
 import sys
 import traceback
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def rank_main(rank, sockets, port, rounds, queue):

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Two builds of irisd side by side on one machine, in one run (machines are noisy: only the ratio
+# means something): the ring round trip and the host engine's all-gather p50 for 2 and 4 ranks
+# (and 8 where the machine has 12 cores or more), each build measured `rounds` times in turn
+# (A B A B ...), the median of its rounds kept. Use it to show that a change made nothing slower.
+# Each build is a bundle made by ../shared/tools/device-bundle (DIR/bin: irisd, iris-bench-ring,
+# iris-collective-sweep; DIR/lib: libiris.so.0 and what they load); scripts/gpu-bundle.sh makes
+# .gpu for the build of this tree.
+#   scripts/bench-compare.sh OLD_BUNDLE NEW_BUNDLE [rounds, default 3] [max bytes, default 1 MiB]
+set -euo pipefail
+old=$(realpath "$1") new=$(realpath "$2") rounds=${3:-3} max=${4:-1048576}
+run=$(mktemp -d /tmp/irisd-compare-XXXXXX)
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$run"' EXIT
+sizes="2 4"
+[ "$(nproc)" -ge 12 ] && sizes="2 4 8"
+
+# measure BUNDLE TAG ROUND: one irisd of BUNDLE, its ring bench and sweeps, into $run/TAG.ROUND.*
+measure() {
+  local dir=$1 tag=$2 round=$3 socket="$run/$2.$3.sock"
+  local env=(env "LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    "IRIS_BIN_DIR=$dir/bin")
+  "${env[@]}" "$dir/bin/irisd" --socket "$socket" --engine host --engine-workers 4 \
+    --log-level warn >"$run/$tag.$round.log" 2>&1 &
+  local daemon=$!
+  for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
+  # The ring bench starts its own irisd, from IRIS_BIN_DIR.
+  "${env[@]}" timeout 120 "$dir/bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
+    awk -F, '/RingRoundTrip/ {print $(NF-1)}' >"$run/$tag.$round.ring"
+  for nranks in $sizes; do
+    local pids=()
+    for ((r = 0; r < nranks; r++)); do
+      "${env[@]}" timeout 300 "$dir/bin/iris-collective-sweep" --socket "$socket" \
+        --key "cmp-$nranks" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
+        --csv >"$run/$tag.$round.$nranks.$r" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p"; done
+    # nranks,bytes_per_rank,iterations,p50_us,...: bytes and p50.
+    tail -n +2 "$run/$tag.$round.$nranks.0" | cut -d, -f2,4 >"$run/$tag.$round.sweep$nranks"
+  done
+  kill "$daemon"
+  wait "$daemon" 2>/dev/null || true
+}
+
+for ((i = 0; i < rounds; i++)); do
+  measure "$old" old "$i"
+  measure "$new" new "$i"
+done
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+ratio() { awk -v o="$1" -v n="$2" 'BEGIN {printf "%.2f", n / o}'; }
+echo "$(nproc) cores; host engine, 4 workers; median of $rounds rounds each, taken in turn"
+echo "| what | old p50 us | new p50 us | new/old |"
+echo "| --- | ---: | ---: | ---: |"
+o=$(cat "$run"/old.*.ring | median) n=$(cat "$run"/new.*.ring | median)
+echo "| ring round trip | $o | $n | $(ratio "$o" "$n") |"
+for nranks in $sizes; do
+  for bytes in $(cut -d, -f1 "$run/old.0.sweep$nranks"); do
+    o=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/old.*.sweep"$nranks" | median)
+    n=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/new.*.sweep"$nranks" | median)
+    echo "| all_gather $nranks ranks, $bytes B | $o | $n | $(ratio "$o" "$n") |"
+  done
+done
