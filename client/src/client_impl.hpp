@@ -12,8 +12,8 @@
 #include <span>
 #include <vector>
 
-#include "client/src/gpu_registration_cache.hpp"
-#include "client/src/stream_flags.hpp"
+#include "client/gpu/gpu_registration_cache.hpp"
+#include "client/gpu/stream_flags.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
 #include "iris/error.hpp"

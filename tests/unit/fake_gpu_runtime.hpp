@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "iris/error.hpp"
 
 namespace iris {

@@ -6,7 +6,7 @@
 
 #include <set>
 
-#include "client/src/gpu_registration_cache.hpp"
+#include "client/gpu/gpu_registration_cache.hpp"
 #include "tests/unit/fake_gpu_runtime.hpp"
 
 namespace iris {

@@ -10,9 +10,9 @@
 #include <map>
 #include <vector>
 
-#include "client/src/stream_flags.hpp"
+#include "client/gpu/stream_flags.hpp"
 
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "iris/error.hpp"
 #include "tests/unit/fake_gpu_runtime.hpp"
 

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <map>
 
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "daemon/engines/hsa/hsa_engine.hpp"
 #include "iris/shared/rocm_library.hpp"
 #include "tests/support/hsa_stand_in.hpp"

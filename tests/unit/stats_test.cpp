@@ -44,8 +44,8 @@ TEST(Stats, GetStatsCarriesEveryCounterAndTheErrors) {
   stats.devices[device_slot(kHostMemory, 1)].copies_in_flight = 2;
   stats.stream_ready_wait_us_total = 7;
   stats.count_error(ErrorCode::kPeerLost);
-  stats.count_collective(static_cast<uint32_t>(shm::Opcode::kAllToAll), Outcome::kFailed,
-                         2u << 20, 300);
+  stats.count_collective(static_cast<uint32_t>(shm::Opcode::kAllToAll), Outcome::kFailed, 2u << 20,
+                         300);
   v1::GetStatsResponse out;
   fill_stats(stats, 2, out);
   EXPECT_EQ(out.copy_engine_bytes_total(), 123u);

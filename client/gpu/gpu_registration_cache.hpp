@@ -28,7 +28,7 @@
 #include <span>
 #include <vector>
 
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 
 namespace iris {
 

@@ -1,4 +1,4 @@
-#include "client/src/gpu_registration_cache.hpp"
+#include "client/gpu/gpu_registration_cache.hpp"
 
 #include <algorithm>
 

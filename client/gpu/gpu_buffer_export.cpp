@@ -1,4 +1,4 @@
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 
 #include "iris/error.hpp"
 

@@ -1,5 +1,5 @@
 // GpuRuntime over the CUDA driver API (libcuda.so.1, loaded at run time).
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "iris/error.hpp"
 
 #ifdef IRIS_HAVE_CUDA

@@ -12,7 +12,7 @@
 #include <memory>
 #include <mutex>
 
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "iris/shared/segment_layout.hpp"
 
 namespace iris {

@@ -1,4 +1,4 @@
-#include "client/src/stream_flags.hpp"
+#include "client/gpu/stream_flags.hpp"
 
 #include "iris/error.hpp"
 

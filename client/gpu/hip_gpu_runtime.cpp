@@ -1,5 +1,5 @@
 // GpuRuntime over the HIP runtime (libamdhip64, loaded at run time), for AMD GPUs.
-#include "client/src/gpu_runtime.hpp"
+#include "client/gpu/gpu_runtime.hpp"
 #include "iris/error.hpp"
 
 #ifdef IRIS_HAVE_HIP
