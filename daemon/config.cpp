@@ -78,6 +78,11 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "captured collective on every rank")
       ->check(CLI::Range(10u, 86'400'000u))
       ->capture_default_str();
+  app.add_option("--p2p-timeout-ms", c.limits.p2p_timeout_ms,
+                 "a send or receive that its peer has not matched after this long fails with "
+                 "timeout")
+      ->check(CLI::Range(10u, 86'400'000u))
+      ->capture_default_str();
   app.add_option("--max-graph-plans-per-uid", c.limits.max_graph_plans_per_uid,
                  "collectives captured in CUDA graphs that one user's sessions may hold")
       ->check(CLI::Range(1u, 1u << 20))

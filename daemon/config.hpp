@@ -35,6 +35,9 @@ struct Limits {
   // Collectives captured in CUDA graphs that all of one user's sessions may hold (the progress
   // loop looks at each one's ready flag every pass).
   uint32_t max_graph_plans_per_uid = 1024;
+  // A send or receive its peer has not matched after this long fails with timeout (the caller's
+  // wait ends; nothing is held for a peer that never comes).
+  uint32_t p2p_timeout_ms = 300000;
 };
 
 struct Config {

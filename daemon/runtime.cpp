@@ -24,13 +24,15 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       plans_(scheduler_, stats, std::chrono::milliseconds(config.limits.graph_replay_timeout_ms),
              config.limits.max_graph_plans_per_uid),
       scale_out_(config, scheduler_, comms_, engine, loop),
-      arrivals_(sessions_, comms_, scheduler_, completer_, stats, tenant_log_),
+      p2p_(comms_, scheduler_, completer_, stats,
+           std::chrono::milliseconds(config.limits.p2p_timeout_ms)),
+      arrivals_(sessions_, comms_, scheduler_, p2p_, completer_, stats, tenant_log_),
       rings_(sessions_, arrivals_, stats, tenant_log_,
              [this](uint64_t session_id) { end_session(session_id, true); }) {
   loop_.watch(engine_.completion_fd());
   // A ring entry's path, in order; the completer wakes clients after everything that completes.
   for (Poller* p : std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_,
-                                                  &scheduler_, &completer_, &comms_})
+                                                  &scheduler_, &p2p_, &completer_, &comms_})
     loop_.add_poller(*p);
 }
 
@@ -61,11 +63,7 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
                   session_id, s->peer().pid, lost ? "lost its connection" : "detached",
                   s->buffers.size(), s->comm_ranks.size());
   const std::string how = lost ? "died or closed its connection" : "detached";
-  while (!s->comm_ranks.empty()) {
-    const uint64_t comm_id = s->comm_ranks.begin()->first;
-    plans_.release_comm(*s, comm_id, how);
-    comms_.leave(*s, comm_id, how);
-  }
+  while (!s->comm_ranks.empty()) leave_comm(*s, s->comm_ranks.begin()->first, how);
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
@@ -124,10 +122,18 @@ std::pair<uint32_t, uint32_t> Runtime::comm_nodes_joined(uint64_t session_id, ui
 }
 
 void Runtime::comm_destroy(uint64_t session_id, uint64_t comm_id) {
-  Session& s = sessions_.get(session_id);
-  const std::string how = "left (destroyed its communicator)";
+  leave_comm(sessions_.get(session_id), comm_id, "left (destroyed its communicator)");
+}
+
+void Runtime::leave_comm(Session& s, uint64_t comm_id, const std::string& how) {
   if (s.comm_ranks.count(comm_id) != 0) plans_.release_comm(s, comm_id, how);
-  comms_.leave(s, comm_id, how);
+  comms_.leave(s, comm_id, how);  // kNotFound for a communicator the session holds no rank in
+  // The ranks that stay learn it from their sends and receives too, in the same words.
+  const Communicator* comm = comms_.find(comm_id);
+  if (comm != nullptr && comm->broken)
+    p2p_.break_comm(comm_id, comm->broken_code, comm->broken_why);
+  else
+    p2p_.break_comm(comm_id, ErrorCode::kPeerLost, "every rank left the communicator");
 }
 
 void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry,

@@ -82,6 +82,10 @@ class Runtime {
   void mark_all_stopped();
 
  private:
+  // `s` leaves communicator `comm_id` (`how`: why, for the others): its graph plans go, and the
+  // communicator's collectives and sends and receives fail for the ranks that stay.
+  void leave_comm(Session& s, uint64_t comm_id, const std::string& how);
+
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;
@@ -93,6 +97,7 @@ class Runtime {
   CommunicatorRegistry comms_;
   GraphPlans plans_;
   ScaleOut scale_out_;
+  PointToPoint p2p_;
   Arrivals arrivals_;
   RingPoller rings_;
 };

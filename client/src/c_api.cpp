@@ -279,6 +279,28 @@ int iris_request_wait_all(iris_request** requests, size_t count) {
   return first;
 }
 
+int iris_send(iris_comm* comm, const void* buf, size_t bytes, uint32_t peer,
+              const iris_stream* stream, iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.send(buf, bytes, peer, on);
+  });
+}
+
+int iris_recv(iris_comm* comm, void* buf, size_t bytes, uint32_t peer, const iris_stream* stream,
+              iris_request** out) {
+  return submitted(comm, stream, out, [&](iris::Communicator& c, iris::Stream on) {
+    return c.recv(buf, bytes, peer, on);
+  });
+}
+
+int iris_group_start(void) {
+  return guarded([] { iris::group_start(); });
+}
+
+int iris_group_end(void) {
+  return guarded([] { iris::group_end(); });
+}
+
 int iris_barrier(iris_comm* comm) {
   if (comm == nullptr) return null_argument("comm");
   return guarded([&] { comm->comm.barrier(); });

@@ -185,6 +185,14 @@ Request Communicator::scatter(const void* send, void* recv, std::size_t bytes, u
 
 void Communicator::barrier() { submit({.opcode = shm::Opcode::kBarrier}, {}).wait(); }
 
+Request Communicator::send(const void* buf, std::size_t bytes, uint32_t peer, Stream stream) {
+  return submit({.opcode = shm::Opcode::kSend, .send = buf, .bytes = bytes, .root = peer}, stream);
+}
+
+Request Communicator::recv(void* buf, std::size_t bytes, uint32_t peer, Stream stream) {
+  return submit({.opcode = shm::Opcode::kRecv, .recv = buf, .bytes = bytes, .root = peer}, stream);
+}
+
 namespace {
 
 // Where a significant pointer lies: in a Buffer, else in GPU memory registered on first use
@@ -286,8 +294,11 @@ RankSides sides_of(const shm::CollectiveShape& shape, const CollectiveCall& call
 }  // namespace
 
 Request Communicator::submit(const CollectiveCall& call, Stream stream) {
-  const shm::CollectiveShape& shape = *shm::shape_of(call.opcode);
-  const std::string name(shape.name);
+  // A send or receive is its side of a two-rank pair (the sender is rank 0, the pair's root):
+  // the pair's shape says what it names. Its entry's root carries the peer.
+  const bool p2p = shm::is_point_to_point(static_cast<uint32_t>(call.opcode));
+  const shm::CollectiveShape& shape = *shm::shape_of(p2p ? shm::Opcode::kSendRecv : call.opcode);
+  const std::string name(shm::opcode_name(call.opcode));
   return counting_rejections(impl_.get(), [&] {
     if (!impl_ || impl_->destroyed)
       throw Error(ErrorCode::kInvalidArgument, name + " on a destroyed or empty communicator");
@@ -296,7 +307,18 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
                   name +
                       " needs a created stream (the legacy default stream is not supported); "
                       "leave the stream out for the host-blocking form");
-    const RankSides sides = sides_of(shape, call, impl_->nranks, impl_->rank);
+    if (p2p && call.root >= impl_->nranks)
+      throw Error(ErrorCode::kInvalidArgument, name + ": peer " + std::to_string(call.root) +
+                                                   " is out of range for " +
+                                                   std::to_string(impl_->nranks) + " ranks");
+    CollectiveCall as_pair = call;
+    as_pair.root = shm::kSenderInPair;
+    const RankSides sides = p2p ? sides_of(shape, as_pair, 2,
+                                           call.opcode == shm::Opcode::kSend ? shm::kSenderInPair
+                                                                             : shm::kReceiverInPair)
+                                : sides_of(shape, call, impl_->nranks, impl_->rank);
+    // Sends and receives are matched per channel, in order: no collective sequence number.
+    std::atomic<uint64_t>* seq = p2p ? nullptr : &impl_->next_seq;
     Client::Impl& client = *impl_->client;
     shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
                              shm::kNoBuffer, 0,         call.bytes,     call.root};
@@ -317,8 +339,7 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
       args.send_offset = args.recv_offset;
     }
     shm::SubmitEntry entry = shm::collective_entry(args);
-    if (!stream)
-      return client.submit(entry, &impl_->next_seq, std::nullopt, {}, sides.v_args, &held);
+    if (!stream) return client.submit(entry, seq, std::nullopt, {}, sides.v_args, &held);
     entry.flags |= shm::kStreamOrdered;
     // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
     // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
@@ -334,7 +355,7 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
     }
     const GpuStream on{stream.handle(),
                        stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
-    return client.submit(entry, &impl_->next_seq, on, own_block, sides.v_args, &held);
+    return client.submit(entry, seq, on, own_block, sides.v_args, &held);
   });
 }
 

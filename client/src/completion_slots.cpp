@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "client/src/group_waits.hpp"
 #include "client/src/request_impl.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
@@ -258,8 +259,13 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   // the wait is reported while the Request still tracks the slot.
   Request request(
       std::make_shared<Request::Impl>(shared_from_this(), slot, generation, slots_[slot].outcome));
-  if (stream) stream_flags->enqueue_wait_done(*stream, slot, generation);
+  if (stream && !defer_to_group(shared_from_this(), *stream, slot, generation))
+    enqueue_wait_done(*stream, slot, generation);
   return request;
+}
+
+void Client::Impl::enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation) {
+  stream_flags->enqueue_wait_done(stream, slot, generation);
 }
 
 }  // namespace iris

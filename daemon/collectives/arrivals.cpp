@@ -7,11 +7,12 @@
 namespace iris::daemon {
 
 Arrivals::Arrivals(SessionRegistry& sessions, CommunicatorRegistry& comms,
-                   CollectiveScheduler& scheduler, Completer& completer, Stats& stats,
-                   TenantLog& log)
+                   CollectiveScheduler& scheduler, PointToPoint& p2p, Completer& completer,
+                   Stats& stats, TenantLog& log)
     : sessions_(sessions),
       comms_(comms),
       scheduler_(scheduler),
+      p2p_(p2p),
       completer_(completer),
       stats_(stats),
       log_(log) {}
@@ -47,12 +48,19 @@ void Arrivals::take(Session& s, const shm::SubmitEntry& e) {
   }
   if (e.opcode == static_cast<uint32_t>(shm::Opcode::kNop))
     return completer_.complete(target, ErrorCode::kOk);
+  if (shm::is_point_to_point(e.opcode)) return take_point_to_point(s, e, target);
   take_collective(s, e, target);
+}
+
+Communicator* Arrivals::find_comm(uint64_t id) const {
+  Communicator* comm = comms_.find(id);
+  return comm != nullptr ? comm : p2p_.find_pair(id);
 }
 
 std::variant<Arrivals::Member, ValidationError> Arrivals::member_of(Session& s,
                                                                     const shm::SubmitEntry& e) {
-  if (shm::shape_of(e.opcode) == nullptr)
+  const shm::CollectiveShape* shape = shm::shape_of(e.opcode);
+  if ((shape == nullptr || shape->point_to_point) && !shm::is_point_to_point(e.opcode))
     return ValidationError{ErrorCode::kInvalidArgument,
                            "unknown opcode " + std::to_string(e.opcode) + " in ring entry"};
   auto rank = s.comm_ranks.find(e.comm_id);
@@ -88,24 +96,73 @@ void Arrivals::take_collective(Session& s, const shm::SubmitEntry& e,
     scheduler_.arrive(*comm, rank, e.seq, target, std::nullopt, bad->code, bad->message);
     return;
   }
-  auto request = std::get<ValidatedRequest>(std::move(validated));
+  start_when_ready(s, *comm, rank, e.seq, target, std::get<ValidatedRequest>(std::move(validated)));
+}
+
+void Arrivals::start_when_ready(Session& s, Communicator& comm, uint32_t rank, uint64_t seq,
+                                const CompletionTarget& target, ValidatedRequest request) {
   if (request.stream_ordered && !s.device_done_flags) {
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).
     session_warn(s, "stream-ordered request without registered done flags; failing it");
-    scheduler_.arrive(*comm, rank, e.seq, target, std::nullopt, ErrorCode::kInvalidArgument,
+    scheduler_.arrive(comm, rank, seq, target, std::nullopt, ErrorCode::kInvalidArgument,
                       "stream-ordered, but this session registered no done flags (the engine "
                       "cannot write GPU memory?)");
     return;
   }
-  if (request.stream_ordered && !s.stream_ready(e.slot, e.generation)) {
+  if (request.stream_ordered && !s.stream_ready(target.slot, target.generation)) {
     awaiting_stream_.push_back(
-        {target, e.comm_id, rank, e.seq, std::move(request), std::chrono::steady_clock::now()});
+        {target, comm.id, rank, seq, std::move(request), std::chrono::steady_clock::now()});
     return;
   }
   if (request.stream_ordered)
     stats_.stream_ready_waits_total.fetch_add(1, std::memory_order_relaxed);
-  scheduler_.arrive(*comm, rank, e.seq, target, std::move(request));
+  scheduler_.arrive(comm, rank, seq, target, std::move(request));
+}
+
+void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
+                                   const CompletionTarget& target) {
+  auto reject = [&](ErrorCode code, const std::string& why) {
+    session_warn(s, "request rejected: {}", why);
+    stats_.count_error(code);
+    completer_.complete(target, code, why);
+  };
+  auto member = member_of(s, e);
+  if (auto* bad = std::get_if<ValidationError>(&member)) return reject(bad->code, bad->message);
+  auto [comm, rank] = std::get<Member>(member);
+  const bool is_send = e.opcode == static_cast<uint32_t>(shm::Opcode::kSend);
+  const char* what = is_send ? "send" : "recv";
+  if (e.root >= comm->nranks)
+    return reject(ErrorCode::kInvalidArgument,
+                  std::string(what) + ": peer " + std::to_string(e.root) + " is out of range for " +
+                      std::to_string(comm->nranks) + " ranks");
+  if (comm->layout)
+    return reject(ErrorCode::kUnavailable,
+                  "communicator '" + comm->key +
+                      "' spans several nodes: send and recv run within one node only (yet)");
+  // As its side of the pair: the sender is the pair's rank 0 (its root), the receiver rank 1.
+  shm::SubmitEntry side = e;
+  side.opcode = static_cast<uint32_t>(shm::Opcode::kSendRecv);
+  side.root = shm::kSenderInPair;
+  const uint32_t in_pair = is_send ? shm::kSenderInPair : shm::kReceiverInPair;
+  auto validated = validate_request(side, 2, in_pair, [&s](uint64_t id) { return s.buffer(id); });
+  if (auto* bad = std::get_if<ValidationError>(&validated))
+    return reject(bad->code, std::string(what) + ": " + bad->message);
+  const uint32_t src = is_send ? rank : e.root;
+  const uint32_t dst = is_send ? e.root : rank;
+  auto match = p2p_.post(*comm, src, dst, is_send,
+                         {target, std::get<ValidatedRequest>(std::move(validated))});
+  if (!match) return;
+  for (PointToPoint::Side* p : {&match->send, &match->recv}) {
+    Session* owner = sessions_.find(p->target.session_id);
+    const uint32_t pair_rank = p == &match->send ? shm::kSenderInPair : shm::kReceiverInPair;
+    if (owner == nullptr) {
+      scheduler_.arrive(match->pair, pair_rank, match->seq, p->target, std::nullopt,
+                        ErrorCode::kPeerLost, "its session ended");
+      continue;
+    }
+    start_when_ready(*owner, match->pair, pair_rank, match->seq, p->target, std::move(p->request));
+  }
 }
 
 Arrivals::Admitted Arrivals::admit_graph_entry(Session& s, const shm::SubmitEntry& e) {
@@ -116,9 +173,10 @@ Arrivals::Admitted Arrivals::admit_graph_entry(Session& s, const shm::SubmitEntr
   auto member = member_of(s, e);
   if (auto* bad = std::get_if<ValidationError>(&member)) throw Error(bad->code, bad->message);
   auto [comm, rank] = std::get<Member>(member);
-  if (e.opcode == static_cast<uint32_t>(shm::Opcode::kBarrier))
+  if (e.opcode == static_cast<uint32_t>(shm::Opcode::kBarrier) || shm::is_point_to_point(e.opcode))
     throw Error(ErrorCode::kInvalidArgument,
-                "opcode " + std::to_string(e.opcode) + " cannot be captured into a graph");
+                std::string(shm::opcode_name(static_cast<shm::Opcode>(e.opcode))) +
+                    " cannot be captured into a CUDA graph (yet): call it outside the capture");
   if ((e.flags & shm::kStreamOrdered) == 0)
     throw Error(ErrorCode::kInvalidArgument, "a graph collective must be stream-ordered");
   if (comm->layout)
@@ -137,7 +195,7 @@ bool Arrivals::poll() {
   for (std::size_t i = 0; i < awaiting_stream_.size();) {
     AwaitingStream& a = awaiting_stream_[i];
     Session* session = sessions_.find(a.target.session_id);
-    Communicator* comm = comms_.find(a.comm_id);
+    Communicator* comm = find_comm(a.comm_id);
     const bool gone = session == nullptr || comm == nullptr;
     if (!gone && !session->stream_ready(a.target.slot, a.target.generation)) {
       ++i;

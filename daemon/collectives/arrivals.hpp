@@ -4,8 +4,9 @@
 // the rank's buffers (request_validation.hpp). A stream-ordered request then waits here until
 // its GPU stream reaches the call (the stream's ready flag), polled rather than waited for on
 // the GPU: a daemon stream blocked on one rank's flag would hold up every later copy on it.
-// What passes goes to the scheduler; what fails is completed (every rank of the collective
-// learns why).
+// Sends and receives are matched first (point_to_point.hpp), each matched pair then passing the
+// same stream-ordered gate. What passes goes to the scheduler; what fails is completed (every
+// rank of the collective learns why).
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/collectives/point_to_point.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/sessions/completer.hpp"
 #include "daemon/sessions/session_registry.hpp"
@@ -22,7 +24,7 @@ namespace iris::daemon {
 class Arrivals final : public Poller {
  public:
   Arrivals(SessionRegistry& sessions, CommunicatorRegistry& comms, CollectiveScheduler& scheduler,
-           Completer& completer, Stats& stats, TenantLog& log);
+           PointToPoint& p2p, Completer& completer, Stats& stats, TenantLog& log);
 
   // A ring entry of session `s`: it gets exactly one completion, now or later.
   void take(Session& s, const shm::SubmitEntry& e);
@@ -43,6 +45,13 @@ class Arrivals final : public Poller {
 
  private:
   void take_collective(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
+  void take_point_to_point(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
+  // A validated request of rank `rank` at `seq` of `comm`: to the scheduler now, or once its
+  // stream reaches the call.
+  void start_when_ready(Session& s, Communicator& comm, uint32_t rank, uint64_t seq,
+                        const CompletionTarget& target, ValidatedRequest request);
+  // A communicator of the registry, or a point-to-point pair communicator.
+  Communicator* find_comm(uint64_t id) const;
   // The session's rank in the entry's communicator, or why it has none.
   struct Member {
     Communicator* comm;
@@ -56,6 +65,7 @@ class Arrivals final : public Poller {
   SessionRegistry& sessions_;
   CommunicatorRegistry& comms_;
   CollectiveScheduler& scheduler_;
+  PointToPoint& p2p_;
   Completer& completer_;
   Stats& stats_;
   TenantLog& log_;

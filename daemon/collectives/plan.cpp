@@ -19,6 +19,14 @@ std::optional<PlanError> check_agreement(const RankArgs& a, uint32_t rank_a, con
                                                       " root " + std::to_string(a.root)};
   const bool fixed_size = shape != nullptr && shape->send.extent != shm::Extent::kPerPeerCounts &&
                           shape->send.extent != shm::Extent::kNone;
+  if (fixed_size && a.bytes != b.bytes && shape->point_to_point) {
+    const uint64_t sent = rank_a == shm::kSenderInPair ? a.bytes : b.bytes;
+    const uint64_t received = rank_a == shm::kSenderInPair ? b.bytes : a.bytes;
+    return PlanError{ErrorCode::kSizeMismatch,
+                     "a send of " + std::to_string(sent) + " bytes met a receive of " +
+                         std::to_string(received) +
+                         " bytes (a send and the receive it matches must have the same size)"};
+  }
   if (fixed_size && a.bytes != b.bytes)
     return PlanError{ErrorCode::kSizeMismatch, who(rank_b) + " passed " + std::to_string(b.bytes) +
                                                    " bytes, " + who(rank_a) + " " +

@@ -93,6 +93,17 @@ class Communicator {
   // buffer. Throws the collective's error (kPeerLost when a rank left).
   void barrier();
 
+  // Point to point: `bytes` at `buf` go to rank `peer`'s matching recv, and recv takes them.
+  // Sends and receives are matched in order per (communicator, source, destination), as NCCL
+  // and MPI match them; a send and its receive must have the same size (else both fail with
+  // size_mismatch naming the two). `peer` may be this rank. Host-blocking (no stream: wait on
+  // the Request) or ordered on `stream`; stream-ordered sends and receives that depend on each
+  // other (a pipeline's exchange, a send to self) go in one group (iris/group.hpp), or the
+  // stream waits for a send whose receive it has not reached yet. irisd fails a side its peer
+  // never matches with timeout (--p2p-timeout-ms). Not yet across nodes or in CUDA graphs.
+  Request send(const void* buf, std::size_t bytes, uint32_t peer, Stream stream = {});
+  Request recv(void* buf, std::size_t bytes, uint32_t peer, Stream stream = {});
+
   uint32_t rank() const;
   uint32_t nranks() const;
   uint64_t id() const;

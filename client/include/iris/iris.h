@@ -131,6 +131,16 @@ int iris_request_wait(iris_request* request, int64_t timeout_ns);
 int iris_request_wait_all(iris_request** requests, size_t count);
 /* Returns once every rank of the communicator has called it (a collective that moves nothing). */
 int iris_barrier(iris_comm* comm);
+/* Point to point: `bytes` at `buf` go to rank `peer`'s matching iris_recv, matched in order per
+ * (communicator, source, destination); both sides must pass the same size. Stream-ordered sends
+ * and receives that depend on each other go between iris_group_start and iris_group_end
+ * (iris/group.hpp says why). */
+int iris_send(iris_comm* comm, const void* buf, size_t bytes, uint32_t peer,
+              const iris_stream* stream, iris_request** out);
+int iris_recv(iris_comm* comm, void* buf, size_t bytes, uint32_t peer, const iris_stream* stream,
+              iris_request** out);
+int iris_group_start(void);
+int iris_group_end(void);
 /* *done = 1 once complete (returns the collective's result then), else 0 and IRIS_OK. */
 int iris_request_test(iris_request* request, int* done);
 void iris_request_release(iris_request* request);

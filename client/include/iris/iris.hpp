@@ -6,4 +6,5 @@
 #include "iris/client.hpp"
 #include "iris/communicator.hpp"
 #include "iris/error.hpp"
+#include "iris/group.hpp"
 #include "iris/request.hpp"

@@ -23,49 +23,82 @@ enum class Extent : uint8_t {
   kPerPeerCounts,  // all-to-all-v: per-peer counts and displacements, in the entry's args area
 };
 
+// Which ranks a side is significant on (elsewhere it is not named).
+enum class On : uint8_t { kEveryRank, kRoot, kOthers };
+
 struct Side {
   Extent extent = Extent::kNone;
-  bool root_only = false;  // significant on the root alone (elsewhere it is not named)
+  On on = On::kEveryRank;
 
   constexpr bool significant(uint32_t rank, uint32_t root) const {
-    return extent != Extent::kNone && (!root_only || rank == root);
+    return extent != Extent::kNone && (on == On::kEveryRank || (on == On::kRoot) == (rank == root));
   }
 };
 
 struct CollectiveShape {
   Opcode opcode;
   std::string_view name;
-  bool rooted;  // takes a root, which must be < nranks and the same on every rank
-  Side send;
-  Side recv;
+  bool rooted = false;  // takes a root, which must be < nranks and the same on every rank
+  Side send = {};
+  Side recv = {};
   // One buffer on every rank (broadcast): the receive range is the send range, named by all.
   bool one_buffer = false;
   // Send and receive may be one range where the own block's source is its destination (NCCL's
   // and MPI's in place); any other overlap of the two ranges is refused.
   bool in_place_allowed = false;
+  // The pair of a matched send (rank 0, the root) and receive (rank 1): irisd makes it from a
+  // kSend and a kRecv entry (point_to_point.hpp); a ring entry never names it.
+  bool point_to_point = false;
 };
 
 inline constexpr CollectiveShape kCollectiveShapes[] = {
-    {Opcode::kAllGather,
-     "all_gather",
-     false,
-     {Extent::kBlock},
-     {Extent::kBlockPerRank},
-     false,
-     true},
-    {Opcode::kAllToAll, "all_to_all", false, {Extent::kBlockPerRank}, {Extent::kBlockPerRank}},
-    {Opcode::kAllToAllV, "all_to_all_v", false, {Extent::kPerPeerCounts}, {Extent::kPerPeerCounts}},
-    {Opcode::kBroadcast, "broadcast", true, {Extent::kBlock, true}, {Extent::kBlock}, true},
-    {Opcode::kGather, "gather", true, {Extent::kBlock}, {Extent::kBlockPerRank, true}, false, true},
-    {Opcode::kScatter,
-     "scatter",
-     true,
-     {Extent::kBlockPerRank, true},
-     {Extent::kBlock},
-     false,
-     true},
-    {Opcode::kBarrier, "barrier", false, {}, {}},
+    {.opcode = Opcode::kAllGather,
+     .name = "all_gather",
+     .send = {Extent::kBlock},
+     .recv = {Extent::kBlockPerRank},
+     .in_place_allowed = true},
+    {.opcode = Opcode::kAllToAll,
+     .name = "all_to_all",
+     .send = {Extent::kBlockPerRank},
+     .recv = {Extent::kBlockPerRank}},
+    {.opcode = Opcode::kAllToAllV,
+     .name = "all_to_all_v",
+     .send = {Extent::kPerPeerCounts},
+     .recv = {Extent::kPerPeerCounts}},
+    {.opcode = Opcode::kBroadcast,
+     .name = "broadcast",
+     .rooted = true,
+     .send = {Extent::kBlock, On::kRoot},
+     .recv = {Extent::kBlock},
+     .one_buffer = true},
+    {.opcode = Opcode::kGather,
+     .name = "gather",
+     .rooted = true,
+     .send = {Extent::kBlock},
+     .recv = {Extent::kBlockPerRank, On::kRoot},
+     .in_place_allowed = true},
+    {.opcode = Opcode::kScatter,
+     .name = "scatter",
+     .rooted = true,
+     .send = {Extent::kBlockPerRank, On::kRoot},
+     .recv = {Extent::kBlock},
+     .in_place_allowed = true},
+    {.opcode = Opcode::kBarrier, .name = "barrier"},
+    {.opcode = Opcode::kSendRecv,
+     .name = "send/recv",
+     .rooted = true,
+     .send = {Extent::kBlock, On::kRoot},
+     .recv = {Extent::kBlock, On::kOthers},
+     .point_to_point = true},
 };
+
+// Point to point: a kSend entry is the pair's rank 0 (its root), a kRecv entry rank 1.
+inline constexpr uint32_t kSenderInPair = 0;
+inline constexpr uint32_t kReceiverInPair = 1;
+constexpr bool is_point_to_point(uint32_t opcode) {
+  return opcode == static_cast<uint32_t>(Opcode::kSend) ||
+         opcode == static_cast<uint32_t>(Opcode::kRecv);
+}
 
 // The collective `opcode` names, or nullptr (kNop, unknown numbers from an untrusted entry).
 constexpr const CollectiveShape* shape_of(uint32_t opcode) {
@@ -79,6 +112,8 @@ constexpr const CollectiveShape* shape_of(Opcode opcode) {
 
 constexpr std::string_view opcode_name(Opcode opcode) {
   if (opcode == Opcode::kNop) return "nop";
+  if (opcode == Opcode::kSend) return "send";
+  if (opcode == Opcode::kRecv) return "recv";
   const CollectiveShape* s = shape_of(opcode);
   return s != nullptr ? s->name : "unknown";
 }
@@ -133,6 +168,9 @@ static_assert(moves(Opcode::kBroadcast, 1, 3, 1, 0, 0) && idle(Opcode::kBroadcas
 static_assert(moves(Opcode::kGather, 2, 1, 1, 0, 16) && idle(Opcode::kGather, 2, 3, 1));
 static_assert(moves(Opcode::kScatter, 1, 2, 1, 16, 0) && idle(Opcode::kScatter, 2, 1, 1));
 static_assert(idle(Opcode::kBarrier, 0, 1, 0) && !shape_of(Opcode::kNop));
+static_assert(moves(Opcode::kSendRecv, kSenderInPair, kReceiverInPair, kSenderInPair, 0, 0) &&
+              idle(Opcode::kSendRecv, kReceiverInPair, kSenderInPair, kSenderInPair) &&
+              idle(Opcode::kSendRecv, kSenderInPair, kSenderInPair, kSenderInPair));
 constexpr bool rows_have_counter_slots() {
   for (const CollectiveShape& s : kCollectiveShapes)
     if (static_cast<uint32_t>(s.opcode) > kLastCollectiveOpcode) return false;

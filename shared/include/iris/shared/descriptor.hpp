@@ -21,9 +21,15 @@ enum class Opcode : uint32_t {
   kGather = 6,     // send[bytes] of rank r lands at root's recv + r*bytes
   kScatter = 7,    // root's send + r*bytes lands in rank r's recv[bytes]
   kBarrier = 8,    // moves nothing, names no buffer: completes once every rank has arrived
+  // Point to point, `root` naming the peer: send[bytes] lands in the peer's matching receive,
+  // matched in order per (communicator, source, destination) as NCCL and MPI match them. irisd
+  // runs each matched pair as a kSendRecv of a two-rank pair (sender rank 0, receiver rank 1).
+  kSend = 9,
+  kRecv = 10,
+  kSendRecv = 11,  // never in a ring: the matched pair, as the scheduler runs it
 };
 // The highest opcode: per-opcode counters have this many slots, plus one.
-inline constexpr uint32_t kLastCollectiveOpcode = 8;
+inline constexpr uint32_t kLastCollectiveOpcode = 11;
 
 // Wrapping comparison of 32-bit generation counters: a >= b.
 constexpr bool generation_reached(uint32_t a, uint32_t b) {
@@ -46,7 +52,7 @@ struct SubmitEntry {
   uint64_t recv_buffer;
   uint64_t recv_offset;
   uint64_t bytes;  // per block
-  uint32_t root;   // broadcast, gather, scatter
+  uint32_t root;   // broadcast, gather, scatter; the peer of a send or receive
   uint32_t reserved;
   // all-to-all-v: a registered host buffer of the session holding four uint64 arrays of nranks
   // each (send counts, send displacements, receive counts, receive displacements, in bytes

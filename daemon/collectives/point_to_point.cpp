@@ -1,0 +1,131 @@
+#include "daemon/collectives/point_to_point.hpp"
+
+namespace iris::daemon {
+
+PointToPoint::PointToPoint(CommunicatorRegistry& comms, CollectiveScheduler& scheduler,
+                           Completer& completer, Stats& stats, std::chrono::milliseconds timeout)
+    : comms_(comms),
+      scheduler_(scheduler),
+      completer_(completer),
+      stats_(stats),
+      timeout_(timeout) {}
+
+PointToPoint::~PointToPoint() = default;
+
+PointToPoint::OfComm& PointToPoint::of(const Communicator& parent) {
+  auto& state = by_parent_[parent.id];
+  if (!state) {
+    state = std::make_unique<OfComm>();
+    Communicator& pair = state->pair;
+    pair.id = next_pair_id_++;
+    pair.key = parent.key + " (send/recv)";
+    pair.nranks = 2;
+    pair.uid = parent.uid;
+    // Both sides of a match are there before it reaches the scheduler: the members only say
+    // that neither has left.
+    pair.members.assign(2, parent.id);
+    pair.next_seq.assign(2, 1);
+    by_pair_id_[pair.id] = state.get();
+  }
+  return *state;
+}
+
+std::optional<PointToPoint::Match> PointToPoint::post(const Communicator& parent, uint32_t src,
+                                                      uint32_t dst, bool is_send, Side side) {
+  OfComm& state = of(parent);
+  if (state.pair.broken) {
+    stats_.count_error(state.pair.broken_code);
+    completer_.complete(side.target, state.pair.broken_code, state.pair.broken_why);
+    return std::nullopt;
+  }
+  auto channel = state.channels.find({src, dst});
+  if (channel == state.channels.end())
+    channel = state.channels.emplace(std::pair{src, dst}, Channel{}).first;
+  std::deque<Side>& mine = is_send ? channel->second.sends : channel->second.recvs;
+  std::deque<Side>& theirs = is_send ? channel->second.recvs : channel->second.sends;
+  if (theirs.empty()) {
+    mine.push_back(std::move(side));
+    ++waiting_;
+    return std::nullopt;
+  }
+  Side other = std::move(theirs.front());
+  theirs.pop_front();
+  --waiting_;
+  if (channel->second.sends.empty() && channel->second.recvs.empty()) state.channels.erase(channel);
+  const uint64_t seq = ++state.matches;
+  if (is_send) return Match{state.pair, seq, std::move(side), std::move(other)};
+  return Match{state.pair, seq, std::move(other), std::move(side)};
+}
+
+Communicator* PointToPoint::find_pair(uint64_t pair_id) const {
+  auto it = by_pair_id_.find(pair_id);
+  return it == by_pair_id_.end() ? nullptr : &it->second->pair;
+}
+
+void PointToPoint::fail_waiting(OfComm& state, ErrorCode code, const std::string& why) {
+  for (auto& [key, channel] : state.channels) {
+    for (auto* sides : {&channel.sends, &channel.recvs}) {
+      for (Side& side : *sides) {
+        stats_.count_error(code);
+        completer_.complete(side.target, code, why);
+        --waiting_;
+      }
+    }
+  }
+  state.channels.clear();
+}
+
+void PointToPoint::break_comm(uint64_t parent_id, ErrorCode code, const std::string& why) {
+  auto it = by_parent_.find(parent_id);
+  if (it == by_parent_.end()) return;
+  OfComm& state = *it->second;
+  fail_waiting(state, code, why);
+  // Matches whose other side still waits for its stream fail when it arrives; none is awaited.
+  scheduler_.break_comm(state.pair, code, why);
+  state.pair.members.assign(2, std::nullopt);
+}
+
+bool PointToPoint::poll() {
+  if (by_parent_.empty()) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_timeout_check_) return false;
+  next_timeout_check_ = now + std::chrono::milliseconds(100);
+  bool failed = false;
+  for (auto it = by_parent_.begin(); it != by_parent_.end();) {
+    OfComm& state = *it->second;
+    for (auto c = state.channels.begin(); c != state.channels.end();) {
+      const auto [src, dst] = c->first;
+      for (bool sends : {true, false}) {
+        std::deque<Side>& sides = sends ? c->second.sends : c->second.recvs;
+        // Oldest first: the rest of the queue is younger.
+        while (!sides.empty() && now - sides.front().posted >= timeout_) {
+          const std::string why =
+              std::string(sends ? "a send from rank " : "a receive at rank ") +
+              std::to_string(sends ? src : dst) + (sends ? " to rank " : " from rank ") +
+              std::to_string(sends ? dst : src) + " on communicator '" + state.pair.key +
+              "' was not matched within " + std::to_string(timeout_.count()) +
+              " ms (--p2p-timeout-ms): every send needs a receive of the same size on its peer";
+          stats_.count_error(ErrorCode::kTimeout);
+          completer_.complete(sides.front().target, ErrorCode::kTimeout, why);
+          sides.pop_front();
+          --waiting_;
+          failed = true;
+        }
+      }
+      c = c->second.sends.empty() && c->second.recvs.empty() ? state.channels.erase(c)
+                                                             : std::next(c);
+    }
+    // Its communicator is gone: nothing can post here again, and its state goes once no copy
+    // of a match still runs.
+    if (comms_.find(it->first) == nullptr && state.pair.in_flight.empty()) {
+      fail_waiting(state, ErrorCode::kPeerLost, "the communicator ended");
+      by_pair_id_.erase(state.pair.id);
+      it = by_parent_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return failed;
+}
+
+}  // namespace iris::daemon
