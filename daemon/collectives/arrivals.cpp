@@ -136,6 +136,11 @@ void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
     return reject(ErrorCode::kInvalidArgument,
                   std::string(what) + ": peer " + std::to_string(e.root) + " is out of range for " +
                       std::to_string(comm->nranks) + " ranks");
+  if (comm->broken) {
+    // A rank left: as for its collectives, every later send and receive fails with why.
+    stats_.count_error(comm->broken_code);
+    return completer_.complete(target, comm->broken_code, comm->broken_why);
+  }
   if (comm->layout)
     return reject(ErrorCode::kUnavailable,
                   "communicator '" + comm->key +
