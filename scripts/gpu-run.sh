@@ -86,6 +86,9 @@ if want pytorch; then
   # Functional collectives and torch.compile (eager and compiled, FSDP2 compiled).
   "${pyenv[@]}" timeout 400 python3 tests/python/gpu/functional_compile_test.py \
     >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
+  # Point to point and torch.distributed.pipelining (GPipe, 1F1B; 2 and 3 stages).
+  "${pyenv[@]}" timeout 500 python3 tests/python/gpu/pipeline_test.py \
+    >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   # The README's FSDP2 example as users launch it.
   "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
     examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
@@ -97,6 +100,7 @@ if want pytorch; then
     python3 tests/python/gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
   kill "$node1"; wait "$node1"; cp "$run/node1.log" "$out/node1.log"
   "${pyenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
+  "${pyenv[@]}" timeout 300 python3 tests/bench/gpu/p2p_bench.py >"$out/p2p_bench.md" 2>&1
   "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
 fi
@@ -122,9 +126,10 @@ if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/
 if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out/graph_torch.txt"; fi
 if want pytorch; then
   echo "-- torch.distributed backend and FSDP2 (exit $pytorch_rc)"
-  grep -E "^(torch backend|FSDP2|functional)" "$out/pytorch.txt"
+  grep -E "^(torch backend|FSDP2|functional|torch point|pipelining)" "$out/pytorch.txt"
   echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
   echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
+  echo "-- send/recv bandwidth (2 ranks, one GPU)"; cat "$out/p2p_bench.md"
 fi
 if want compare && [ -d .gpu-old ]; then echo "-- .gpu-old against .gpu"; cat "$out/compare.md"; fi

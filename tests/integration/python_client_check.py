@@ -127,6 +127,35 @@ assert waiter.stdout.readline().strip() == "waiting"
 waiter.send_signal(signal.SIGINT)
 _, err = waiter.communicate(timeout=10)
 assert waiter.returncode != 0 and "KeyboardInterrupt" in err, err
+# Point to point: a ring exchange in both orders inside a group, then a send to oneself, every
+# byte checked; a size mismatch names both sizes.
+for order in range(2):
+    poison()
+    requests = []
+    for r in range(2):
+        with irisd.group():
+            ops = [lambda r=r: comms[r].send(sends[r], nbytes, 1 - r),
+                   lambda r=r: comms[r].recv(recvs[r], nbytes, 1 - r)]
+            for op in (ops if (order + r) % 2 == 0 else reversed(ops)):
+                requests.append(op())
+    for req in requests:
+        assert req.wait(timeout=10), "a send or receive did not complete in 10 s"
+    for r in range(2):
+        assert bytes(recvs[r].view()[:nbytes]) == data[1 - r], f"rank {r} received wrong bytes"
+poison()
+to_self = [comms[0].send(sends[0], 1000, 0), comms[0].recv(recvs[0], 1000, 0)]
+for req in to_self:
+    assert req.wait(timeout=10)
+assert bytes(recvs[0].view()[:1000]) == data[0][:1000], "a send to oneself landed wrong"
+mismatched = [comms[0].send(sends[0], 100, 1), comms[1].recv(recvs[1], 64, 0)]
+for req in mismatched:
+    try:
+        req.wait(timeout=10)
+        raise AssertionError("a send of 100 bytes met a receive of 64")
+    except irisd.IrisError as e:
+        assert e.name == "size_mismatch" and "100" in e.message and "64" in e.message, e
+assert irisd.ErrorCode(irisd.ErrorCode.SIZE_MISMATCH).name == "SIZE_MISMATCH"
+
 failed = subprocess.run([sys.executable, "-c", "import irisd; irisd.Client('/nonexistent.sock')"],
                         capture_output=True, text=True, timeout=30)
 assert "IrisError" in failed.stderr and "AttributeError" not in failed.stderr, failed.stderr

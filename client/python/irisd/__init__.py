@@ -27,6 +27,7 @@ Registrations live as long as the Client: a Buffer the caller drops stays regist
 out (as in C++), True once done, and raises IrisError when the collective failed; waits without a
 timeout can be interrupted with Ctrl-C."""
 
+import contextlib
 import ctypes
 import enum
 import os
@@ -35,7 +36,7 @@ import sysconfig
 import time
 
 __all__ = ["Buffer", "Client", "Communicator", "ErrorCode", "IrisError", "NodeSet", "Request",
-           "wait_all"]
+           "group", "group_end", "group_start", "wait_all"]
 
 # How long one wait in C lasts before Python looks for signals (Ctrl-C) again.
 _WAIT_SLICE_NS = 100_000_000
@@ -151,6 +152,10 @@ def _load():
         "iris_scatter": ([p, p, p, size, u32, stream, out], ctypes.c_int),
         "iris_request_wait": ([p, i64], ctypes.c_int),
         "iris_barrier": ([p], ctypes.c_int),
+        "iris_send": ([p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_recv": ([p, p, size, u32, stream, out], ctypes.c_int),
+        "iris_group_start": ([], ctypes.c_int),
+        "iris_group_end": ([], ctypes.c_int),
         "iris_request_test": ([p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int),
         "iris_request_release": ([p], None),
         "iris_check_graphs": ([p], ctypes.c_int),
@@ -377,6 +382,27 @@ class Request:
             self._handle = None
 
 
+def group_start():
+    """NCCL's ncclGroupStart on this thread: stream-ordered calls until the matching group_end()
+    enqueue their waits for completion only then, so the group's sends and receives never wait
+    for each other on a stream, whatever their order."""
+    _check(_lib.iris_group_start())
+
+
+def group_end():
+    _check(_lib.iris_group_end())
+
+
+@contextlib.contextmanager
+def group():
+    """group_start() ... group_end() around a block."""
+    group_start()
+    try:
+        yield
+    finally:
+        group_end()
+
+
 def wait_all(requests):
     """Waits for every request, then raises the first failure (by position), if any."""
     first = None
@@ -471,6 +497,16 @@ class Communicator:
     def barrier(self):
         """Returns once every rank has called barrier()."""
         _check(_lib.iris_barrier(self._handle))
+
+    def send(self, buf, nbytes, peer, stream=None):
+        """`nbytes` at buf go to rank `peer`'s matching recv (matched in order per source and
+        destination; both sides pass the same size). Stream-ordered sends and receives that
+        depend on each other go in one `with irisd.group():`."""
+        return self._submit(_lib.iris_send, _address(buf), nbytes, peer, stream=stream)
+
+    def recv(self, buf, nbytes, peer, stream=None):
+        """Takes the matching send of rank `peer` into `nbytes` at buf."""
+        return self._submit(_lib.iris_recv, _address(buf), nbytes, peer, stream=stream)
 
     def destroy(self):
         if self._handle:

@@ -16,9 +16,11 @@ What irisd does on copy engines: all_gather_into_tensor, all_gather, all_to_all_
 and uneven splits), all_to_all, broadcast, gather, scatter, barrier. Reductions are irisd's
 all-to-all followed by a local reduction on the GPU (only the arithmetic runs on the GPU's
 cores): reduce_scatter_tensor, reduce_scatter, reduce (a gather, then the root reduces) and
-all_reduce (reduce-scatter, then all-gather). Reduction ops: SUM, AVG, PRODUCT, MIN, MAX. send
-and recv are not supported (irisd has no point-to-point operations) and raise an error naming
-them.
+all_reduce (reduce-scatter, then all-gather). Reduction ops: SUM, AVG, PRODUCT, MIN, MAX.
+Point to point on copy engines too: send, recv, isend, irecv, and batch_isend_irecv (one irisd
+group, so a batch's sends and receives never wait for each other, whatever their order), which
+torch.distributed.pipelining's schedules use; a receive from any source is refused (irisd
+matches a receive with the sends of one named rank).
 
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
@@ -151,6 +153,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._streams = {}
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
+        self._coalescing = None  # tensors of the batch_isend_irecv being built
 
     # ProcessGroup's names. ProcessGroup keeps its name in its backends, and this group has
     # none of C++'s: it keeps them itself.
@@ -465,14 +468,48 @@ class IrisProcessGroup(dist.ProcessGroup):
         self.comm.barrier()
         return Work(self, None, [])
 
+    # Point to point, on the group's stream like the collectives. Inside torch's coalescing
+    # (batch_isend_irecv) the calls form one irisd group: their waits for completion go on the
+    # stream at _end_coalescing, whose Work covers the whole batch.
     def send(self, tensors, dst, tag=0):
-        raise _unsupported("send")
+        t = tensors[0]
+        if t.device.type == "cpu":
+            return self._gloo.send(tensors, dst, tag)
+        src = _flat(t, "send", "tensor")
+        return self._p2p(t, lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s))
 
     def recv(self, tensors, src, tag=0):
-        raise _unsupported("recv")
+        t = tensors[0]
+        if t.device.type == "cpu":
+            return self._gloo.recv(tensors, src, tag)
+        dst = _flat(t, "recv", "tensor")
+        return self._p2p(t, lambda s: self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s))
 
     def recv_anysource(self, tensors, tag=0):
-        raise _unsupported("recv")
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
+                                 "recv from any source: irisd matches a receive with the sends "
+                                 "of one named rank; pass src")
+
+    def _p2p(self, t, body):
+        if self._coalescing is None:
+            return self._run(t.device, [t], True, lambda s: [body(s)], [t], False)
+        self._check_engine()
+        self._raise_failures(block=False)
+        stream = self._stream(t.device)
+        stream.wait_stream(torch.cuda.current_stream(t.device))
+        self._pending.append(body(stream))
+        t.record_stream(stream)
+        self._coalescing.append(t)
+        return Work(self, None, [t])
+
+    def _start_coalescing(self, device):
+        self._coalescing = []
+        irisd.group_start()
+
+    def _end_coalescing(self, device):
+        tensors, self._coalescing = self._coalescing, None
+        irisd.group_end()
+        return Work(self, self._stream(device).record_event(), tensors)
 
     def _check_engine(self):
         if self._client.engine != "cuda":
@@ -483,12 +520,6 @@ class IrisProcessGroup(dist.ProcessGroup):
     def _check(self, ok, name, what):
         if not ok:
             raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT, f"{name}: {what}")
-
-
-def _unsupported(name):
-    return irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                          f"{name}: irisd has no point-to-point operations; use a gloo or nccl "
-                          "group for send/recv")
 
 
 def _async(opts):

@@ -1,0 +1,201 @@
+"""Point to point through the torch.distributed backend "irisd", on the GPU host: send, recv,
+isend, irecv and batch_isend_irecv between ranks sharing the one GPU (every element checked),
+then torch.distributed.pipelining with ScheduleGPipe and Schedule1F1B, 2 and 3 stages of a small
+transformer, every activation and gradient between stages moved by irisd (the group is
+"cpu:gloo,cuda:irisd": nothing else moves CUDA data). Each rank also trains the whole model in
+one process on the same micro-batches; in fp32 with TF32 off the pipeline's losses must match
+within rtol 1e-4 and its stage's parameters after the steps within atol 2e-5 + rtol 1e-4 (the
+same tolerance as the FSDP2 test: the two sum the micro-batches' gradients in different orders).
+    python3 tests/python/gpu/pipeline_test.py [--steps 3]"""
+import argparse
+import inspect
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import ranks  # noqa: E402
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, MICRO = 96, 64, 4, 2, 16, 8, 4
+
+
+def p2p_checks(rank, nranks):
+    """send/recv, isend/irecv and batch_isend_irecv in both orders; returns the checks made."""
+    import torch
+    import torch.distributed as dist
+
+    checks = 0
+    nxt, prev = (rank + 1) % nranks, (rank - 1) % nranks
+    for size, dtype in [(1, torch.float32), (1000, torch.bfloat16), (65_537, torch.int32),
+                        (1 << 20, torch.float32)]:
+        def data(src):
+            return (torch.arange(size, device="cuda") * (src + 3) % 251).to(dtype)
+
+        # Blocking: even ranks send first, odd ones receive first (a ring needs that order).
+        out = torch.full((size,), -1, dtype=dtype, device="cuda")
+        if rank % 2 == 0:
+            dist.send(data(rank), nxt)
+            dist.recv(out, prev)
+        else:
+            dist.recv(out, prev)
+            dist.send(data(rank), nxt)
+        assert torch.equal(out, data(prev)), f"send/recv of {size} {dtype} wrong"
+        checks += 1
+        # Batched, both orders: never deadlocks.
+        for recv_first in (False, True):
+            out = torch.full((size,), -1, dtype=dtype, device="cuda")
+            ops = [dist.P2POp(dist.isend, data(rank), nxt), dist.P2POp(dist.irecv, out, prev)]
+            for work in dist.batch_isend_irecv(ops[::-1] if recv_first else ops):
+                work.wait()
+            assert torch.equal(out, data(prev)), f"batch_isend_irecv of {size} {dtype} wrong"
+            checks += 1
+        # isend/irecv, waited for in turn.
+        out = torch.full((size,), -1, dtype=dtype, device="cuda")
+        works = [dist.irecv(out, prev), dist.isend(data(rank), nxt)]
+        for w in works:
+            w.wait()
+        assert torch.equal(out, data(prev)), f"isend/irecv of {size} {dtype} wrong"
+        checks += 1
+    try:
+        dist.recv(torch.empty(4, device="cuda"))
+        raise AssertionError("a receive from any source was accepted")
+    except Exception as e:  # noqa: BLE001 - whatever torch wraps it in, the reason is irisd's
+        assert "any source" in str(e), e
+    return checks
+
+
+def build_model():
+    import torch
+    from torch import nn
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, DIM)
+            self.layers = nn.ModuleList(
+                nn.TransformerEncoderLayer(DIM, HEADS, dim_feedforward=2 * DIM + 3, dropout=0.0,
+                                           batch_first=True) for _ in range(LAYERS))
+            self.head = nn.Linear(DIM, VOCAB)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x)
+
+    torch.manual_seed(1234)
+    return Transformer().cuda()
+
+
+class Stage:
+    """The part of the model stage `index` of `stages` runs: embedding with the first layers,
+    the middle layers, or the last layers with the head."""
+
+    @staticmethod
+    def build(model, index, stages):
+        from torch import nn
+
+        parts = ["embed"] + [f"layers.{i}" for i in range(LAYERS)] + ["head"]
+        bounds = [len(parts) * i // stages for i in range(stages + 1)]
+        mine = parts[bounds[index]:bounds[index + 1]]
+        modules = [model.get_submodule(p) for p in mine]
+        return nn.Sequential(*modules), mine
+
+
+def loss_fn(output, target):
+    import torch.nn.functional as F
+
+    return F.cross_entropy(output.reshape(-1, VOCAB), target.reshape(-1))
+
+
+def batches(steps):
+    import torch
+
+    g = torch.Generator().manual_seed(99)
+    return torch.randint(0, VOCAB, (steps, BATCH, SEQ + 1), generator=g)
+
+
+def reference(steps):
+    """One process, the whole model, the same micro-batches: losses per step (summed over the
+    micro-batches, as the schedules sum their gradients) and the parameters after the steps."""
+    import torch
+
+    model = build_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for tokens in batches(steps).cuda():
+        opt.zero_grad()
+        total = 0.0
+        for chunk in tokens.chunk(MICRO):
+            loss = loss_fn(model(chunk[:, :-1]), chunk[:, 1:])
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        losses.append(total)
+    return losses, dict(model.named_parameters())
+
+
+def pipeline_run(rank, nranks, schedule_name, steps):
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import pipelining
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    ref_losses, ref_params = reference(steps)
+    model = build_model()
+    module, names = Stage.build(model, rank, nranks)
+    stage = pipelining.PipelineStage(module, rank, nranks, torch.device("cuda", 0))
+    cls = getattr(pipelining, schedule_name)
+    kwargs = {"n_microbatches": MICRO, "loss_fn": loss_fn}
+    if "scale_grads" in inspect.signature(cls.__init__).parameters:
+        kwargs["scale_grads"] = False  # sum the micro-batches' gradients, as the reference does
+    schedule = cls(stage, **kwargs)
+    opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    losses = []
+    for tokens in batches(steps).cuda():
+        opt.zero_grad()
+        if rank == 0:
+            schedule.step(tokens[:, :-1])
+        elif rank == nranks - 1:
+            mb_losses = []
+            schedule.step(target=tokens[:, 1:], losses=mb_losses)
+            losses.append(sum(loss.item() for loss in mb_losses))
+        else:
+            schedule.step()
+        opt.step()
+    torch.cuda.synchronize()
+    if rank == nranks - 1:
+        for got, want in zip(losses, ref_losses):
+            assert abs(got - want) <= 1e-4 * abs(want), f"loss {got} against {want}"
+    worst = 0.0
+    for part, sub in zip(names, module):
+        for name, p in sub.named_parameters():
+            want = ref_params[f"{part}.{name}"]
+            err = (p - want).abs() - 1e-4 * want.abs()
+            worst = max(worst, float((p - want).abs().max()))
+            assert float(err.max()) <= 2e-5, f"{part}.{name} differs by {float(err.max())}"
+    dist.barrier()
+    return {"losses": losses, "worst": worst, "stage": names}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    failures = 0
+    for n in (2, 3):
+        results = ranks.run(p2p_checks, nranks=n, timeout=300)
+        print(f"torch point to point on irisd: {n} ranks, {sum(results.values())} checks, "
+              f"0 failures")
+    for schedule in ("ScheduleGPipe", "Schedule1F1B"):
+        for n in (2, 3):
+            results = ranks.run(pipeline_run, nranks=n, args=(schedule, args.steps), timeout=300)
+            worst = max(r["worst"] for r in results.values())
+            print(f"pipelining {schedule} on irisd: {n} stages, {MICRO} micro-batches, "
+                  f"{args.steps} steps; losses {[round(x, 5) for x in results[n - 1]['losses']]} "
+                  f"equal the single-process run's within rtol 1e-4; max parameter difference "
+                  f"{worst:.2e}; {failures} failures")
+
+
+if __name__ == "__main__":
+    main()
