@@ -17,10 +17,10 @@ and uneven splits), all_to_all, broadcast, gather, scatter, barrier. Reductions 
 all-to-all followed by a local reduction on the GPU (only the arithmetic runs on the GPU's
 cores): reduce_scatter_tensor, reduce_scatter, reduce (a gather, then the root reduces) and
 all_reduce (reduce-scatter, then all-gather). Reduction ops: SUM, AVG, PRODUCT, MIN, MAX.
-Point to point on copy engines too: send, recv, isend, irecv, and batch_isend_irecv (one irisd
-group, so a batch's sends and receives never wait for each other, whatever their order), which
-torch.distributed.pipelining's schedules use; a receive from any source is refused (irisd
-matches a receive with the sends of one named rank).
+Point to point on copy engines too: send, recv, isend, irecv, and batch_isend_irecv, which
+torch.distributed.pipelining's schedules use (sends and receives run on streams of their own, so
+a batch's sends and receives never wait for each other, whatever their order); a receive from
+any source is refused (irisd matches a receive with the sends of one named rank).
 
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
@@ -192,10 +192,11 @@ class IrisProcessGroup(dist.ProcessGroup):
         return scratch
 
     # Ordering.
-    def _stream(self, device):
-        stream = self._streams.get(device)
+    def _stream(self, device, purpose="collectives"):
+        """The group's stream for `purpose` on `device`: collectives, sends or receives."""
+        stream = self._streams.get((device, purpose))
         if stream is None:
-            stream = self._streams[device] = torch.cuda.Stream(device)
+            stream = self._streams[(device, purpose)] = torch.cuda.Stream(device)
         return stream
 
     def _raise_failures(self, block):
@@ -216,7 +217,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             raise irisd.IrisError(failed.code, failed.name,
                                  f"an earlier collective of this group failed: {failed.message}")
 
-    def _run(self, device, tensors, async_op, body, result=None, torch_ops=True):
+    def _run(self, device, tensors, async_op, body, result=None, torch_ops=True,
+             purpose="collectives"):
         """Runs body(stream) on the group's stream after the current stream's work; blocking
         calls make the current stream wait for it. Returns a Work. `torch_ops`: the body runs
         torch operations (temporaries, copies, reductions), which must go to that stream; the
@@ -224,7 +226,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._check_engine()
         self._raise_failures(block=False)
         current = torch.cuda.current_stream(device)
-        stream = self._stream(device)
+        stream = self._stream(device, purpose)
         stream.wait_stream(current)
         if torch_ops:
             with torch.cuda.stream(stream):
@@ -468,48 +470,47 @@ class IrisProcessGroup(dist.ProcessGroup):
         self.comm.barrier()
         return Work(self, None, [])
 
-    # Point to point, on the group's stream like the collectives. Inside torch's coalescing
-    # (batch_isend_irecv) the calls form one irisd group: their waits for completion go on the
-    # stream at _end_coalescing, whose Work covers the whole batch.
+    # Point to point. Sends and receives each have a stream of their own: on one stream a send
+    # (which the stream waits for until the peer receives) would hold back the receive after it,
+    # and two ranks exchanging with isend then irecv would wait for each other for ever. torch's
+    # batch_isend_irecv issues such lists op by op for a group that is not its own C++ class.
     def send(self, tensors, dst, tag=0):
         t = tensors[0]
         if t.device.type == "cpu":
             return self._gloo.send(tensors, dst, tag)
         src = _flat(t, "send", "tensor")
-        return self._p2p(t, lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s))
+        return self._p2p(t, "sends",
+                         lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s))
 
     def recv(self, tensors, src, tag=0):
         t = tensors[0]
         if t.device.type == "cpu":
             return self._gloo.recv(tensors, src, tag)
         dst = _flat(t, "recv", "tensor")
-        return self._p2p(t, lambda s: self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s))
+        return self._p2p(t, "receives",
+                         lambda s: self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s))
 
     def recv_anysource(self, tensors, tag=0):
         raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                                  "recv from any source: irisd matches a receive with the sends "
                                  "of one named rank; pass src")
 
-    def _p2p(self, t, body):
-        if self._coalescing is None:
-            return self._run(t.device, [t], True, lambda s: [body(s)], [t], False)
-        self._check_engine()
-        self._raise_failures(block=False)
-        stream = self._stream(t.device)
-        stream.wait_stream(torch.cuda.current_stream(t.device))
-        self._pending.append(body(stream))
-        t.record_stream(stream)
-        self._coalescing.append(t)
-        return Work(self, None, [t])
+    def _p2p(self, t, purpose, body):
+        work = self._run(t.device, [t], True, lambda s: [body(s)], [t], False, purpose)
+        if self._coalescing is not None:
+            self._coalescing.append(t)
+        return work
 
+    # torch's coalescing, where it calls it (batch_isend_irecv on its own process groups): the
+    # batch's Work waits for both point-to-point streams.
     def _start_coalescing(self, device):
         self._coalescing = []
-        irisd.group_start()
 
     def _end_coalescing(self, device):
         tensors, self._coalescing = self._coalescing, None
-        irisd.group_end()
-        return Work(self, self._stream(device).record_event(), tensors)
+        receives = self._stream(device, "receives")
+        receives.wait_stream(self._stream(device, "sends"))
+        return Work(self, receives.record_event(), tensors)
 
     def _check_engine(self):
         if self._client.engine != "cuda":

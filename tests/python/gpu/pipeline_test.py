@@ -182,19 +182,18 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
-    failures = 0
     for n in (2, 3):
-        results = ranks.run(p2p_checks, nranks=n, timeout=300)
+        results = ranks.run(p2p_checks, nranks=n, timeout=90)
         print(f"torch point to point on irisd: {n} ranks, {sum(results.values())} checks, "
               f"0 failures")
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
         for n in (2, 3):
-            results = ranks.run(pipeline_run, nranks=n, args=(schedule, args.steps), timeout=300)
+            results = ranks.run(pipeline_run, nranks=n, args=(schedule, args.steps), timeout=120)
             worst = max(r["worst"] for r in results.values())
             print(f"pipelining {schedule} on irisd: {n} stages, {MICRO} micro-batches, "
                   f"{args.steps} steps; losses {[round(x, 5) for x in results[n - 1]['losses']]} "
                   f"equal the single-process run's within rtol 1e-4; max parameter difference "
-                  f"{worst:.2e}; {failures} failures")
+                  f"{worst:.2e}")
 
 
 if __name__ == "__main__":
