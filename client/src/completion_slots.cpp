@@ -176,9 +176,11 @@ void Client::Impl::abandon(uint32_t slot, const Outcome& outcome) {
 }
 
 void Client::Impl::ring_doorbell() {
-  // Pairs with the daemon's store of daemon_needs_wakeup before its last look at the ring.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (view.header->daemon_needs_wakeup.load(std::memory_order_relaxed) != 0) {
+  // Pairs with the daemon's store of daemon_needs_wakeup before its last look at the ring: the
+  // push above must be visible before the flag is read. A read-modify-write of the flag orders
+  // them as a full fence would (a locked instruction on x86, no dearer than the fence), and
+  // ThreadSanitizer, which does not model fences, follows it.
+  if (view.header->daemon_needs_wakeup.fetch_add(0, std::memory_order_seq_cst) != 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t r = ::write(wake_fd.get(), &one, sizeof(one));
   }
