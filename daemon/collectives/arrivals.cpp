@@ -70,13 +70,16 @@ std::variant<Arrivals::Member, ValidationError> Arrivals::member_of(Session& s,
   return Member{comms_.find(e.comm_id), rank->second};
 }
 
+void Arrivals::refuse(Session& s, const CompletionTarget& target, ErrorCode code,
+                      const std::string& why) {
+  session_warn(s, "request rejected: {}", why);
+  stats_.count_error(code);
+  completer_.complete(target, code, why);
+}
+
 void Arrivals::take_collective(Session& s, const shm::SubmitEntry& e,
                                const CompletionTarget& target) {
-  auto reject = [&](ErrorCode code, const std::string& why) {
-    session_warn(s, "request rejected: {}", why);
-    stats_.count_error(code);
-    completer_.complete(target, code, why);
-  };
+  auto reject = [&](ErrorCode code, const std::string& why) { refuse(s, target, code, why); };
   auto member = member_of(s, e);
   if (auto* bad = std::get_if<ValidationError>(&member)) return reject(bad->code, bad->message);
   auto [comm, rank] = std::get<Member>(member);
@@ -122,11 +125,7 @@ void Arrivals::start_when_ready(Session& s, Communicator& comm, uint32_t rank, u
 
 void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
                                    const CompletionTarget& target) {
-  auto reject = [&](ErrorCode code, const std::string& why) {
-    session_warn(s, "request rejected: {}", why);
-    stats_.count_error(code);
-    completer_.complete(target, code, why);
-  };
+  auto reject = [&](ErrorCode code, const std::string& why) { refuse(s, target, code, why); };
   auto member = member_of(s, e);
   if (auto* bad = std::get_if<ValidationError>(&member)) return reject(bad->code, bad->message);
   auto [comm, rank] = std::get<Member>(member);

@@ -44,6 +44,8 @@ class Arrivals final : public Poller {
   bool try_enter_sleep() override { return awaiting_stream_.empty(); }
 
  private:
+  // A request of `s` that fails on its own (it named no communicator of its session, say).
+  void refuse(Session& s, const CompletionTarget& target, ErrorCode code, const std::string& why);
   void take_collective(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
   void take_point_to_point(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
   // A validated request of rank `rank` at `seq` of `comm`: to the scheduler now, or once its

@@ -14,8 +14,9 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ranks  # noqa: E402
+from fsdp_train_test import LAYERS, VOCAB, build_model  # noqa: E402  the same small transformer
 
-VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, MICRO = 96, 64, 4, 2, 16, 8, 4
+SEQ, BATCH, MICRO = 16, 8, 4
 
 
 def p2p_checks(rank, nranks):
@@ -61,29 +62,6 @@ def p2p_checks(rank, nranks):
     except Exception as e:  # noqa: BLE001 - whatever torch wraps it in, the reason is irisd's
         assert "any source" in str(e), e
     return checks
-
-
-def build_model():
-    import torch
-    from torch import nn
-
-    class Transformer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(VOCAB, DIM)
-            self.layers = nn.ModuleList(
-                nn.TransformerEncoderLayer(DIM, HEADS, dim_feedforward=2 * DIM + 3, dropout=0.0,
-                                           batch_first=True) for _ in range(LAYERS))
-            self.head = nn.Linear(DIM, VOCAB)
-
-        def forward(self, tokens):
-            x = self.embed(tokens)
-            for layer in self.layers:
-                x = layer(x)
-            return self.head(x)
-
-    torch.manual_seed(1234)
-    return Transformer().cuda()
 
 
 class Stage:
