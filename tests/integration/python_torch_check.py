@@ -2,7 +2,8 @@
 CPU only) against a real irisd: registration with torch.distributed, two real rank processes
 joining a group through init_process_group, CPU tensors through the group's gloo, the barrier
 through irisd, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
-refusals (send, CUDA tensors under the host engine). With several sockets, rank r uses daemon
+refusals (a receive from any source, CUDA tensors under the host engine); CPU sends and receives
+go through the group's gloo. With several sockets, rank r uses daemon
 r % n, so the group spans "nodes". Prints "torch backend: ok" on success.
     python3 python_torch_check.py --socket PATH[,PATH...]"""
 import argparse
@@ -75,7 +76,17 @@ def rank_main(rank, store, sockets, queue):
         expect_error("equal split of an odd count", lambda: backend._split_bytes(
             rows, [], 2, "all_to_all_single", "input"), ["divide by 2"])
 
-        expect_error("send", lambda: dist.send(t, dst=1 - rank), ["send", "point-to-point"])
+        # Point to point: CPU tensors through the group's gloo; irisd matches a receive with the
+        # sends of one named rank, so a receive from any source is refused, whatever the tensor.
+        got = torch.full((6,), -1.0)
+        if rank == 0:
+            dist.send(t, dst=1)
+            dist.recv(got, src=1)
+        else:
+            dist.recv(got, src=0)
+            dist.send(t, dst=0)
+        assert torch.equal(got, torch.arange(6, dtype=torch.float32) + 100 * (1 - rank)), got
+        expect_error("recv from any source", lambda: dist.recv(got), ["any source"])
         expect_error("CUDA work on the host engine", lambda: group._check_engine(),
                      ["host engine", "--engine cuda"])
         dist.barrier()
