@@ -32,25 +32,17 @@ PointToPoint::OfComm& PointToPoint::of(const Communicator& parent) {
 
 std::optional<PointToPoint::Match> PointToPoint::post(const Communicator& parent, uint32_t src,
                                                       uint32_t dst, bool is_send, Side side) {
+  // A broken parent never gets here (the arrivals fail its posts): the pair is whole.
   OfComm& state = of(parent);
-  if (state.pair.broken) {
-    stats_.count_error(state.pair.broken_code);
-    completer_.complete(side.target, state.pair.broken_code, state.pair.broken_why);
-    return std::nullopt;
-  }
-  auto channel = state.channels.find({src, dst});
-  if (channel == state.channels.end())
-    channel = state.channels.emplace(std::pair{src, dst}, Channel{}).first;
+  auto channel = state.channels.try_emplace({src, dst}).first;
   std::deque<Side>& mine = is_send ? channel->second.sends : channel->second.recvs;
   std::deque<Side>& theirs = is_send ? channel->second.recvs : channel->second.sends;
   if (theirs.empty()) {
     mine.push_back(std::move(side));
-    ++waiting_;
     return std::nullopt;
   }
   Side other = std::move(theirs.front());
   theirs.pop_front();
-  --waiting_;
   if (channel->second.sends.empty() && channel->second.recvs.empty()) state.channels.erase(channel);
   const uint64_t seq = ++state.matches;
   if (is_send) return Match{state.pair, seq, std::move(side), std::move(other)};
@@ -68,7 +60,6 @@ void PointToPoint::fail_waiting(OfComm& state, ErrorCode code, const std::string
       for (Side& side : *sides) {
         stats_.count_error(code);
         completer_.complete(side.target, code, why);
-        --waiting_;
       }
     }
   }
@@ -108,7 +99,6 @@ bool PointToPoint::poll() {
           stats_.count_error(ErrorCode::kTimeout);
           completer_.complete(sides.front().target, ErrorCode::kTimeout, why);
           sides.pop_front();
-          --waiting_;
           failed = true;
         }
       }

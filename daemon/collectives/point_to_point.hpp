@@ -86,7 +86,6 @@ class PointToPoint final : public Poller {
   std::unordered_map<uint64_t, std::unique_ptr<OfComm>> by_parent_;
   std::unordered_map<uint64_t, OfComm*> by_pair_id_;
   uint64_t next_pair_id_ = 1ull << 61;  // apart from the registry's and graph plans' ids
-  std::size_t waiting_ = 0;
   std::chrono::steady_clock::time_point next_timeout_check_{};
 };
 

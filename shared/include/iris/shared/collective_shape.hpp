@@ -6,6 +6,7 @@
 // rule where the row cannot say it, and its API call.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -101,10 +102,15 @@ constexpr bool is_point_to_point(uint32_t opcode) {
 }
 
 // The collective `opcode` names, or nullptr (kNop, unknown numbers from an untrusted entry).
+// By opcode, built once at compile time: the client's submit, validation and every pair of a
+// plan look a row up, so the lookup is an index, not a search.
+inline constexpr auto kShapeByOpcode = [] {
+  std::array<const CollectiveShape*, kLastCollectiveOpcode + 1> by{};
+  for (const CollectiveShape& s : kCollectiveShapes) by[static_cast<uint32_t>(s.opcode)] = &s;
+  return by;
+}();
 constexpr const CollectiveShape* shape_of(uint32_t opcode) {
-  for (const CollectiveShape& s : kCollectiveShapes)
-    if (static_cast<uint32_t>(s.opcode) == opcode) return &s;
-  return nullptr;
+  return opcode < kShapeByOpcode.size() ? kShapeByOpcode[opcode] : nullptr;
 }
 constexpr const CollectiveShape* shape_of(Opcode opcode) {
   return shape_of(static_cast<uint32_t>(opcode));
