@@ -3,10 +3,10 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch,
-#                                 compare (default: all). compare runs scripts/bench-compare.sh
+#                                 p2p,compare (default: all). compare runs scripts/bench-compare.sh
 #                                 (CPU only) between the bundle .gpu-old, when there is one, and .gpu.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,probe,torch,pytorch,compare},"
+phases=",${1:-tests,readme,bench,probe,torch,pytorch,p2p,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -86,9 +86,6 @@ if want pytorch; then
   # Functional collectives and torch.compile (eager and compiled, FSDP2 compiled).
   "${pyenv[@]}" timeout 400 python3 tests/python/gpu/functional_compile_test.py \
     >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
-  # Point to point and torch.distributed.pipelining (GPipe, 1F1B; 2 and 3 stages).
-  "${pyenv[@]}" timeout 500 python3 tests/python/gpu/pipeline_test.py \
-    >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   # The README's FSDP2 example as users launch it.
   "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
     examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
@@ -100,9 +97,20 @@ if want pytorch; then
     python3 tests/python/gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
   kill "$node1"; wait "$node1"; cp "$run/node1.log" "$out/node1.log"
   "${pyenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
-  "${pyenv[@]}" timeout 300 python3 tests/bench/gpu/p2p_bench.py >"$out/p2p_bench.md" 2>&1
   "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
+fi
+p2p_rc=skipped
+if want p2p; then
+  # Point to point: torch.distributed.pipelining (GPipe, 1F1B; 2 and 3 stages), send/recv
+  # against broadcast and the copy ceiling, and a GEMM beside a ring of sends and receives.
+  pyenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
+         PYTHONPATH="$PWD/client/python")
+  "${pyenv[@]}" timeout 400 python3 tests/python/gpu/pipeline_test.py >"$out/pipeline.txt" 2>&1
+  p2p_rc=$?
+  "${pyenv[@]}" timeout 300 python3 tests/bench/gpu/p2p_bench.py >"$out/p2p_bench.md" 2>&1
+  "${pyenv[@]}" timeout 200 python3 tests/bench/gpu/gemm_beside_allgather.py --op send_recv \
+    --nranks 2 --socket "$run/irisd.sock" >"$out/gemm_p2p.md" 2>&1
 fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
@@ -113,7 +121,9 @@ fi
 
 echo
 echo "== summary"
-grep -E "^\[ +(PASSED|FAILED) " "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
+if want tests; then
+  grep -E "^\[ +(PASSED|FAILED) " "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
+fi
 echo "gpu tests exit: $tests_rc"
 cat "$out/spin_proof.txt"
 grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
@@ -130,6 +140,10 @@ if want pytorch; then
   echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
   echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
-  echo "-- send/recv bandwidth (2 ranks, one GPU)"; cat "$out/p2p_bench.md"
+fi
+if want p2p; then
+  echo "-- point to point: pipelining (exit $p2p_rc)"; grep -E "^(torch point|pipelining)|Error" "$out/pipeline.txt"
+  echo "-- send/recv (2 ranks, one GPU)"; cat "$out/p2p_bench.md"
+  echo "-- GEMM beside sends and receives"; cat "$out/gemm_p2p.md"
 fi
 if want compare && [ -d .gpu-old ]; then echo "-- .gpu-old against .gpu"; cat "$out/compare.md"; fi

@@ -1,4 +1,5 @@
-"""A bf16 GEMM (torch.matmul, cuBLAS) on one GPU while all-gathers run back to back beside it.
+"""A bf16 GEMM (torch.matmul, cuBLAS) on one GPU while all-gathers (or sends and receives) run back
+to back beside it.
 
 A benchmark, not a test (issue 3's GEMM target). One process runs the GEMM; --nranks rank
 processes on the same GPU (an irisd with the cuda engine already running: scripts/gpu-run.sh
@@ -7,7 +8,9 @@ starts it) run, phase by phase, for --seconds each:
   irisd host    irisd all-gathers of --bytes per rank into pinned host memory (copy engines)
   irisd device  the same into GPU memory (same-GPU device-to-device copies: SMs on driver 580)
   SM gather     the same layout gathered by a copy kernel in each rank (SMs)
-It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed.
+With --op send_recv each rank instead sends --bytes to the next rank and receives as many from
+the one before (a ring of pipeline stages, one irisd group per step), and the SM phase copies the
+same bytes with a copy kernel. It prints a markdown table: GEMM TFLOP/s, the ratio to alone, and collectives completed.
 
 Ranks must run the same number of collectives in a phase (one more on a single rank waits for
 peers that never come): the GEMM process ends a phase by fixing that number, under a lock, at
@@ -54,16 +57,26 @@ def rank_main(rank, args, barrier, sync, counts):
     keep = [client.register_tensor(send), client.register_tensor(gpu_recv)]
     host_recv = client.allocate(n * size)
     torch.cuda.synchronize()
+
+    def issue(recv):
+        if args.op == "all_gather":
+            return [comm.all_gather(send, recv, size)]
+        with irisd.group():
+            return [comm.send(send, size, (rank + 1) % n), comm.recv(recv, size, (rank - 1) % n)]
+
     for phase, _ in enumerate(PHASES):
         barrier.wait()
         done = 0
         while PHASES[phase] != "alone" and may_begin(done, rank, lock, stop_after, begun):
-            if PHASES[phase] == "irisd host":
-                bounded_wait(comm.all_gather(send, host_recv, size), f"rank {rank} all_gather")
-            elif PHASES[phase] == "irisd device":
-                bounded_wait(comm.all_gather(send, gpu_recv, size), f"rank {rank} all_gather")
+            if PHASES[phase] in ("irisd host", "irisd device"):
+                recv = host_recv if PHASES[phase] == "irisd host" else gpu_recv
+                for request in issue(recv):
+                    bounded_wait(request, f"rank {rank} {args.op}")
             else:
-                gpu_recv.view(n, size).copy_(send.expand(n, size))
+                if args.op == "all_gather":
+                    gpu_recv.view(n, size).copy_(send.expand(n, size))
+                else:
+                    gpu_recv[:size].copy_(send)
                 torch.cuda.synchronize()
             done += 1
         counts[phase * n + rank] = done
@@ -102,7 +115,8 @@ def gemm_main(args, barrier, sync, counts):
         alone = alone or tflops
         gathers = sum(counts[phase * args.nranks:(phase + 1) * args.nranks]) / args.nranks
         rows.append(f"| {name} | {tflops:.1f} | {tflops / alone:.3f} | {gathers:.0f} |")
-    print(f"\n### GEMM bf16 {m}^3 beside {args.nranks}-rank all-gathers of "
+    what = "all-gathers" if args.op == "all_gather" else "sends and receives (a ring)"
+    print(f"\n### GEMM bf16 {m}^3 beside {args.nranks}-rank {what} of "
           f"{args.bytes >> 20} MiB per rank, one GPU, {args.seconds:.0f} s per phase\n")
     print("| beside it | GEMM TFLOP/s | vs alone | collectives |\n| --- | ---: | ---: | ---: |")
     print("\n".join(rows), flush=True)
@@ -115,6 +129,7 @@ def main():
     p.add_argument("--bytes", type=int, default=64 << 20)
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--gemm", type=int, default=8192)
+    p.add_argument("--op", choices=("all_gather", "send_recv"), default="all_gather")
     args = p.parse_args()
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(args.nranks + 1, timeout=WAIT_S)  # a failed rank must not hang the rest

@@ -133,10 +133,10 @@ def pipeline_run(rank, nranks, schedule_name, steps):
     for tokens in batches(steps).cuda():
         opt.zero_grad()
         if rank == 0:
-            schedule.step(tokens[:, :-1])
+            schedule.step(tokens[:, :-1].contiguous())  # the stages check strides
         elif rank == nranks - 1:
             mb_losses = []
-            schedule.step(target=tokens[:, 1:], losses=mb_losses)
+            schedule.step(target=tokens[:, 1:].contiguous(), losses=mb_losses)
             losses.append(sum(loss.item() for loss in mb_losses))
         else:
             schedule.step()
