@@ -140,7 +140,8 @@ void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& e
                                   uint32_t plan_slot) {
   Session& s = sessions_.get(session_id);
   auto admitted = arrivals_.admit_graph_entry(s, entry);
-  plans_.add(s, plan_slot, admitted.comm, admitted.rank, std::move(admitted.request));
+  plans_.add(s, plan_slot, admitted.comm, admitted.rank, std::move(admitted.request),
+             admitted.pair);
 }
 
 void Runtime::release_graph_plan(uint64_t session_id, uint32_t plan_slot) {

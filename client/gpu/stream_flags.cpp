@@ -95,10 +95,13 @@ void StreamFlagsMapping::check_capture_supported(GpuStream stream) {
   ready_runtime(stream).check_capture_supported();
 }
 
-void StreamFlagsMapping::enqueue_graph_plan(GpuStream stream, uint32_t index) {
+void StreamFlagsMapping::enqueue_graph_ready(GpuStream stream, uint32_t index) {
+  ready_runtime(stream).write_value(stream.handle, ready_address(index), 1);
+}
+
+void StreamFlagsMapping::enqueue_graph_wait(GpuStream stream, uint32_t index) {
   GpuRuntime& runtime = ready_runtime(stream);
   const uint64_t done = done_flags_ + std::size_t{index} * sizeof(uint32_t);
-  runtime.write_value(stream.handle, ready_address(index), 1);
   runtime.wait_value_geq(stream.handle, done, 1);
   runtime.write_value(stream.handle, done, 0);
 }

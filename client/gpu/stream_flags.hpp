@@ -45,9 +45,11 @@ class StreamFlagsMapping {
   // throws the reason where its runtime cannot capture collectives.
   bool capturing(GpuStream stream);
   void check_capture_supported(GpuStream stream);
-  // Enqueues the graph plan at flag `index` on a capturing stream: ready = 1, wait until
-  // done >= 1, done = 0. Constant values: right for any number of replays.
-  void enqueue_graph_plan(GpuStream stream, uint32_t index);
+  // The graph plan at flag `index` on a capturing stream: ready = 1 (enqueue_graph_ready), then
+  // wait until done >= 1 and done = 0 (enqueue_graph_wait; a group holds it back to its end).
+  // Constant values: right for any number of replays.
+  void enqueue_graph_ready(GpuStream stream, uint32_t index);
+  void enqueue_graph_wait(GpuStream stream, uint32_t index);
   // Calls `destroyed` when the graph `stream` captures into is destroyed.
   void on_graph_destroyed(GpuStream stream, std::function<void()> destroyed);
 

@@ -67,8 +67,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // the graph is destroyed. Throws iris::Error at capture time for anything irisd refuses.
   void capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
                           std::optional<StreamCopy> own_block, std::span<const uint64_t> v_args);
-  // The stream waits for the slot's done flag (at once, or at the end of the thread's group).
-  void enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation);
   // Throws the failure of a graph plan's last replay (Client::check_graphs).
   void check_graphs();
   // Waits for a slot's completion until `deadline`, or until `outcome` is ready (its slot was

@@ -261,13 +261,14 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
   // the wait is reported while the Request still tracks the slot.
   Request request(
       std::make_shared<Request::Impl>(shared_from_this(), slot, generation, slots_[slot].outcome));
-  if (stream && !defer_to_group(shared_from_this(), *stream, slot, generation))
-    enqueue_wait_done(*stream, slot, generation);
+  if (stream && in_group()) {
+    defer_to_group([self = shared_from_this(), s = *stream, slot, generation] {
+      self->stream_flags->enqueue_wait_done(s, slot, generation);
+    });
+  } else if (stream) {
+    stream_flags->enqueue_wait_done(*stream, slot, generation);
+  }
   return request;
-}
-
-void Client::Impl::enqueue_wait_done(GpuStream stream, uint32_t slot, uint32_t generation) {
-  stream_flags->enqueue_wait_done(stream, slot, generation);
 }
 
 }  // namespace iris

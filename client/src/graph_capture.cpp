@@ -4,6 +4,7 @@
 #include "client/src/client_impl.hpp"
 
 #include "client/src/failure_text.hpp"
+#include "client/src/group_waits.hpp"
 
 namespace iris {
 
@@ -60,7 +61,17 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
   try {
     if (own_block)
       stream_flags->enqueue_copy(stream, own_block->dst, own_block->src, own_block->bytes);
-    stream_flags->enqueue_graph_plan(stream, view.ring_depth + plan_slot);
+    const uint32_t index = view.ring_depth + plan_slot;
+    stream_flags->enqueue_graph_ready(stream, index);
+    // In a group the waits follow every ready flag of the group, as outside graphs: a send and
+    // a receive captured on one stream must not wait for each other.
+    if (in_group()) {
+      defer_to_group([self = shared_from_this(), stream, index] {
+        self->stream_flags->enqueue_graph_wait(stream, index);
+      });
+    } else {
+      stream_flags->enqueue_graph_wait(stream, index);
+    }
     std::weak_ptr<Impl> self = weak_from_this();
     stream_flags->on_graph_destroyed(stream, [self, plan_slot] {
       if (auto impl = self.lock()) impl->release_graph_plan(plan_slot);

@@ -11,15 +11,9 @@
 namespace iris {
 
 namespace {
-struct DeferredWait {
-  std::shared_ptr<Client::Impl> client;
-  GpuStream stream;
-  uint32_t slot;
-  uint32_t generation;
-};
 struct Group {
   int depth = 0;
-  std::vector<DeferredWait> waits;
+  std::vector<std::function<void()>> waits;
 };
 thread_local Group group;
 }  // namespace
@@ -30,12 +24,12 @@ void group_end() {
   if (group.depth == 0)
     throw Error(ErrorCode::kInvalidArgument, "group_end() without group_start() on this thread");
   if (--group.depth > 0) return;
-  std::vector<DeferredWait> waits;
+  std::vector<std::function<void()>> waits;
   waits.swap(group.waits);
   std::optional<Error> first;
-  for (const DeferredWait& w : waits) {
+  for (const auto& enqueue : waits) {
     try {
-      w.client->enqueue_wait_done(w.stream, w.slot, w.generation);
+      enqueue();
     } catch (const Error& e) {
       if (!first) first = e;
     }
@@ -43,11 +37,8 @@ void group_end() {
   if (first) throw *first;
 }
 
-bool defer_to_group(std::shared_ptr<Client::Impl> client, const GpuStream& stream, uint32_t slot,
-                    uint32_t generation) {
-  if (group.depth == 0) return false;
-  group.waits.push_back({std::move(client), stream, slot, generation});
-  return true;
-}
+bool in_group() { return group.depth > 0; }
+
+void defer_to_group(std::function<void()> enqueue) { group.waits.push_back(std::move(enqueue)); }
 
 }  // namespace iris

@@ -3,14 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "client/src/client_impl.hpp"
 
 namespace iris {
 
-// True when this thread is in a group: the wait is then enqueued at its group_end().
-bool defer_to_group(std::shared_ptr<Client::Impl> client, const GpuStream& stream, uint32_t slot,
-                    uint32_t generation);
+// Whether this thread is in a group.
+bool in_group();
+// Holds `enqueue` (a stream's wait for completion) until the thread's outermost group_end().
+void defer_to_group(std::function<void()> enqueue);
 
 }  // namespace iris

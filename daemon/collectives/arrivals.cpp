@@ -123,18 +123,35 @@ void Arrivals::start_when_ready(Session& s, Communicator& comm, uint32_t rank, u
   scheduler_.arrive(comm, rank, seq, target, std::move(request));
 }
 
+std::variant<Arrivals::PairSide, ValidationError> Arrivals::pair_side(Session& s,
+                                                                      const shm::SubmitEntry& e,
+                                                                      const Communicator& comm,
+                                                                      uint32_t rank) {
+  const bool is_send = e.opcode == static_cast<uint32_t>(shm::Opcode::kSend);
+  const std::string what = is_send ? "send" : "recv";
+  if (e.root >= comm.nranks)
+    return ValidationError{ErrorCode::kInvalidArgument, what + ": peer " + std::to_string(e.root) +
+                                                            " is out of range for " +
+                                                            std::to_string(comm.nranks) + " ranks"};
+  // As its side of the pair: the sender is the pair's rank 0 (its root), the receiver rank 1.
+  shm::SubmitEntry side = e;
+  side.opcode = static_cast<uint32_t>(shm::Opcode::kSendRecv);
+  side.root = shm::kSenderInPair;
+  const PairEnd end{is_send ? rank : e.root, is_send ? e.root : rank,
+                    is_send ? shm::kSenderInPair : shm::kReceiverInPair};
+  auto validated =
+      validate_request(side, 2, end.in_pair, [&s](uint64_t id) { return s.buffer(id); });
+  if (auto* bad = std::get_if<ValidationError>(&validated))
+    return ValidationError{bad->code, what + ": " + bad->message};
+  return PairSide{end, std::get<ValidatedRequest>(std::move(validated))};
+}
+
 void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
                                    const CompletionTarget& target) {
   auto reject = [&](ErrorCode code, const std::string& why) { refuse(s, target, code, why); };
   auto member = member_of(s, e);
   if (auto* bad = std::get_if<ValidationError>(&member)) return reject(bad->code, bad->message);
   auto [comm, rank] = std::get<Member>(member);
-  const bool is_send = e.opcode == static_cast<uint32_t>(shm::Opcode::kSend);
-  const char* what = is_send ? "send" : "recv";
-  if (e.root >= comm->nranks)
-    return reject(ErrorCode::kInvalidArgument,
-                  std::string(what) + ": peer " + std::to_string(e.root) + " is out of range for " +
-                      std::to_string(comm->nranks) + " ranks");
   if (comm->broken) {
     // A rank left: as for its collectives, every later send and receive fails with why.
     stats_.count_error(comm->broken_code);
@@ -144,18 +161,11 @@ void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
     return reject(ErrorCode::kUnavailable,
                   "communicator '" + comm->key +
                       "' spans several nodes: send and recv run within one node only (yet)");
-  // As its side of the pair: the sender is the pair's rank 0 (its root), the receiver rank 1.
-  shm::SubmitEntry side = e;
-  side.opcode = static_cast<uint32_t>(shm::Opcode::kSendRecv);
-  side.root = shm::kSenderInPair;
-  const uint32_t in_pair = is_send ? shm::kSenderInPair : shm::kReceiverInPair;
-  auto validated = validate_request(side, 2, in_pair, [&s](uint64_t id) { return s.buffer(id); });
-  if (auto* bad = std::get_if<ValidationError>(&validated))
-    return reject(bad->code, std::string(what) + ": " + bad->message);
-  const uint32_t src = is_send ? rank : e.root;
-  const uint32_t dst = is_send ? e.root : rank;
-  auto match = p2p_.post(*comm, src, dst, is_send,
-                         {target, std::get<ValidatedRequest>(std::move(validated))});
+  auto side = pair_side(s, e, *comm, rank);
+  if (auto* bad = std::get_if<ValidationError>(&side)) return reject(bad->code, bad->message);
+  auto& [end, request] = std::get<PairSide>(side);
+  auto match = p2p_.post(*comm, end.src, end.dst, end.in_pair == shm::kSenderInPair,
+                         {target, std::move(request)});
   if (!match) return;
   for (PointToPoint::Side* p : {&match->send, &match->recv}) {
     Session* owner = sessions_.find(p->target.session_id);
@@ -177,10 +187,9 @@ Arrivals::Admitted Arrivals::admit_graph_entry(Session& s, const shm::SubmitEntr
   auto member = member_of(s, e);
   if (auto* bad = std::get_if<ValidationError>(&member)) throw Error(bad->code, bad->message);
   auto [comm, rank] = std::get<Member>(member);
-  if (e.opcode == static_cast<uint32_t>(shm::Opcode::kBarrier) || shm::is_point_to_point(e.opcode))
+  if (e.opcode == static_cast<uint32_t>(shm::Opcode::kBarrier))
     throw Error(ErrorCode::kInvalidArgument,
-                std::string(shm::opcode_name(static_cast<shm::Opcode>(e.opcode))) +
-                    " cannot be captured into a CUDA graph (yet): call it outside the capture");
+                "barrier cannot be captured into a CUDA graph: call it outside the capture");
   if ((e.flags & shm::kStreamOrdered) == 0)
     throw Error(ErrorCode::kInvalidArgument, "a graph collective must be stream-ordered");
   if (comm->layout)
@@ -188,10 +197,16 @@ Arrivals::Admitted Arrivals::admit_graph_entry(Session& s, const shm::SubmitEntr
                 "communicator '" + comm->key +
                     "' spans several nodes: its collectives cannot be captured into CUDA graphs "
                     "yet (call them outside the capture)");
+  if (shm::is_point_to_point(e.opcode)) {
+    auto side = pair_side(s, e, *comm, rank);
+    if (auto* bad = std::get_if<ValidationError>(&side)) throw Error(bad->code, bad->message);
+    auto& [end, request] = std::get<PairSide>(side);
+    return {*comm, rank, std::move(request), end};
+  }
   auto validated =
       validate_request(e, comm->nranks, rank, [&s](uint64_t id) { return s.buffer(id); });
   if (auto* bad = std::get_if<ValidationError>(&validated)) throw Error(bad->code, bad->message);
-  return {*comm, rank, std::get<ValidatedRequest>(std::move(validated))};
+  return {*comm, rank, std::get<ValidatedRequest>(std::move(validated)), std::nullopt};
 }
 
 bool Arrivals::poll() {

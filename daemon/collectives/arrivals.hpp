@@ -36,6 +36,7 @@ class Arrivals final : public Poller {
     const Communicator& comm;
     uint32_t rank;
     ValidatedRequest request;
+    std::optional<PairEnd> pair;  // a send or receive: its end, validated as that rank of a pair
   };
   Admitted admit_graph_entry(Session& s, const shm::SubmitEntry& e);
 
@@ -48,6 +49,14 @@ class Arrivals final : public Poller {
   void refuse(Session& s, const CompletionTarget& target, ErrorCode code, const std::string& why);
   void take_collective(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
   void take_point_to_point(Session& s, const shm::SubmitEntry& e, const CompletionTarget& target);
+  // A send or receive entry of rank `rank` of `comm`: its end, and the entry validated as that
+  // rank of a two-rank kSendRecv.
+  struct PairSide {
+    PairEnd end;
+    ValidatedRequest request;
+  };
+  std::variant<PairSide, ValidationError> pair_side(Session& s, const shm::SubmitEntry& e,
+                                                    const Communicator& comm, uint32_t rank);
   // A validated request of rank `rank` at `seq` of `comm`: to the scheduler now, or once its
   // stream reaches the call.
   void start_when_ready(Session& s, Communicator& comm, uint32_t rank, uint64_t seq,

@@ -16,7 +16,7 @@ GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
 GraphPlans::~GraphPlans() = default;
 
 void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
-                     ValidatedRequest request) {
+                     ValidatedRequest request, std::optional<PairEnd> pair) {
   if (plan_slot >= shm::kGraphPlanSlots)
     throw Error(ErrorCode::kInvalidArgument,
                 "graph plan slot " + std::to_string(plan_slot) + " is out of range (" +
@@ -31,33 +31,39 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
                 "uid " + std::to_string(s.peer().uid) + " already holds " + std::to_string(held) +
                     " collectives captured in CUDA graphs (max_graph_plans_per_uid); destroy "
                     "some graphs or ask the operator to raise the limit");
-  const uint32_t index = captured_[{comm.id, rank}]++;
-  auto& group = groups_[{comm.id, index}];
+  const Channel channel =
+      pair ? Channel{comm.id, pair->src, pair->dst} : Channel{comm.id, kEveryRank, kEveryRank};
+  const uint32_t member = pair ? pair->in_pair : rank;
+  const uint32_t index = captured_[{channel, member}]++;
+  auto& group = groups_[{channel, index}];
   if (!group) {
     group = std::make_unique<Group>();
-    group->parent_comm = comm.id;
+    group->channel = channel;
     Communicator& shadow = group->shadow;
     shadow.id = next_group_comm_id_++;
-    shadow.key = comm.key + "#graph" + std::to_string(index);
-    shadow.nranks = comm.nranks;
+    shadow.key = comm.key +
+                 (pair ? " send " + std::to_string(pair->src) + "->" + std::to_string(pair->dst)
+                       : std::string()) +
+                 "#graph" + std::to_string(index);
+    shadow.nranks = pair ? 2 : comm.nranks;
     shadow.uid = comm.uid;
-    shadow.members.resize(comm.nranks);
-    shadow.next_seq.assign(comm.nranks, 1);
+    shadow.members.resize(shadow.nranks);
+    shadow.next_seq.assign(shadow.nranks, 1);
   }
   Group& g = *group;
-  if (g.shadow.members[rank] || g.shadow.broken) {
+  if (g.shadow.members[member] || g.shadow.broken) {
     // This rank's earlier plan of the same index was released: the group is over for everyone.
     throw Error(ErrorCode::kPeerLost,
                 "communicator '" + comm.key + "' graph collective #" + std::to_string(index) +
                     " can no longer be captured: " +
                     (g.shadow.broken ? g.shadow.broken_why : std::string("rank already holds it")));
   }
-  g.shadow.members[rank] = s.id();
+  g.shadow.members[member] = s.id();
   ++g.holders;
   ++held;
   // The slot's flags start clear: a stale ready flag must not start a replay.
   s.reset_plan_flags(plan_slot);
-  plans_.emplace(key, Plan{&s, plan_slot, rank, &g, std::move(request)});
+  plans_.emplace(key, Plan{&s, plan_slot, member, &g, std::move(request)});
   stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
   spdlog::debug("session {} captured '{}' graph collective #{} as rank {} (plan slot {})", s.id(),
                 comm.key, index, rank, plan_slot);
@@ -75,24 +81,30 @@ void GraphPlans::release_comm(const Session& s, uint64_t comm_id, const std::str
   for (auto it = plans_.lower_bound({s.id(), 0});
        it != plans_.end() && it->first.first == s.id();) {
     auto next = std::next(it);
-    if (it->second.group->parent_comm == comm_id) release_plan(it, how);
+    if (it->second.group->channel.comm == comm_id) release_plan(it, how);
     it = next;
   }
-  if (auto rank = s.comm_ranks.find(comm_id); rank != s.comm_ranks.end())
-    captured_.erase({comm_id, rank->second});
+  auto rank = s.comm_ranks.find(comm_id);
+  if (rank == s.comm_ranks.end()) return;
+  // Its capture counts: of the communicator's collectives, and of its sends and receives.
+  for (auto it = captured_.lower_bound({Channel{comm_id, 0, 0}, 0});
+       it != captured_.end() && it->first.first.comm == comm_id;) {
+    const auto& [channel, member] = it->first;
+    it = channel.rank_of(member) == rank->second ? captured_.erase(it) : std::next(it);
+  }
 }
 
 void GraphPlans::release_plan(std::map<PlanKey, Plan>::iterator it, const std::string& why) {
   Plan& p = it->second;
   Group& g = *p.group;
-  g.shadow.members[p.rank].reset();
+  g.shadow.members[p.member].reset();
   --g.holders;
   if (auto held = per_uid_.find(p.session->peer().uid);
       held != per_uid_.end() && --held->second == 0)
     per_uid_.erase(held);
   break_group(g, ErrorCode::kPeerLost,
-              "rank " + std::to_string(p.rank) + " of communicator '" + g.shadow.key + "' " + why +
-                  "; capture the graph again on every rank");
+              "rank " + std::to_string(g.channel.rank_of(p.member)) + " of communicator '" +
+                  g.shadow.key + "' " + why + "; capture the graph again on every rank");
   plans_.erase(it);
   stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
 }
@@ -114,7 +126,7 @@ bool GraphPlans::poll() {
     // The plan's flags and completion are at ring depth + plan slot.
     const CompletionTarget target{p.session->id(), p.session->ring_depth() + p.plan_slot,
                                   static_cast<uint32_t>(p.replays), true};
-    scheduler_.arrive(p.group->shadow, p.rank, p.replays, target, p.request);
+    scheduler_.arrive(p.group->shadow, p.member, p.replays, target, p.request);
     arrived = true;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -133,7 +145,8 @@ void GraphPlans::fail_overdue(std::chrono::steady_clock::time_point now) {
     if (oldest.arrived() == g->shadow.nranks || now - oldest.started < replay_timeout_) continue;
     std::string missing;
     for (uint32_t r = 0; r < g->shadow.nranks; ++r)
-      if (oldest.ranks.count(r) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (oldest.ranks.count(r) == 0)
+        missing += (missing.empty() ? "" : ", ") + std::to_string(g->channel.rank_of(r));
     break_group(*g, ErrorCode::kTimeout,
                 "replay " + std::to_string(oldest.seq) + " of '" + g->shadow.key +
                     "' waited more than " + std::to_string(replay_timeout_.count()) +

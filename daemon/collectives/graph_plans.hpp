@@ -20,20 +20,27 @@
 // communicator or dies, or when a replay waits longer than the replay timeout for a rank that
 // never replays: the graph's wait always ends and the host sees why in the plan's slot, no
 // replay wedges irisd.
+//
+// Sends and receives are matched per channel instead, as outside graphs (point_to_point.hpp): the
+// k-th send plan rank s captures to rank d meets the k-th receive plan d captures from s, as a
+// two-rank group (the sender its rank 0).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/collectives/point_to_point.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/sessions/session.hpp"
 #include "daemon/stats.hpp"
+#include "iris/shared/collective_shape.hpp"
 
 namespace iris::daemon {
 
@@ -45,10 +52,11 @@ class GraphPlans final : public Poller {
              uint32_t max_per_uid);
   ~GraphPlans();
 
-  // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`. Throws
-  // iris::Error (slot out of range or in use).
+  // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`; `pair`
+  // for a send or receive (`request` then validated as that rank of a pair). Throws iris::Error
+  // (slot out of range or in use).
   void add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
-           ValidatedRequest request);
+           ValidatedRequest request, std::optional<PairEnd> pair);
   // The plan's graph is gone. Throws kNotFound for a slot that holds no plan.
   void release(Session& s, uint32_t plan_slot);
   // Every plan of a session's rank in a communicator it leaves (or leaves by ending).
@@ -70,14 +78,27 @@ class GraphPlans final : public Poller {
   struct Plan {
     Session* session;  // valid while the plan is: a session's plans go before it does
     uint32_t plan_slot;
-    uint32_t rank;
+    uint32_t member;  // its rank in the group: the communicator rank, or its rank in the pair
     Group* group;
     ValidatedRequest request;
     uint64_t replays = 0;
   };
+  // Which plans of a communicator meet: src = dst = kEveryRank for a collective's (every rank's),
+  // the channel for a send's and receive's.
+  static constexpr uint32_t kEveryRank = UINT32_MAX;
+  struct Channel {
+    uint64_t comm;
+    uint32_t src = kEveryRank;
+    uint32_t dst = kEveryRank;
+    auto operator<=>(const Channel&) const = default;
+    // The communicator rank of the group's rank `member`.
+    uint32_t rank_of(uint32_t member) const {
+      return src == kEveryRank ? member : member == shm::kSenderInPair ? src : dst;
+    }
+  };
   struct Group {
     Communicator shadow;  // matches replays; seq = replay number
-    uint64_t parent_comm;
+    Channel channel;
     uint32_t holders = 0;  // plans registered and not released
   };
   using PlanKey = std::pair<uint64_t, uint32_t>;  // session id, plan slot
@@ -94,10 +115,10 @@ class GraphPlans final : public Poller {
   std::map<uid_t, uint32_t> per_uid_;
   uint64_t next_group_comm_id_ = 1ull << 62;  // apart from the registry's communicator ids
   std::map<PlanKey, Plan> plans_;
-  // By (communicator, capture index): the k-th plan every rank registers on it.
-  std::map<PlanKey, std::unique_ptr<Group>> groups_;
-  // Plans registered so far by (communicator, rank): the next one's capture index.
-  std::map<PlanKey, uint32_t> captured_;
+  // By (channel, capture index): the k-th plan every member registers there.
+  std::map<std::pair<Channel, uint32_t>, std::unique_ptr<Group>> groups_;
+  // Plans registered so far by (channel, member): the next one's capture index.
+  std::map<std::pair<Channel, uint32_t>, uint32_t> captured_;
   std::chrono::steady_clock::time_point next_timeout_check_{};
 };
 

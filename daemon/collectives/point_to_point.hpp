@@ -29,6 +29,14 @@
 
 namespace iris::daemon {
 
+// One end of a send or receive: its channel (rank `src` of a communicator sends to rank `dst`)
+// and its rank in the pair (shm::kSenderInPair or shm::kReceiverInPair).
+struct PairEnd {
+  uint32_t src;
+  uint32_t dst;
+  uint32_t in_pair;
+};
+
 class PointToPoint final : public Poller {
  public:
   PointToPoint(CommunicatorRegistry& comms, CollectiveScheduler& scheduler, Completer& completer,

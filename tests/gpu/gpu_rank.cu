@@ -383,6 +383,11 @@ int run_graph(const Options& o) {
   auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
   CUDA_CHECK(cudaFree(nullptr));
   const bool all_to_all = o.collective == "all_to_all";
+  // send_recv: a ring of point-to-point transfers, one group (send to the next rank, receive
+  // from the one before) on the one stream.
+  const bool ring = o.collective == "send_recv";
+  const uint32_t next = (o.rank + 1) % o.nranks;
+  const uint32_t prev = (o.rank + o.nranks - 1) % o.nranks;
   const uint64_t bytes = o.max_bytes;  // per block
   const uint64_t send_bytes = bytes * (all_to_all ? o.nranks : 1);
   const uint64_t recv_bytes = bytes * o.nranks;
@@ -398,9 +403,10 @@ int run_graph(const Options& o) {
   CUDA_CHECK(cudaMemset(mismatches, 0, sizeof(*mismatches)));
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  // Tags: all-gather block r is rank r's; all-to-all block (s -> d) is s * 64 + d.
-  auto send_tag = [&](uint32_t peer) { return all_to_all ? o.rank * 64 + peer : o.rank; };
-  auto recv_tag = [&](uint32_t src) { return all_to_all ? src * 64 + o.rank : src; };
+  // Tags: all-gather block r is rank r's; all-to-all and send_recv block (s -> d) is s * 64 + d.
+  const bool per_pair = all_to_all || ring;
+  auto send_tag = [&](uint32_t peer) { return per_pair ? o.rank * 64 + peer : o.rank; };
+  auto recv_tag = [&](uint32_t src) { return per_pair ? src * 64 + o.rank : src; };
   uint64_t replays = 0;
   for (uint32_t g = 0; g < o.graphs; ++g) {
     cudaGraph_t graph;
@@ -410,15 +416,24 @@ int run_graph(const Options& o) {
                                                        recv_tag(src), replay, 0xff);
     for (uint32_t peer = 0; peer < (all_to_all ? o.nranks : 1); ++peer)
       fill_replay_kernel<<<kBlocks, kThreads, 0, st>>>(send + peer * bytes, bytes, o.seed,
-                                                       send_tag(peer), replay, 0);
-    iris::Request none = all_to_all ? comm.all_to_all(send, recv, bytes, st)
-                                    : comm.all_gather(send, recv, bytes, st);
+                                                       send_tag(ring ? next : peer), replay, 0);
+    iris::Request none, also_none;
+    if (ring) {
+      iris::group_start();
+      none = comm.send(send, bytes, next, st);
+      also_none = comm.recv(recv + prev * bytes, bytes, prev, st);
+      iris::group_end();
+    } else {
+      none = all_to_all ? comm.all_to_all(send, recv, bytes, st)
+                        : comm.all_gather(send, recv, bytes, st);
+    }
     for (uint32_t src = 0; src < o.nranks; ++src)
-      count_mismatches_kernel<<<kBlocks, kThreads, 0, st>>>(recv + src * bytes, bytes, o.seed,
-                                                            recv_tag(src), replay, mismatches);
+      if (!ring || src == prev)
+        count_mismatches_kernel<<<kBlocks, kThreads, 0, st>>>(recv + src * bytes, bytes, o.seed,
+                                                              recv_tag(src), replay, mismatches);
     next_replay_kernel<<<1, 1, 0, st>>>(replay);
     CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    if (none.valid()) {
+    if (none.valid() || also_none.valid()) {
       std::fprintf(stderr, "rank %u: a captured collective returned a request to wait on\n",
                    o.rank);
       return 5;

@@ -167,7 +167,8 @@ TEST(StreamFlags, AGraphPlanIsReadyOneWaitDoneOneThenResetDone) {
   f.last_runtime->capturing_now = true;
   EXPECT_TRUE(m.capturing(on));
   f.calls.clear();
-  m.enqueue_graph_plan(on, 6);
+  m.enqueue_graph_ready(on, 6);
+  m.enqueue_graph_wait(on, 6);
   bool destroyed = false;
   m.on_graph_destroyed(on, [&] { destroyed = true; });
   const uint64_t ready = 0x500000 + 1024 + 6 * sizeof(shm::StreamFlags);

@@ -120,6 +120,22 @@ class GraphPlansTest : public ::testing::Test {
     return e;
   }
 
+  // A send of `bytes` at `offset` of r.send to `peer`, or a receive from `peer` into r.recv.
+  shm::SubmitEntry point_to_point(const Rank& r, shm::Opcode op, uint32_t peer, uint64_t offset,
+                                  uint64_t bytes) {
+    const bool send = op == shm::Opcode::kSend;
+    auto e = shm::collective_entry({.opcode = op,
+                                    .comm_id = r.comm,
+                                    .send_buffer = send ? r.send.id : shm::kNoBuffer,
+                                    .send_offset = send ? offset : 0,
+                                    .recv_buffer = send ? shm::kNoBuffer : r.recv.id,
+                                    .recv_offset = send ? 0 : offset,
+                                    .bytes = bytes,
+                                    .root = peer});
+    e.flags = shm::kStreamOrdered;
+    return e;
+  }
+
   std::byte* memory(const RegisteredBuffer& b) {
     for (auto& m : mappings)
       if (m.first == b.id) return static_cast<std::byte*>(m.second.data());
@@ -267,6 +283,67 @@ TEST_F(GraphPlansTest, PlansAreMatchedByCaptureOrderAndRecapturedAfterRelease) {
   EXPECT_TRUE(runtime->graph_plans().idle()) << "groups left behind";
 }
 
+// Sends and receives captured into graphs meet per channel in capture order, whatever the
+// collectives captured between them; a destroyed receive fails its own channel only.
+TEST_F(GraphPlansTest, SendsAndReceivesMeetPerChannelInCaptureOrder) {
+  constexpr uint64_t kPart = kBytes / 3;
+  Rank& a = join(0, 3);
+  Rank& b = join(1, 3);
+  Rank& c = join(2, 3);
+  for (Rank* r : {&a, &b, &c}) map_buffers(*r);
+  auto capture = [&](Rank& r, const shm::SubmitEntry& e, uint32_t slot) {
+    runtime->register_graph_plan(r.attached.session_id, e, slot);
+  };
+  // Rank 0: an all-gather, its first part to rank 2, its second to rank 1, its third to itself.
+  capture(a, all_gather(a), 0);
+  capture(a, point_to_point(a, shm::Opcode::kSend, 2, 0, kPart), 1);
+  capture(a, point_to_point(a, shm::Opcode::kSend, 1, kPart, kPart), 2);
+  capture(a, point_to_point(a, shm::Opcode::kSend, 0, 2 * kPart, kPart), 3);
+  capture(a, point_to_point(a, shm::Opcode::kRecv, 0, 2 * kPart, kPart), 4);
+  // Ranks 1 and 2 capture their receives before their all-gathers.
+  capture(b, point_to_point(b, shm::Opcode::kRecv, 0, 0, kPart), 0);
+  capture(b, all_gather(b), 1);
+  capture(c, point_to_point(c, shm::Opcode::kRecv, 0, kPart, kPart), 0);
+  capture(c, all_gather(c), 1);
+  EXPECT_EQ(stats.graph_plans.load(), 9u);
+  auto fill = [&](int round) {
+    for (uint64_t i = 0; i < kBytes; ++i) memory(a.send)[i] = std::byte((i + round) & 0xff);
+    for (Rank* r : {&a, &b, &c}) std::memset(memory(r->recv), 0xee, 3 * kBytes);
+  };
+  auto sent = [&](uint64_t at) { return memory(a.send)[at]; };
+  for (int round = 0; round < 20; ++round) {
+    fill(round);
+    for (uint32_t slot : {1, 2, 3, 4}) replay(a, slot);
+    replay(b, 0);
+    replay(c, 0);
+    poll();
+    for (uint32_t slot : {1, 2, 3, 4}) ASSERT_TRUE(take_done(a, slot)) << round << " " << slot;
+    ASSERT_TRUE(take_done(b, 0) && take_done(c, 0)) << "round " << round;
+    for (uint64_t i = 0; i < kPart; ++i) {
+      ASSERT_EQ(memory(c.recv)[kPart + i], sent(i)) << "rank 2, byte " << i;
+      ASSERT_EQ(memory(b.recv)[i], sent(kPart + i)) << "rank 1, byte " << i;
+      ASSERT_EQ(memory(a.recv)[2 * kPart + i], sent(2 * kPart + i)) << "rank 0, byte " << i;
+    }
+    EXPECT_EQ(status(b, 0), (std::pair{uint32_t(round + 1), ErrorCode::kOk}));
+    // The all-gathers, captured at other positions, still meet each other.
+    replay(a, 0);
+    replay(b, 1);
+    replay(c, 1);
+    poll();
+    ASSERT_TRUE(take_done(a, 0) && take_done(b, 1) && take_done(c, 1)) << "round " << round;
+    EXPECT_EQ(memory(c.recv)[5], sent(5));
+  }
+  runtime->release_graph_plan(c.attached.session_id, 0);  // rank 2's receiving graph destroyed
+  replay(a, 1);
+  replay(a, 2);
+  replay(b, 0);
+  poll();
+  ASSERT_TRUE(take_done(a, 1) && take_done(a, 2) && take_done(b, 0));
+  EXPECT_EQ(status(a, 1).second, ErrorCode::kPeerLost);
+  EXPECT_EQ(status(a, 2).second, ErrorCode::kOk);
+  EXPECT_EQ(status(b, 0).second, ErrorCode::kOk);
+}
+
 TEST_F(GraphPlansTest, BadCapturesAreRefusedWithAReason) {
   Rank& a = join(0, 1);
   const uint64_t id = a.attached.session_id;
@@ -290,6 +367,13 @@ TEST_F(GraphPlansTest, BadCapturesAreRefusedWithAReason) {
   auto foreign = all_gather(a);
   foreign.comm_id = 12345;
   EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, foreign, 0); }), ErrorCode::kNotFound);
+  auto no_such_peer = point_to_point(a, shm::Opcode::kSend, 1, 0, kBytes);
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, no_such_peer, 0); }),
+            ErrorCode::kInvalidArgument);
+  auto barrier = all_gather(a);
+  barrier.opcode = static_cast<uint32_t>(shm::Opcode::kBarrier);
+  EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, barrier, 0); }),
+            ErrorCode::kInvalidArgument);
   runtime->register_graph_plan(id, all_gather(a), 0);
   EXPECT_EQ(code_of([&] { runtime->register_graph_plan(id, all_gather(a), 0); }),
             ErrorCode::kAlreadyExists);
