@@ -149,6 +149,7 @@ void Runtime::release_graph_plan(uint64_t session_id, uint32_t plan_slot) {
 }
 
 void Runtime::mark_all_stopped() {
+  completer_.stop();
   for (Session* s : sessions_.list()) s->mark_daemon_stopped();
 }
 

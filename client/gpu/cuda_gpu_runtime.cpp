@@ -13,6 +13,9 @@ namespace {
 class CudaRuntime final : public GpuRuntime {
  public:
   CudaRuntime() : cu_(load()) {}
+  ~CudaRuntime() override {
+    if (flags_stream_ != nullptr) cu_.cuStreamDestroy(flags_stream_);
+  }
 
   GpuVendor vendor() const override { return GpuVendor::kCuda; }
   int version() const override {
@@ -87,13 +90,22 @@ class CudaRuntime final : public GpuRuntime {
   uint64_t allocate_flags(std::size_t bytes) override {
     CUdeviceptr flags = 0;
     check(cu_.cuMemAlloc(&flags, bytes), "allocating stream done flags (cuMemAlloc)");
-    const CUresult r = cu_.cuMemsetD32(flags, 0, bytes / sizeof(uint32_t));
+    CUresult r = cu_.cuMemsetD32(flags, 0, bytes / sizeof(uint32_t));
+    // store_flag's context and stream: it runs on libiris's own thread too (no context
+    // current there), and must not queue behind the streams it releases.
+    if (r == CUDA_SUCCESS) r = cu_.cuCtxGetCurrent(&flags_context_);
+    if (r == CUDA_SUCCESS) r = cu_.cuStreamCreate(&flags_stream_, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) cu_.cuMemFree(flags);
-    check(r, "cuMemsetD32");
+    check(r, "setting up stream done flags (cuMemsetD32, cuStreamCreate)");
     return flags;
   }
   void free_flags(uint64_t address) override { cu_.cuMemFree(address); }
-  void store_flag(uint64_t address, uint32_t value) override { cu_.cuMemsetD32(address, value, 1); }
+  void store_flag(uint64_t address, uint32_t value) override {
+    CUcontext current = nullptr;
+    if (cu_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr)
+      cu_.cuCtxSetCurrent(flags_context_);
+    cu_.cuStreamWriteValue32(flags_stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT);
+  }
   void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
     check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
                             bytes, static_cast<CUstream>(stream)),
@@ -170,6 +182,8 @@ class CudaRuntime final : public GpuRuntime {
   }
 
   const cuda::Driver& cu_;
+  CUcontext flags_context_ = nullptr;
+  CUstream flags_stream_ = nullptr;
 };
 }  // namespace
 

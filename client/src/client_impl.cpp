@@ -60,6 +60,16 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpi
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
   slots_.resize(view.ring_depth);
   for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
+  watch_ = std::make_unique<DaemonWatch>(
+      attach_fd.get(),
+      [this] {
+        // irisd writes no done flag any more: the GPU streams go on (their receive buffers
+        // unwritten; the host learns why from its next call), and sleepers wake to see it.
+        release_stream_waits();
+        view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+        shm::futex_wake_all(view.header->completion_epoch);
+      },
+      [this] { release_graph_waits(); });
 }
 
 Client::Impl::~Impl() {
@@ -78,6 +88,7 @@ void Client::Impl::check_owner() const {
 void Client::Impl::detach() {
   if (detached || ::getpid() != owner_pid) return;
   detached = true;
+  if (watch_) watch_->stop();  // before its connection closes
   if (!daemon_gone()) {
     try {
       v1::SessionRequest request;
@@ -119,7 +130,12 @@ bool Client::Impl::daemon_stopped() const {
 }
 
 bool Client::Impl::daemon_gone() const {
-  return daemon_stopped() || !attach_fd || net::peer_closed(attach_fd.get());
+  return (watch_ && watch_->gone()) || daemon_stopped() || !attach_fd ||
+         net::peer_closed(attach_fd.get());
+}
+
+void Client::Impl::check_daemon() {
+  if ((watch_ && watch_->gone()) || daemon_stopped()) throw_if_daemon_gone();
 }
 
 void Client::Impl::release_stream_waits() {
@@ -128,7 +144,12 @@ void Client::Impl::release_stream_waits() {
     if (!slots_[i].in_use) continue;
     stream_flags->release(i, slots_[i].generation);
   }
-  // Graph replays wait for their plans' done flags (1): the next ones go on too.
+  release_graph_waits();
+}
+
+void Client::Impl::release_graph_waits() {
+  // A replay waits for its plan's done flag (1) and then resets it: the daemon watch stores 1
+  // again every few milliseconds, so later replays go on too.
   std::lock_guard plans(plans_mutex_);
   for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
     if (plan_slot_used_[p]) stream_flags->release(view.ring_depth + p, 1);

@@ -14,6 +14,7 @@
 
 #include "client/gpu/gpu_registration_cache.hpp"
 #include "client/gpu/stream_flags.hpp"
+#include "client/src/daemon_watch.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
 #include "iris/error.hpp"
@@ -126,6 +127,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   bool daemon_stopped() const;
   // Also true when the attach connection closed (irisd died, or ended the session).
   bool daemon_gone() const;
+  // Throws kDaemonGone once irisd is known to be gone (two loads: for paths that poll, such
+  // as Request::test, which must notice without a syscall per call).
+  void check_daemon();
 
   ClientOptions options;
   net::Fd attach_fd;
@@ -145,6 +149,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void throw_if_daemon_gone();
   // Lets GPU streams waiting on this session's done flags go on (the daemon will not write them).
   void release_stream_waits();
+  // The part of it for CUDA graphs' replays.
+  void release_graph_waits();
   // Sleeps until the daemon publishes completions, `deadline`, or a liveness check is due;
   // returns at once if `ready` already holds.
   void sleep_for_completions(std::chrono::steady_clock::time_point deadline,
@@ -203,6 +209,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   mutable std::mutex buffers_mutex_;
   std::mutex attach_mutex_;                  // one session request at a time on attach_fd
   std::map<uintptr_t, Registered> buffers_;  // by base address
+  // Last: it stops (its callback touching the members above) before they go.
+  std::unique_ptr<DaemonWatch> watch_;
 };
 
 // Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).

@@ -208,9 +208,8 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
                              std::span<const uint64_t> v_args, HeldRegistrations* held) {
   check_owner();
   // Only the cheap check here: a crashed daemon is noticed by the wait.
-  if (detached || daemon_stopped())
-    throw Error(ErrorCode::kDaemonGone, detached ? "this client has detached"
-                                                 : "irisd stopped; attach again once it is back");
+  if (detached) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  check_daemon();
   // Under capture the call becomes a graph plan: no ring slot, no ring entry.
   if (stream && stream_flags->capturing(*stream)) {
     capture_graph_plan(entry, *stream, own_block, v_args);

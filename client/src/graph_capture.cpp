@@ -111,6 +111,7 @@ std::optional<Error> Client::Impl::plan_failure(uint32_t plan_slot) const {
 }
 
 void Client::Impl::check_graphs() {
+  check_daemon();
   std::vector<uint32_t> held;
   {
     std::lock_guard lock(plans_mutex_);

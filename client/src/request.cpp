@@ -50,7 +50,10 @@ bool Request::test() {
     } else {
       code = impl_->client->poll(impl_->slot, impl_->generation);
     }
-    if (!code) return false;
+    if (!code) {
+      impl_->client->check_daemon();
+      return false;
+    }
     impl_->finish(*code);
   }
   throw_if_failed(impl_->code, impl_->why);

@@ -25,6 +25,9 @@ class Completer final : public Poller {
 
   // Writes the completion; nothing when the target's session is gone.
   void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
+  // irisd is stopping: from now on a request that fails fails with daemon_gone, whatever ended
+  // it (the ranks leaving as irisd ends their sessions would otherwise read as peer_lost).
+  void stop() { stopped_ = true; }
 
   // Poller: wakes the sessions completed into since the last pass (never counts as work).
   bool poll() override;
@@ -35,6 +38,7 @@ class Completer final : public Poller {
   Stats& stats_;
   TenantLog& log_;
   std::vector<uint64_t> to_wake_;  // session ids; a session may end before its wake
+  bool stopped_ = false;
 };
 
 }  // namespace iris::daemon

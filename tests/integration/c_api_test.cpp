@@ -245,6 +245,24 @@ TEST(PythonBinding, GathersAndRaisesIrisError) {
   EXPECT_NE(result.output.find("python binding: ok"), std::string::npos) << result.output;
 }
 
+// The binding's waits while irisd is SIGKILLed (the script kills it): daemon_gone, no hang.
+TEST(PythonBinding, NoticesThatIrisdDied) {
+  DaemonProcess daemon;
+  std::vector<std::string> argv = {
+      "/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
+      std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python"};
+  if (const char* preload = std::getenv("IRIS_TEST_PRELOAD"))
+    argv.insert(argv.end(), {std::string("LD_PRELOAD=") + preload, "ASAN_OPTIONS=detect_leaks=0"});
+  argv.insert(argv.end(),
+              {"python3",
+               std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_daemon_gone_check.py",
+               "--socket", daemon.socket(), "--daemon-pid", std::to_string(daemon.pid())});
+  const ProgramResult result = run_program(argv);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("python daemon gone: ok"), std::string::npos) << result.output;
+  std::printf("%s", result.output.c_str());
+}
+
 // A communicator across two daemons through the C interface: the node addresses, the join with
 // the nodes and secret, and an all-gather whose blocks cross between the daemons.
 TEST(CApi, CommunicatorAcrossTwoDaemons) {

@@ -1,0 +1,60 @@
+#include "client/src/daemon_watch.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "iris/error.hpp"
+
+namespace iris {
+
+DaemonWatch::DaemonWatch(int connection, std::function<void()> on_gone,
+                         std::function<void()> while_gone)
+    : on_gone_(std::move(on_gone)),
+      while_gone_(std::move(while_gone)),
+      stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      owner_(::getpid()) {
+  if (!stop_fd_)
+    throw Error(ErrorCode::kInternal,
+                std::string("eventfd for the daemon watch: ") + std::strerror(errno));
+  thread_ = std::make_unique<std::thread>([this, connection] { run(connection); });
+}
+
+DaemonWatch::~DaemonWatch() { stop(); }
+
+void DaemonWatch::stop() {
+  if (!thread_) return;
+  if (::getpid() != owner_) {
+    // fork() copied this object but not the thread: nothing to join.
+    (void)thread_.release();
+    return;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t r = ::write(stop_fd_.get(), &one, sizeof(one));
+  thread_->join();
+  thread_.reset();
+}
+
+void DaemonWatch::run(int connection) {
+  // POLLRDHUP without POLLIN: an answer waiting to be read does not wake this thread.
+  pollfd fds[2] = {{connection, POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
+  for (;;) {
+    const int n = ::poll(fds, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || fds[1].revents != 0) return;
+    if ((fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) break;
+  }
+  gone_.store(true, std::memory_order_release);
+  on_gone_();
+  for (;;) {
+    const int n = ::poll(&fds[1], 1, kWhileGoneEveryMs);
+    if (n > 0 || (n < 0 && errno != EINTR)) return;  // stopped
+    while_gone_();
+  }
+}
+
+}  // namespace iris
