@@ -70,6 +70,20 @@ GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t pt
                     "allocation?)");
   uintptr_t begin = chunks.front().base;
   uintptr_t end = chunks.back().base + chunks.back().bytes;
+  if (chunks.size() == 1) {
+    // Small cudaMalloc allocations share one mapping (2 MiB on current drivers), and an IPC
+    // handle exports one allocation: register the allocation, not the whole mapping.
+    try {
+      const auto [allocation, allocation_bytes] = runtime_.allocation_of(ptr);
+      if (allocation >= begin && allocation + allocation_bytes <= end &&
+          ptr + bytes <= allocation + allocation_bytes) {
+        begin = allocation;
+        end = allocation + allocation_bytes;
+      }
+    } catch (const Error&) {
+      // No allocation the driver can name: the mapping it is.
+    }
+  }
   std::vector<uintptr_t> overlapped;
   for (auto it = entries_.begin(); it != entries_.end() && it->first < end; ++it) {
     if (it->second.end <= begin) continue;

@@ -133,6 +133,24 @@ TEST_F(GpuGraph, GraphsDestroyedAndCapturedAgainLeaveNoPlanOrMemoryBehind) {
   for (pid_t p : pids) EXPECT_EQ(wait_for(p), 0) << daemon->log();
 }
 
+// irisd SIGKILLed while a rank's streams wait on it (a stream-ordered all-gather, graph
+// replays): libiris lets the streams go on, and its calls report daemon_gone.
+TEST_F(GpuGraph, StreamsWaitingOnIrisdGoOnWhenItDies) {
+  char dir_template[] = "/tmp/iris-gpu-outlive-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  const pid_t rank = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks", "2",
+                            "--rank", "0", "--seed", std::to_string(seed), "--key", "outlive",
+                            "--outlive-daemon", "--pause-dir", dir});
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(dir + "/paused-1-0") &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  daemon->kill();
+  std::ofstream(dir + "/resume-1").flush();
+  EXPECT_EQ(wait_for(rank), 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(GpuGraph, ARankKilledBetweenReplaysFailsTheOthersNextReplayInsteadOfHangingIt) {
   std::vector<pid_t> pids;
   for (uint32_t r = 0; r < 3; ++r) {

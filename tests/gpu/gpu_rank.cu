@@ -76,6 +76,9 @@ struct Options {
   // replayed, destroyed), pausing after each round of `pause_every` graphs when `pause_dir` is
   // set (the test reads irisd's state meanwhile); `die_after` replays, then this rank is killed.
   bool graph = false;
+  // Waits (stream-ordered, and in graph replays) for a rank that never comes, says so at pause
+  // point 1 of pause_dir, and expects irisd's death to let its streams go on.
+  bool outlive_daemon = false;
   uint32_t graphs = 1, pause_every = 0, die_after = 0;
   std::string pause_dir;
 };
@@ -476,6 +479,64 @@ int run_graph(const Options& o) {
   return 0;
 }
 
+__global__ void set_kernel(uint32_t* flag) { *flag = 1; }
+
+// irisd dies while this rank's streams wait on it: a stream-ordered all-gather with a kernel
+// queued behind it, and a CUDA graph with an all-gather replayed 3 times. Both streams must go
+// on (libiris releases them), and the host calls then report daemon_gone. Exit 0 when they do.
+int run_outlive_daemon(const Options& o) {
+  CUDA_CHECK(cudaSetDevice(0));
+  auto client = connect(o);
+  auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
+  uint8_t* send = gpu_alloc(o, 4096);
+  uint8_t* recv = gpu_alloc(o, 4096 * o.nranks);
+  uint32_t* after = nullptr;
+  CUDA_CHECK(cudaMalloc(&after, sizeof(*after)));
+  CUDA_CHECK(cudaMemset(after, 0, sizeof(*after)));
+  cudaStream_t st, replays;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&replays, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(replays, cudaStreamCaptureModeGlobal));
+  comm.all_gather(send, recv, 4096, replays);
+  CUDA_CHECK(cudaStreamEndCapture(replays, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  iris::Request pending = comm.all_gather(send, recv, 4096, st);
+  set_kernel<<<1, 1, 0, st>>>(after);
+  for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, replays));
+  usleep(200000);
+  if (cudaStreamQuery(st) != cudaErrorNotReady || cudaStreamQuery(replays) != cudaErrorNotReady) {
+    std::fprintf(stderr, "rank %u: a stream went on before irisd died\n", o.rank);
+    return 5;
+  }
+  pause_for_test(o, 1);  // the test kills irisd, then lets this go on
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  CUDA_CHECK(cudaStreamSynchronize(replays));
+  uint32_t ran = 0;
+  CUDA_CHECK(cudaMemcpy(&ran, after, sizeof(ran), cudaMemcpyDeviceToHost));
+  if (ran != 1) return 6;
+  int failures = 0;
+  auto expect_gone = [&](const char* what, auto&& call) {
+    try {
+      call();
+      std::fprintf(stderr, "rank %u: %s succeeded after irisd died\n", o.rank, what);
+    } catch (const iris::Error& e) {
+      if (e.code() == iris::ErrorCode::kDaemonGone) return;
+      std::fprintf(stderr, "rank %u: %s: %s\n", o.rank, what, e.what());
+    }
+    ++failures;
+  };
+  expect_gone("wait", [&] { pending.wait(); });
+  expect_gone("check_graphs", [&] { client.check_graphs(); });
+  expect_gone("a new all-gather", [&] { comm.all_gather(send, recv, 4096, st); });
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  if (failures != 0) return 7;
+  std::printf("ok rank %u: streams went on after irisd died; calls report daemon_gone\n", o.rank);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -517,6 +578,8 @@ int main(int argc, char** argv) {
       o.pause_every = static_cast<uint32_t>(std::stoul(next()));
     else if (a == "--pause-dir")
       o.pause_dir = next();
+    else if (a == "--outlive-daemon")
+      o.outlive_daemon = true;
     else if (a == "--die-after")
       o.die_after = static_cast<uint32_t>(std::stoul(next()));
     else {
@@ -525,6 +588,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (o.outlive_daemon) return run_outlive_daemon(o);
     if (o.graph) return run_graph(o);
     return o.collective == "all_gather" ? run(o) : run_collective(o);
   } catch (const iris::Error& e) {

@@ -82,6 +82,25 @@ TEST_F(GpuRegistrationCacheTest, TensorsOfOneAllocationShareOneRegistrationAndAL
   EXPECT_EQ(session.live.size(), 1u);
 }
 
+// cudaMalloc puts small allocations side by side in one 2 MiB mapping; an IPC handle exports one
+// allocation, so each is registered on its own (the mapping's range would be refused).
+TEST_F(GpuRegistrationCacheTest, SmallAllocationsSharingAMappingAreRegisteredEachOnItsOwn) {
+  allocate(0x30000000, 2 * kMiB);
+  runtime.allocations = {{0x30000000, 4096}, {0x30000000 + 8192, 4096}};
+  GpuRegistrationCache cache(runtime, session, 16);
+  const auto a = use(cache, 0x30000000 + 100, 1000);
+  const auto b = use(cache, 0x30000000 + 8192, 4096);
+  EXPECT_NE(a.buffer_id, b.buffer_id);
+  EXPECT_EQ(a.offset, 100u);
+  EXPECT_EQ(a.available, 4096u - 100);
+  EXPECT_EQ(b.offset, 0u);
+  ASSERT_EQ(session.live.size(), 2u);
+  EXPECT_EQ(session.live.at(a.buffer_id).base, 0x30000000u);
+  EXPECT_EQ(session.live.at(a.buffer_id).bytes, 4096u);
+  EXPECT_EQ(session.live.at(b.buffer_id).base, 0x30000000u + 8192);
+  EXPECT_EQ(use(cache, 0x30000000 + 8192 + 10, 10).buffer_id, b.buffer_id) << "a hit";
+}
+
 TEST_F(GpuRegistrationCacheTest, MemoryFreedAndAllocatedAgainAtTheSameAddressIsRegisteredAnew) {
   allocate(0x20000000, 50 * kMiB);
   GpuRegistrationCache cache(runtime, session, 16);
