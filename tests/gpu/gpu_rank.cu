@@ -482,8 +482,9 @@ int run_graph(const Options& o) {
 __global__ void set_kernel(uint32_t* flag) { *flag = 1; }
 
 // irisd dies while this rank's streams wait on it: a stream-ordered all-gather with a kernel
-// queued behind it, and a CUDA graph with an all-gather replayed 3 times. Both streams must go
-// on (libiris releases them), and the host calls then report daemon_gone. Exit 0 when they do.
+// queued behind it, and a replay of a CUDA graph holding an all-gather. Both streams must go on
+// (libiris releases them), later replays too (a launch of a graph whose last launch still waits
+// would block the host, so they come after), and the host calls then report daemon_gone.
 int run_outlive_daemon(const Options& o) {
   CUDA_CHECK(cudaSetDevice(0));
   auto client = connect(o);
@@ -492,6 +493,10 @@ int run_outlive_daemon(const Options& o) {
   uint8_t* recv = gpu_alloc(o, 4096 * o.nranks);
   uint32_t* after = nullptr;
   CUDA_CHECK(cudaMalloc(&after, sizeof(*after)));
+  // Launched once first: CUDA loads a kernel's module at its first launch (lazy loading), and
+  // that load waits for the streams below, which wait for irisd.
+  set_kernel<<<1, 1>>>(after);
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemset(after, 0, sizeof(*after)));
   cudaStream_t st, replays;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -504,7 +509,7 @@ int run_outlive_daemon(const Options& o) {
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   iris::Request pending = comm.all_gather(send, recv, 4096, st);
   set_kernel<<<1, 1, 0, st>>>(after);
-  for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, replays));
+  CUDA_CHECK(cudaGraphLaunch(exec, replays));
   usleep(200000);
   if (cudaStreamQuery(st) != cudaErrorNotReady || cudaStreamQuery(replays) != cudaErrorNotReady) {
     std::fprintf(stderr, "rank %u: a stream went on before irisd died\n", o.rank);
@@ -512,6 +517,8 @@ int run_outlive_daemon(const Options& o) {
   }
   pause_for_test(o, 1);  // the test kills irisd, then lets this go on
   CUDA_CHECK(cudaStreamSynchronize(st));
+  CUDA_CHECK(cudaStreamSynchronize(replays));
+  for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaGraphLaunch(exec, replays));
   CUDA_CHECK(cudaStreamSynchronize(replays));
   uint32_t ran = 0;
   CUDA_CHECK(cudaMemcpy(&ran, after, sizeof(ran), cudaMemcpyDeviceToHost));
