@@ -1,9 +1,16 @@
 // Ring round trip: a no-op submitted through the session ring until its completion is visible to
 // the client, against a real irisd (started here). Reports p50/p99 per round trip as counters.
+// Beside it, the floor any such round trip has on the machine: a cache-line handoff there and
+// back between two threads on two cores (one writes a line, the other spins until it sees it and
+// answers in another line), so that a run gives irisd's round trip as a ratio to the floor.
 #include <benchmark/benchmark.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <vector>
 
 #include "iris/iris.hpp"
@@ -34,6 +41,53 @@ void BM_RingRoundTrip(benchmark::State& state) {
   state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
 }
 BENCHMARK(BM_RingRoundTrip)->MinTime(2.0)->UseRealTime();
+
+void pin_to(std::thread::native_handle_type thread, unsigned core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % std::max(1u, std::thread::hardware_concurrency()), &set);
+  pthread_setaffinity_np(thread, sizeof(set), &set);
+}
+
+void BM_CacheLineRoundTrip(benchmark::State& state) {
+  if (std::thread::hardware_concurrency() < 2) {
+    state.SkipWithError("needs two cores");
+    return;
+  }
+  struct alignas(64) Line {
+    std::atomic<uint64_t> value{0};
+  };
+  Line ping, pong;
+  std::atomic<bool> stop{false};
+  std::thread partner([&] {
+    for (uint64_t seen = 0; !stop.load(std::memory_order_relaxed);) {
+      const uint64_t v = ping.value.load(std::memory_order_acquire);
+      if (v != seen) pong.value.store(seen = v, std::memory_order_release);
+    }
+  });
+  pin_to(pthread_self(), 0);
+  pin_to(partner.native_handle(), 1);
+  std::vector<double> ns;
+  ns.reserve(1 << 22);
+  uint64_t i = 0;
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    ping.value.store(++i, std::memory_order_release);
+    while (pong.value.load(std::memory_order_acquire) != i) {
+    }
+    ns.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
+  }
+  stop = true;
+  partner.join();
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (unsigned c = 0; c < std::thread::hardware_concurrency(); ++c) CPU_SET(c, &all);
+  pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
+  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
+  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+}
+BENCHMARK(BM_CacheLineRoundTrip)->MinTime(1.0)->UseRealTime();
 
 }  // namespace
 

@@ -7,8 +7,8 @@
 
 namespace iris {
 
-inline constexpr uint32_t kProtocolVersion = 3;                   // 3: graph plans
-inline constexpr uint32_t kSegmentVersion = 4;                    // 4: graph plan slots
+inline constexpr uint32_t kProtocolVersion = 4;  // 3: graph plans; 4: send and recv (in graphs too)
+inline constexpr uint32_t kSegmentVersion = 4;   // 4: graph plan slots
 inline constexpr uint64_t kSegmentMagic = 0x3130474553534952ull;  // "IRISSEG1"
 
 // Set from the build (CMake) so that status shows what runs.
