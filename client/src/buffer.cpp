@@ -1,13 +1,14 @@
 #include "iris/buffer.hpp"
 
 #include "client/src/buffer_impl.hpp"
+#include "client/src/process_id.hpp"
 
 #include <unistd.h>
 
 namespace iris {
 
 Buffer::Impl::~Impl() {
-  if (::getpid() == client->owner_pid) client->forget_buffer(id, data);
+  if (current_pid() == client->owner_pid) client->forget_buffer(id, data);
 }
 
 Buffer::Buffer() = default;

@@ -16,6 +16,7 @@
 
 #include "client/src/attach_handshake.hpp"
 #include "client/src/buffer_impl.hpp"
+#include "client/src/process_id.hpp"
 #include "iris/shared/futex.hpp"
 
 namespace iris {
@@ -26,7 +27,7 @@ constexpr auto kAttachTimeout = std::chrono::milliseconds(10000);
 constexpr auto kSessionCallTimeout = std::chrono::milliseconds(30000);
 }  // namespace
 
-Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpid()) {
+Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current_pid()) {
   v1::AttachRequest request;
   request.set_client_name(options.client_name);
   client::Attached attached = client::attach(options.socket_path, request, kAttachTimeout, 4);
@@ -74,19 +75,19 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(::getpi
 
 Client::Impl::~Impl() {
   // A forked child's copy must not detach the parent's session: the parent still uses it.
-  if (::getpid() == owner_pid) detach();
+  if (current_pid() == owner_pid) detach();
 }
 
 void Client::Impl::check_owner() const {
-  if (::getpid() != owner_pid)
+  if (current_pid() != owner_pid)
     throw Error(ErrorCode::kInvalidArgument,
                 "this iris::Client was attached by pid " + std::to_string(owner_pid) +
-                    "; this process (pid " + std::to_string(::getpid()) +
+                    "; this process (pid " + std::to_string(current_pid()) +
                     ") is a fork of it and must attach its own (iris::Client::connect)");
 }
 
 void Client::Impl::detach() {
-  if (detached || ::getpid() != owner_pid) return;
+  if (detached || current_pid() != owner_pid) return;
   detached = true;
   if (watch_) watch_->stop();  // before its connection closes
   if (!daemon_gone()) {

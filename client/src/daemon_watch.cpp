@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "client/src/process_id.hpp"
 #include "iris/error.hpp"
 
 namespace iris {
@@ -17,7 +18,7 @@ DaemonWatch::DaemonWatch(int connection, std::function<void()> on_gone,
     : on_gone_(std::move(on_gone)),
       while_gone_(std::move(while_gone)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      owner_(::getpid()) {
+      owner_(current_pid()) {
   if (!stop_fd_)
     throw Error(ErrorCode::kInternal,
                 std::string("eventfd for the daemon watch: ") + std::strerror(errno));
@@ -28,7 +29,7 @@ DaemonWatch::~DaemonWatch() { stop(); }
 
 void DaemonWatch::stop() {
   if (!thread_) return;
-  if (::getpid() != owner_) {
+  if (current_pid() != owner_) {
     // fork() copied this object but not the thread: nothing to join.
     (void)thread_.release();
     return;

@@ -1,6 +1,7 @@
 #include "iris/request.hpp"
 
 #include "client/src/failure_text.hpp"
+#include "client/src/process_id.hpp"
 #include "client/src/request_impl.hpp"
 
 #include <unistd.h>
@@ -11,7 +12,7 @@
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (!done && ::getpid() == client->owner_pid) client->abandon(slot, *outcome);
+  if (!done && current_pid() == client->owner_pid) client->abandon(slot, *outcome);
 }
 
 void Request::Impl::finish(ErrorCode result) {
