@@ -227,20 +227,26 @@ TEST(CApi, FailuresComeBackAsCodesWithMessages) {
   EXPECT_EQ(nobody, nullptr);
 }
 
-TEST(PythonBinding, GathersAndRaisesIrisError) {
-  DaemonProcess daemon;
+// `python` running a script of tests/integration with libiris and the binding on its path.
+// Sanitizer builds (scripts/sanitize.sh): python3 is not instrumented, so the sanitizer runtime
+// must be loaded before libiris; its leak check would report the interpreter's own.
+ProgramResult run_python_check(const std::string& python, const std::string& script,
+                               const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
       "/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
       std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python"};
-  // Sanitizer builds (scripts/sanitize.sh): python3 is not instrumented, so the sanitizer
-  // runtime must be loaded before libiris; its leak check would report the interpreter's own.
   if (const char* preload = std::getenv("IRIS_TEST_PRELOAD"))
     argv.insert(argv.end(), {std::string("LD_PRELOAD=") + preload, "ASAN_OPTIONS=detect_leaks=0"});
-  argv.insert(
-      argv.end(),
-      {"python3", std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_client_check.py",
-       "--socket", daemon.socket()});
-  const ProgramResult result = run_program(argv);
+  argv.insert(argv.end(),
+              {python, std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/" + script});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv);
+}
+
+TEST(PythonBinding, GathersAndRaisesIrisError) {
+  DaemonProcess daemon;
+  const ProgramResult result =
+      run_python_check("python3", "python_client_check.py", {"--socket", daemon.socket()});
   EXPECT_EQ(result.exit_code, 0) << result.output << "\ndaemon log:\n" << daemon.log();
   EXPECT_NE(result.output.find("python binding: ok"), std::string::npos) << result.output;
 }
@@ -248,17 +254,10 @@ TEST(PythonBinding, GathersAndRaisesIrisError) {
 // The binding's waits while irisd is SIGKILLed (the script kills it): daemon_gone, no hang.
 TEST(PythonBinding, NoticesThatIrisdDied) {
   DaemonProcess daemon;
-  std::vector<std::string> argv = {
-      "/usr/bin/env", std::string("IRIS_LIBRARY=") + IRIS_TEST_LIBIRIS,
-      std::string("PYTHONPATH=") + IRIS_TEST_SOURCE_DIR + "/client/python"};
-  if (const char* preload = std::getenv("IRIS_TEST_PRELOAD"))
-    argv.insert(argv.end(), {std::string("LD_PRELOAD=") + preload, "ASAN_OPTIONS=detect_leaks=0"});
   // Debian's python3: its torch (1.13, CPU) checks the torch backend's barrier too.
-  argv.insert(argv.end(),
-              {"/usr/bin/python3",
-               std::string(IRIS_TEST_SOURCE_DIR) + "/tests/integration/python_daemon_gone_check.py",
-               "--socket", daemon.socket(), "--daemon-pid", std::to_string(daemon.pid())});
-  const ProgramResult result = run_program(argv);
+  const ProgramResult result =
+      run_python_check("/usr/bin/python3", "python_daemon_gone_check.py",
+                       {"--socket", daemon.socket(), "--daemon-pid", std::to_string(daemon.pid())});
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("python daemon gone: ok"), std::string::npos) << result.output;
   std::printf("%s", result.output.c_str());

@@ -32,15 +32,6 @@ struct Path {
   std::function<ErrorCode(Client&, Communicator&, Buffer& send, Buffer& recv)> run;
 };
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
-
 // Every collective below waits for rank 1, which never comes: only irisd's death ends it.
 const Path kPaths[] = {
     {"wait()",
