@@ -83,6 +83,12 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "timeout")
       ->check(CLI::Range(10u, 86'400'000u))
       ->capture_default_str();
+  app.add_option("--resume-window-ms", c.limits.resume_window_ms,
+                 "how long clients wait for irisd to come back after it died or stopped (their "
+                 "sessions then resume; 0: they fail with daemon_gone at once), and how long a "
+                 "resumed communicator waits for its other ranks")
+      ->check(CLI::Range(0u, 86'400'000u))
+      ->capture_default_str();
   app.add_option("--max-graph-plans-per-uid", c.limits.max_graph_plans_per_uid,
                  "collectives captured in CUDA graphs that one user's sessions may hold")
       ->check(CLI::Range(1u, 1u << 20))

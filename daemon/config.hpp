@@ -38,6 +38,10 @@ struct Limits {
   // A send or receive its peer has not matched after this long fails with timeout (the caller's
   // wait ends; nothing is held for a peer that never comes).
   uint32_t p2p_timeout_ms = 300000;
+  // How long clients wait for irisd to come back after it died or stopped, unless they say
+  // otherwise (told to them at attach; 0: they fail with daemon_gone at once); also how long a
+  // communicator resumed after a restart waits for its other ranks before it fails as peer_lost.
+  uint32_t resume_window_ms = 60000;
 };
 
 struct Config {

@@ -41,14 +41,25 @@ Runtime::~Runtime() {
 }
 
 AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string& client_name,
-                             int connection) {
-  Session& s = sessions_.create(peer, client_name, connection);
+                             int connection, std::optional<Resume> resume) {
+  Session& s = sessions_.create(peer, client_name, connection,
+                                resume ? std::move(resume->segment) : net::Fd());
   loop_.watch(s.wake_fd());
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
   stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
-  tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
-                  "session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
-                  peer.gid, client_name);
+  if (resume) {
+    stats_.sessions_resumed_total.fetch_add(1, std::memory_order_relaxed);
+    stats_.resume_held_us_total.fetch_add(resume->held_ms * 1000, std::memory_order_relaxed);
+    tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
+                    "session {} resumed session {} of the previous irisd: pid {} uid {} gid {} "
+                    "'{}', held {} ms",
+                    s.id(), resume->previous_session_id, peer.pid, peer.uid, peer.gid, client_name,
+                    resume->held_ms);
+  } else {
+    tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
+                    "session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,
+                    peer.gid, client_name);
+  }
   return {s.id(), s.ring_depth(), net::Fd(::fcntl(s.wake_fd(), F_DUPFD_CLOEXEC, 0)),
           s.take_segment_fd()};
 }
@@ -62,6 +73,7 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
                   "session {} (pid {}) {}: freeing {} buffers, leaving {} communicators",
                   session_id, s->peer().pid, lost ? "lost its connection" : "detached",
                   s->buffers.size(), s->comm_ranks.size());
+  s->mark_session_ended();  // unless irisd is stopping: then its client resumes it
   const std::string how = lost ? "died or closed its connection" : "detached";
   while (!s->comm_ranks.empty()) leave_comm(*s, s->comm_ranks.begin()->first, how);
   buffers_.release_all(*s);
@@ -75,8 +87,14 @@ RegisteredBuffer Runtime::register_buffer(uint64_t session_id, uint64_t bytes) {
 }
 
 RegisteredBuffer Runtime::register_device_buffer(uint64_t session_id,
-                                                 const DeviceBufferExport& exported) {
-  return buffers_.register_device(sessions_.get(session_id), exported);
+                                                 const DeviceBufferExport& exported,
+                                                 uint64_t resume_id) {
+  return buffers_.register_device(sessions_.get(session_id), exported, resume_id);
+}
+
+void Runtime::adopt_host_buffer(uint64_t session_id, uint64_t buffer_id, uint64_t bytes,
+                                net::Fd memfd) {
+  buffers_.adopt_host(sessions_.get(session_id), buffer_id, bytes, std::move(memfd));
 }
 
 void Runtime::register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported) {
@@ -88,14 +106,19 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
 }
 
 uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
-                            uint32_t rank, std::optional<NodesOfComm> nodes) {
+                            uint32_t rank, std::optional<NodesOfComm> nodes, uint64_t resume_seq,
+                            const std::vector<uint64_t>& completed_after) {
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
+  if (nodes && resume_seq != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "communicators across nodes do not resume after a restart of irisd yet: create "
+                "it anew");
   if (nodes) {
     layout = scale_out_.check_layout(std::move(nodes->addresses), std::move(nodes->node_of_rank),
                                      std::move(nodes->secret), nranks, rank);
   }
-  const uint64_t id = comms_.join(s, key, nranks, rank, layout);
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume_seq, completed_after);
   if (layout) {
     try {
       scale_out_.joined(*comms_.find(id));

@@ -42,13 +42,23 @@ class Runtime {
 
   // Sessions. Throw iris::Error with a code and an operator-facing message.
   // `connection` is the attach connection; the session keeps a duplicate to close it at its end.
+  // A client of a previous irisd resuming its session (see SessionRegistry::create).
+  struct Resume {
+    net::Fd segment;
+    uint64_t previous_session_id = 0;
+    uint64_t held_ms = 0;
+  };
   AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name,
-                      int connection);
+                      int connection, std::optional<Resume> resume = std::nullopt);
   // Ends a session: `lost` when its connection dropped without Detach. Unknown ids are ignored.
   void end_session(uint64_t session_id, bool lost);
 
   RegisteredBuffer register_buffer(uint64_t session_id, uint64_t bytes);
-  RegisteredBuffer register_device_buffer(uint64_t session_id, const DeviceBufferExport& exported);
+  // `resume_id`: resuming, the id the previous irisd gave it (0: a new id).
+  RegisteredBuffer register_device_buffer(uint64_t session_id, const DeviceBufferExport& exported,
+                                          uint64_t resume_id = 0);
+  // Resuming: a host buffer the previous irisd allocated for the session, sent back as its memfd.
+  void adopt_host_buffer(uint64_t session_id, uint64_t buffer_id, uint64_t bytes, net::Fd memfd);
   void register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported);
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
   // A communicator across nodes: every node's address, every rank's node, the job's secret.
@@ -57,8 +67,10 @@ class Runtime {
     std::vector<uint32_t> node_of_rank;
     std::string secret;
   };
+  // `resume_seq` > 0: the rank comes back after a restart (CommunicatorRegistry::join).
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
-                     std::optional<NodesOfComm> nodes = std::nullopt);
+                     std::optional<NodesOfComm> nodes = std::nullopt, uint64_t resume_seq = 0,
+                     const std::vector<uint64_t>& completed_after = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
   // How many of the nodes of the session's communicator `comm_id` have joined it, of how many

@@ -33,7 +33,10 @@ enum class MetricKind { kCounter, kGauge };
   X(registered_buffer_bytes, kGauge, "bytes of the buffers registered now") \
   X(graph_plans, kGauge, "collectives captured in CUDA graphs, held now") \
   X(graph_replays_total, kCounter, "graph replays that reached a captured collective") \
-  X(log_lines_suppressed_total, kCounter, "log lines a tenant caused that its per-user limits left out")
+  X(log_lines_suppressed_total, kCounter, "log lines a tenant caused that its per-user limits left out") \
+  X(sessions_resumed_total, kCounter, "sessions of a previous irisd that attached again and resumed") \
+  X(resume_held_us_total, kCounter, "time resumed clients waited for irisd to come back, in all") \
+  X(collectives_rerun_total, kCounter, "requests submitted again after a restart (unfinished when the previous irisd went)")
 // clang-format on
 
 // Labelled families. Collectives are counted by operation (the opcode; 0 when no rank's request

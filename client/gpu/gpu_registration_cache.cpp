@@ -232,4 +232,11 @@ void HeldRegistrations::submitted(std::optional<GpuRegistrationCache::Use> use) 
   cache_ = nullptr;
 }
 
+void GpuRegistrationCache::for_each_registration(
+    const std::function<void(uintptr_t, uintptr_t, uint64_t)>& visit) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [begin, e] : entries_) visit(e.begin, e.end, e.id);
+  for (const Entry& e : retiring_) visit(e.begin, e.end, e.id);
+}
+
 }  // namespace iris

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,10 @@ class GpuRegistrationCache {
 
   std::size_t registrations() const;
   std::size_t retiring() const;
+  // Every registration, held or retiring, as [begin, end) and its id: a session resumed with a
+  // restarted irisd registers them again under the same ids.
+  void for_each_registration(
+      const std::function<void(uintptr_t begin, uintptr_t end, uint64_t id)>& visit) const;
 
  private:
   struct Entry {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,6 +29,9 @@ class StreamFlagsMapping {
                      uint32_t flag_count, RegisterDoneFlags register_done_flags,
                      MakeRuntime make_runtime = make_gpu_runtime);
   ~StreamFlagsMapping();
+  // A session resumed with a restarted irisd: registers the done flags again through `send`, if
+  // they were registered (the same GPU memory, so the streams waiting on it go on waiting).
+  void register_again(const RegisterDoneFlags& send) const;
   // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
   // write it any more). Best effort; no-op before first use.
   void release(uint32_t slot, uint32_t generation);
@@ -69,6 +73,10 @@ class StreamFlagsMapping {
   std::unique_ptr<GpuRuntime> runtime_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it
   uint64_t done_flags_ = 0;   // GPU memory, flag_count_ x uint32
+  // What registered them, set once before `registered_` (release): register_again needs no lock,
+  // so a first set-up waiting for a resume never holds the resume up.
+  v1::RegisterIpcBuffer registration_;
+  std::atomic<bool> registered_{false};
 };
 
 }  // namespace iris

@@ -6,7 +6,8 @@
 namespace iris::client {
 
 Attached attach(const std::string& socket_path, v1::AttachRequest request,
-                std::chrono::milliseconds timeout, std::size_t max_fds) {
+                std::chrono::milliseconds timeout, std::size_t max_fds,
+                const std::vector<int>& fds) {
   const std::string path = socket_path + ".attach";
   Attached out;
   try {
@@ -16,7 +17,7 @@ Attached attach(const std::string& socket_path, v1::AttachRequest request,
                 std::string(e.what()) + "; is irisd running, and may this user use its socket?");
   }
   request.set_protocol_version(kProtocolVersion);
-  if (!net::send_frame(out.connection.get(), request.SerializeAsString()))
+  if (!net::send_frame(out.connection.get(), request.SerializeAsString(), fds))
     throw Error(ErrorCode::kUnavailable, "irisd closed the attach socket " + path);
   auto frame = net::recv_frame(out.connection.get(), timeout, max_fds);
   if (!frame || !out.response.ParseFromString(frame->payload))

@@ -20,7 +20,9 @@ struct Attached {
 
 // Sets the protocol version in `request`. Throws kUnavailable when irisd cannot be reached or
 // does not answer, and the daemon's own code and message when it refuses.
+// `fds` ride with the request (a resuming session's segment).
 Attached attach(const std::string& socket_path, v1::AttachRequest request,
-                std::chrono::milliseconds timeout, std::size_t max_fds);
+                std::chrono::milliseconds timeout, std::size_t max_fds,
+                const std::vector<int>& fds = {});
 
 }  // namespace iris::client

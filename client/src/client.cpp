@@ -77,7 +77,7 @@ Buffer Client::register_host(void* ptr, std::size_t bytes) {
 Request Client::nop() {
   shm::SubmitEntry entry{};
   entry.opcode = static_cast<uint32_t>(shm::Opcode::kNop);
-  return usable(impl_).submit(entry, nullptr);
+  return usable(impl_).submit(entry, nullptr, false);
 }
 
 void Client::check_graphs() { usable(impl_).check_graphs(); }

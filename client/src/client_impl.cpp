@@ -9,6 +9,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -38,6 +39,17 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
                 "attach answer carried no wake descriptor and session segment");
   wake_fd = std::move(attached.fds[0]);
   session_id = response.session_id();
+  resume_window = std::chrono::milliseconds(response.resume_window_ms());
+  if (const char* env = std::getenv("IRIS_RESUME_WINDOW_MS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long ms = std::strtoull(env, &end, 10);
+    if (*end != '\0')
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("IRIS_RESUME_WINDOW_MS must be a number of milliseconds, got '") +
+                      env + "'");
+    resume_window = std::chrono::milliseconds(ms);
+  }
+  if (options.resume_window) resume_window = std::max(*options.resume_window, {});
   engine = response.engine();
   daemon_version = response.daemon_version();
   try {
@@ -62,14 +74,7 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
   slots_.resize(view.ring_depth);
   for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
   watch_ = std::make_unique<DaemonWatch>(
-      attach_fd.get(),
-      [this] {
-        // irisd writes no done flag any more: the GPU streams go on (their receive buffers
-        // unwritten; the host learns why from its next call), and sleepers wake to see it.
-        release_stream_waits();
-        view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
-        shm::futex_wake_all(view.header->completion_epoch);
-      },
+      attach_fd.get(), [this](DaemonWatch& watch) { return reattach(watch); },
       [this] { release_graph_waits(); });
 }
 
@@ -88,17 +93,17 @@ void Client::Impl::check_owner() const {
 
 void Client::Impl::detach() {
   if (detached || current_pid() != owner_pid) return;
-  detached = true;
-  if (watch_) watch_->stop();  // before its connection closes
-  if (!daemon_gone()) {
+  if (watch_) watch_->stop();  // before its connection closes; ends a resume in progress
+  if (link_.load(std::memory_order_acquire) == Link::kUp && !daemon_stopped()) {
     try {
       v1::SessionRequest request;
       request.mutable_detach();
-      session_call(request, "detach");
+      call(request, "detach", {}, nullptr);
     } catch (const Error&) {
       // Closing the attach socket below ends the session anyway.
     }
   }
+  detached = true;
   attach_fd = net::Fd();
 }
 
@@ -106,6 +111,29 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
                                                const std::vector<int>& fds,
                                                std::vector<net::Fd>* received) {
   check_owner();
+  const auto deadline = deadline_after(resume_window + kAttachTimeout);
+  wait_while_resuming(deadline);
+  try {
+    return call(request, what, fds, received);
+  } catch (const Error& e) {
+    // The connection broke under the call: if the session resumes, the call goes to the next
+    // irisd (the previous one's answer, if it made one, died with it).
+    if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
+    auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
+    // The watch may not have seen the hang-up yet.
+    for (auto pause = std::chrono::milliseconds(1); up() && net::peer_closed(attach_fd.get()) &&
+                                                     std::chrono::steady_clock::now() < deadline;
+         pause = std::min(pause * 2, std::chrono::milliseconds(20)))
+      std::this_thread::sleep_for(pause);
+    wait_while_resuming(deadline);
+    if (!up()) throw;
+    return call(request, what, fds, received);
+  }
+}
+
+v1::SessionResponse Client::Impl::call(const v1::SessionRequest& request, const char* what,
+                                       const std::vector<int>& fds,
+                                       std::vector<net::Fd>* received) {
   v1::SessionResponse response;
   {
     // One call at a time on the connection: each frame is answered by the next one.
@@ -131,12 +159,12 @@ bool Client::Impl::daemon_stopped() const {
 }
 
 bool Client::Impl::daemon_gone() const {
-  return (watch_ && watch_->gone()) || daemon_stopped() || !attach_fd ||
-         net::peer_closed(attach_fd.get());
+  return detached || link_.load(std::memory_order_acquire) == Link::kGone;
 }
 
 void Client::Impl::check_daemon() {
-  if ((watch_ && watch_->gone()) || daemon_stopped()) throw_if_daemon_gone();
+  if (link_.load(std::memory_order_acquire) == Link::kGone || daemon_stopped())
+    throw_if_daemon_gone();
 }
 
 void Client::Impl::release_stream_waits() {
@@ -158,10 +186,27 @@ void Client::Impl::release_graph_waits() {
 
 void Client::Impl::throw_if_daemon_gone() {
   if (!daemon_gone()) return;
-  release_stream_waits();
-  throw Error(ErrorCode::kDaemonGone, detached
-                                          ? "this client has detached"
-                                          : "irisd stopped or died; attach again once it is back");
+  if (detached) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  std::lock_guard lock(link_mutex_);
+  throw Error(ErrorCode::kDaemonGone, gone_why_);
+}
+
+std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const std::string& key,
+                                             uint32_t nranks, uint32_t rank) {
+  auto* init = request.mutable_comm_init();
+  init->set_key(key);
+  init->set_nranks(nranks);
+  init->set_rank(rank);
+  auto joined = std::make_shared<CommRank>();
+  joined->key = key;
+  joined->nranks = nranks;
+  joined->rank = rank;
+  joined->across_nodes = init->node_addresses_size() > 0;
+  joined->id = session_call(request, "communicator init").comm_id();
+  std::lock_guard lock(comms_mutex_);
+  std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
+  comms_.push_back(joined);
+  return joined;
 }
 
 std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t bytes,
@@ -182,9 +227,10 @@ std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t byt
 
 Buffer Client::Impl::allocate(std::size_t bytes) {
   auto [id, segment] = allocate_host(bytes, "allocate");
+  auto memfd = std::make_shared<const net::Fd>(segment.take_fd());
   auto mapping = std::make_shared<shm::ShmSegment>(std::move(segment));
   void* base = mapping->data();
-  return add_buffer(id, base, bytes, std::move(mapping), false);
+  return add_buffer(id, base, bytes, std::move(mapping), false, std::move(memfd));
 }
 
 namespace {
@@ -249,27 +295,31 @@ Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
     give_back();
     throw Error(ErrorCode::kInvalidArgument, "register host memory: " + reason);
   }
-  return add_buffer(id, ptr, size, nullptr, false);
+  return add_buffer(id, ptr, size, nullptr, false, std::make_shared<const net::Fd>(std::move(fds[0])));
 }
 
 uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr,
-                                    std::size_t bytes) {
+                                    std::size_t bytes, uint64_t resume_id) {
   ExportedGpuBuffer exported = export_gpu_buffer(runtime, device_ptr, bytes);
   v1::SessionRequest request;
   std::vector<int> fds;
   if (exported.ipc) {
     *request.mutable_register_ipc() = register_request(vendor, *exported.ipc);
+    request.mutable_register_ipc()->set_resume_buffer_id(resume_id);
   } else {
     *request.mutable_register_vmm() = exported.vmm;
+    request.mutable_register_vmm()->set_resume_buffer_id(resume_id);
     for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
   }
+  // Resuming, the resume's own connection carries it (the session is not up yet).
+  if (resume_id != 0) return call(request, "register GPU buffer again", fds, nullptr).registered().buffer_id();
   return session_call(request, "register GPU buffer", fds).registered().buffer_id();
 }
 
 Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
   const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
   const uint64_t id = register_gpu(*runtime, vendor, device_ptr, bytes);
-  return add_buffer(id, device_ptr, bytes, nullptr, true);
+  return add_buffer(id, device_ptr, bytes, nullptr, true, nullptr, vendor);
 }
 
 GpuRegistrationCache* Client::Impl::gpu_cache() {
@@ -312,10 +362,11 @@ bool Client::Impl::finished(uint32_t slot, uint32_t generation) const {
 }
 
 Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
-                                std::shared_ptr<shm::ShmSegment> mapping, bool gpu) {
+                                std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
+                                std::shared_ptr<const net::Fd> memfd, GpuVendor vendor) {
   {
     std::lock_guard lock(buffers_mutex_);
-    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, gpu};
+    buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, gpu, vendor, std::move(memfd)};
   }
   return Buffer(
       std::make_shared<Buffer::Impl>(shared_from_this(), id, base, bytes, std::move(mapping)));

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -34,6 +35,18 @@ struct BufferLocation {
   bool gpu;            // memory of the caller's GPU (not a buffer from allocate)
 };
 
+// A communicator rank as libiris submits for it: shared by its Communicator and the session, which
+// rejoins it when irisd restarts (irisd then gives it a new id).
+struct CommRank {
+  std::string key;
+  uint32_t nranks = 0;
+  uint32_t rank = 0;
+  std::atomic<uint64_t> id{0};
+  std::atomic<uint64_t> next_seq{1};  // the next collective's sequence number
+  bool across_nodes = false;           // does not resume after a restart of irisd (yet)
+  std::atomic<bool> destroyed{false};
+};
+
 struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistrationCache::Session {
   Impl(const ClientOptions& options);
   ~Impl() override;
@@ -47,8 +60,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     std::string why;
   };
 
-  // Submits one entry; `seq_counter`, when given, supplies entry.seq under the submission lock
-  // so that a communicator's sequence numbers enter the ring in order. With a `stream`, the
+  // Submits one entry; `comm`, when given, supplies entry.comm_id (and with `sequenced`,
+  // entry.seq) under the submission lock, so that a communicator's sequence numbers enter the
+  // ring in order and a resumed session's new communicator ids are used. With a `stream`, the
   // request is ordered on it: ready flag written by the stream, the stream waits for done.
   // `own_block`, with a stream: a copy the stream runs before the ready flag (see
   // shm::kOwnBlockCopiedByClient). `v_args`, when not empty, are staged where irisd reads
@@ -59,7 +73,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     std::size_t bytes;
   };
   // `held`: registrations made on first use that the entry names, kept while it is in flight.
-  Request submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
+  Request submit(shm::SubmitEntry entry, CommRank* comm, bool sequenced,
                  std::optional<GpuStream> stream = std::nullopt,
                  std::optional<StreamCopy> own_block = std::nullopt,
                  std::span<const uint64_t> v_args = {}, HeldRegistrations* held = nullptr);
@@ -89,6 +103,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // (unless it was already).
   void abandon(uint32_t slot, const Outcome& outcome);
 
+  // Joins communicator `key` (comm_init), kept for resuming the session; throws iris::Error.
+  std::shared_ptr<CommRank> join(v1::SessionRequest& request, const std::string& key,
+                                 uint32_t nranks, uint32_t rank);
+
   Buffer allocate(std::size_t bytes);
   // Moves the pages of [ptr, ptr + bytes) onto memory irisd allocated (see Client::register_host).
   Buffer register_host(void* ptr, std::size_t bytes);
@@ -105,9 +123,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   bool finished(uint32_t slot, uint32_t generation) const override;
   void forget_buffer(uint64_t id, void* base);
   // Records a registered range for locate(); `mapping` is null for memory the caller owns,
-  // `gpu` true for the caller's GPU memory.
+  // `gpu` true for the caller's GPU memory (of `vendor`). `memfd`: host memory irisd allocated,
+  // kept to hand to the next irisd if this one restarts.
   Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,
-                    std::shared_ptr<shm::ShmSegment> mapping, bool gpu);
+                    std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
+                    std::shared_ptr<const net::Fd> memfd = nullptr,
+                    GpuVendor vendor = GpuVendor::kCuda);
   // Finds the registered buffer holding `ptr`; nullopt when none does.
   std::optional<BufferLocation> locate(const void* ptr) const;
 
@@ -125,18 +146,23 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void check_owner() const;
   // True once irisd marked the segment stopped (a shared-memory load, no syscall).
   bool daemon_stopped() const;
-  // Also true when the attach connection closed (irisd died, or ended the session).
+  // True once irisd is gone for good: it closed the session, or did not come back within the
+  // resume window (at once with a window of 0). While the session resumes it is false: calls
+  // wait (test() reports not done).
   bool daemon_gone() const;
   // Throws kDaemonGone once irisd is known to be gone (two loads: for paths that poll, such
   // as Request::test, which must notice without a syscall per call).
   void check_daemon();
 
   ClientOptions options;
+  // How long this client waits for irisd to come back (ClientOptions, else $IRIS_RESUME_WINDOW_MS,
+  // else irisd's --resume-window-ms).
+  std::chrono::milliseconds resume_window{0};
   net::Fd attach_fd;
   net::Fd wake_fd;
   shm::ShmSegment segment;
   shm::SegmentView view;
-  uint64_t session_id = 0;
+  std::atomic<uint64_t> session_id{0};  // a resumed session gets a new one
   pid_t owner_pid = 0;  // the process that attached
   std::string engine;
   std::string daemon_version;
@@ -144,6 +170,30 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::unique_ptr<StreamFlagsMapping> stream_flags;
 
  private:
+  // The session after irisd went away (session_resume.cpp). Runs on the daemon watch's thread:
+  // attaches again within the resume window and brings back the buffers, communicators, graph
+  // plans and unfinished requests. Returns the new connection to watch, or -1 when irisd is gone
+  // for good (then `gone_why_` says why).
+  int reattach(DaemonWatch& watch);
+  // The parts of reattach.
+  std::map<uint64_t, uint64_t> resume_comms();
+  void resume_buffers();
+  void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
+  void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);
+  // A call on the attach connection without waiting for a resume (the resume's own calls).
+  v1::SessionResponse call(const v1::SessionRequest& request, const char* what,
+                           const std::vector<int>& fds, std::vector<net::Fd>* received);
+  // Waits while the session resumes, until `deadline`.
+  void wait_while_resuming(std::chrono::steady_clock::time_point deadline) const;
+  bool resuming() const { return link_.load(std::memory_order_acquire) == Link::kResuming; }
+  enum class Link { kUp, kResuming, kGone };
+  std::atomic<Link> link_{Link::kUp};
+  mutable std::mutex link_mutex_;
+  mutable std::condition_variable link_changed_;
+  std::string gone_why_;  // set before link_ becomes kGone
+  std::mutex comms_mutex_;
+  std::vector<std::weak_ptr<CommRank>> comms_;
+
   uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline);
   void ring_doorbell();
   void throw_if_daemon_gone();
@@ -166,7 +216,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     bool in_use = false;
     bool abandoned = false;            // its Request went away before the completion arrived
     std::shared_ptr<Outcome> outcome;  // its Request's, while the request is in flight
+    // Set once its entry is in the ring (with both locks): the entry as pushed, and its place in
+    // the order of pushes, to submit it again if irisd restarts before it completes.
+    bool queued = false;
+    uint64_t ticket = 0;
+    shm::SubmitEntry entry{};
   };
+  uint64_t next_ticket_ = 0;  // under submit_mutex_
   // With slots_mutex_ held: a completed slot back to the pool, its result kept in its outcome.
   void take_back_completed(uint32_t slot, ErrorCode code);
 
@@ -177,6 +233,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::vector<uint32_t> free_slots_;
   std::mutex plans_mutex_;
   std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
+  // Each plan's entry as registered, and its place in the order of registrations (irisd matches
+  // plans across ranks in that order), to register it again if irisd restarts.
+  struct PlanRecord {
+    shm::SubmitEntry entry{};
+    uint64_t order = 0;
+    std::vector<uint64_t> v_args;
+  };
+  // Registers a plan with irisd (`resuming`: on the resume's connection).
+  void send_plan(uint32_t plan_slot, shm::SubmitEntry entry, std::span<const uint64_t> v_args,
+                 bool resuming);
+  std::vector<PlanRecord> plan_records_ = std::vector<PlanRecord>(shm::kGraphPlanSlots);
+  uint64_t next_plan_order_ = 1;  // 0: a slot not (yet) registered
   std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
 
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
@@ -197,9 +265,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     uint64_t id;
     std::size_t bytes;
     bool gpu;
+    GpuVendor vendor;
+    std::shared_ptr<const net::Fd> memfd;  // host memory irisd allocated
   };
-  // Buffer ids irisd gave for GPU memory of this process (IPC handle or VMM fds).
-  uint64_t register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr, std::size_t bytes);
+  // Buffer ids irisd gave for GPU memory of this process (IPC handle or VMM fds); `resume_id`:
+  // the id to register it under again after a restart.
+  uint64_t register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr, std::size_t bytes,
+                        uint64_t resume_id = 0);
 
   std::mutex gpu_cache_mutex_;  // creating the cache
   bool gpu_cache_tried_ = false;

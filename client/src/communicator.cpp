@@ -24,10 +24,9 @@ struct CollectiveCall {
 
 struct Communicator::Impl {
   std::shared_ptr<Client::Impl> client;
-  uint64_t id;
+  std::shared_ptr<CommRank> state;  // id, rank and sequence, shared with the session
   uint32_t nranks;
   uint32_t rank;
-  std::atomic<uint64_t> next_seq{1};
   bool destroyed = false;
 };
 
@@ -37,14 +36,9 @@ Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, cons
   if (client == nullptr)
     throw Error(ErrorCode::kInvalidArgument,
                 "Communicator::init on an empty iris::Client: use iris::Client::connect()");
-  auto* init = request.mutable_comm_init();
-  init->set_key(key);
-  init->set_nranks(nranks);
-  init->set_rank(rank);
-  const auto response = client->session_call(request, "communicator init");
   out = std::make_unique<Communicator::Impl>();
+  out->state = client->join(request, key, nranks, rank);
   out->client = client->shared_from_this();
-  out->id = response.comm_id();
   out->nranks = nranks;
   out->rank = rank;
   return out.get();
@@ -71,7 +65,7 @@ Communicator Communicator::init(Client& client, const std::string& key, uint32_t
   Communicator comm(std::move(impl));
   // Every node's irisd must know the communicator before data can flow to it.
   v1::SessionRequest status;
-  status.mutable_comm_status()->set_comm_id(joined->id);
+  status.mutable_comm_status()->set_comm_id(joined->state->id);
   const auto deadline = std::chrono::steady_clock::now() + nodes.join_timeout;
   auto pause = std::chrono::microseconds(200);
   for (;;) {
@@ -106,7 +100,7 @@ const Communicator::Impl& usable(const std::unique_ptr<Communicator::Impl>& impl
 
 uint32_t Communicator::rank() const { return usable(impl_).rank; }
 uint32_t Communicator::nranks() const { return usable(impl_).nranks; }
-uint64_t Communicator::id() const { return usable(impl_).id; }
+uint64_t Communicator::id() const { return usable(impl_).state->id.load(); }
 
 namespace {
 
@@ -318,10 +312,11 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
                                                                              : shm::kReceiverInPair)
                                 : sides_of(shape, call, impl_->nranks, impl_->rank);
     // Sends and receives are matched per channel, in order: no collective sequence number.
-    std::atomic<uint64_t>* seq = p2p ? nullptr : &impl_->next_seq;
+    const bool sequenced = !p2p;
+    CommRank* comm = impl_->state.get();
     Client::Impl& client = *impl_->client;
-    shm::CollectiveArgs args{call.opcode,    impl_->id, shm::kNoBuffer, 0,
-                             shm::kNoBuffer, 0,         call.bytes,     call.root};
+    shm::CollectiveArgs args{call.opcode,    comm->id.load(), shm::kNoBuffer, 0,
+                             shm::kNoBuffer, 0,               call.bytes,     call.root};
     std::optional<BufferLocation> from, to;
     HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
     if (sides.send) {
@@ -339,7 +334,7 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
       args.send_offset = args.recv_offset;
     }
     shm::SubmitEntry entry = shm::collective_entry(args);
-    if (!stream) return client.submit(entry, seq, std::nullopt, {}, sides.v_args, &held);
+    if (!stream) return client.submit(entry, comm, sequenced, std::nullopt, {}, sides.v_args, &held);
     entry.flags |= shm::kStreamOrdered;
     // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
     // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
@@ -355,16 +350,17 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
     }
     const GpuStream on{stream.handle(),
                        stream.kind() == Stream::Kind::kHip ? GpuVendor::kHip : GpuVendor::kCuda};
-    return client.submit(entry, seq, on, own_block, sides.v_args, &held);
+    return client.submit(entry, comm, sequenced, on, own_block, sides.v_args, &held);
   });
 }
 
 void Communicator::destroy() {
   if (!impl_ || impl_->destroyed) return;
   impl_->destroyed = true;
+  impl_->state->destroyed = true;
   if (impl_->client->detached || impl_->client->daemon_gone()) return;
   v1::SessionRequest request;
-  request.mutable_comm_destroy()->set_comm_id(impl_->id);
+  request.mutable_comm_destroy()->set_comm_id(impl_->state->id);
   impl_->client->session_call(request, "communicator destroy");
 }
 

@@ -114,6 +114,7 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
         SlotState& s = slots_[slot];
         s.in_use = true;
         s.abandoned = false;
+        s.queued = false;
         s.outcome = std::make_shared<Outcome>();
         s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
         return slot;
@@ -203,7 +204,7 @@ void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
   entry.args_offset = offset;
 }
 
-Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_counter,
+Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequenced,
                              std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
                              std::span<const uint64_t> v_args, HeldRegistrations* held) {
   check_owner();
@@ -240,19 +241,35 @@ Request Client::Impl::submit(shm::SubmitEntry entry, std::atomic<uint64_t>* seq_
     }
   }
   {
-    std::lock_guard lock(submit_mutex_);
-    if (seq_counter != nullptr) entry.seq = seq_counter->load(std::memory_order_relaxed);
+    std::unique_lock lock(submit_mutex_);
     // Slots bound the requests in flight to the ring depth, so the ring has room unless the
     // daemon is slow to pop; then this waits, never overwrites.
-    while (!producer_.try_push(entry)) {
+    for (;;) {
+      // Read at each try: a session resumed meanwhile has new communicator ids.
+      if (comm != nullptr) entry.comm_id = comm->id.load(std::memory_order_relaxed);
+      if (comm != nullptr && sequenced) entry.seq = comm->next_seq.load(std::memory_order_relaxed);
+      if (producer_.try_push(entry)) break;
       if (daemon_gone() || clock::now() >= deadline) {
+        lock.unlock();
         release_slot(slot);
         throw_if_daemon_gone();
         throw Error(ErrorCode::kBusy, "submission ring full: irisd is not keeping up");
       }
+      if (resuming()) {
+        // The resume refills the ring and needs this lock.
+        lock.unlock();
+        wait_while_resuming(deadline);
+        lock.lock();
+        continue;
+      }
       std::this_thread::yield();
     }
-    if (seq_counter != nullptr) seq_counter->fetch_add(1, std::memory_order_relaxed);
+    if (comm != nullptr && sequenced) comm->next_seq.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard slots(slots_mutex_);
+    SlotState& s = slots_[slot];
+    s.queued = true;
+    s.ticket = next_ticket_++;
+    s.entry = entry;
   }
   if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});
   ring_doorbell();

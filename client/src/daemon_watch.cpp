@@ -13,9 +13,8 @@
 
 namespace iris {
 
-DaemonWatch::DaemonWatch(int connection, std::function<void()> on_gone,
-                         std::function<void()> while_gone)
-    : on_gone_(std::move(on_gone)),
+DaemonWatch::DaemonWatch(int connection, OnHangup on_hangup, std::function<void()> while_gone)
+    : on_hangup_(std::move(on_hangup)),
       while_gone_(std::move(while_gone)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       owner_(current_pid()) {
@@ -40,6 +39,12 @@ void DaemonWatch::stop() {
   thread_.reset();
 }
 
+bool DaemonWatch::pause(std::chrono::milliseconds duration) {
+  pollfd stop{stop_fd_.get(), POLLIN, 0};
+  const int n = ::poll(&stop, 1, static_cast<int>(duration.count()));
+  return n == 0 || (n < 0 && errno == EINTR);
+}
+
 void DaemonWatch::run(int connection) {
   // POLLRDHUP without POLLIN: an answer waiting to be read does not wake this thread.
   pollfd fds[2] = {{connection, POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
@@ -47,10 +52,11 @@ void DaemonWatch::run(int connection) {
     const int n = ::poll(fds, 2, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 || fds[1].revents != 0) return;
-    if ((fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) break;
+    if ((fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0) continue;
+    const int next = on_hangup_(*this);
+    if (next < 0) break;
+    fds[0] = {next, POLLRDHUP, 0};
   }
-  gone_.store(true, std::memory_order_release);
-  on_gone_();
   for (;;) {
     const int n = ::poll(&fds[1], 1, kWhileGoneEveryMs);
     if (n > 0 || (n < 0 && errno != EINTR)) return;  // stopped

@@ -30,32 +30,14 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
     entry.slot = 0;
     entry.generation = 0;
     entry.seq = 0;
-    // All-to-all-v's counts: staged in a ring slot's area for irisd to read while it registers
-    // the plan (it keeps a copy), then the slot is free again.
-    std::optional<uint32_t> staging;
-    if (!v_args.empty()) {
-      staging = acquire_slot(deadline_after(options.submit_timeout));
-      try {
-        stage_args(*staging, v_args, entry);
-      } catch (const Error&) {
-        release_slot(*staging);
-        throw;
-      }
-    }
-    v1::SessionRequest request;
-    request.mutable_register_plan()->set_entry(
-        std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
-    request.mutable_register_plan()->set_plan_slot(plan_slot);
-    try {
-      session_call(request, "capture a collective into a CUDA graph");
-    } catch (const Error&) {
-      if (staging) release_slot(*staging);
-      throw;
-    }
-    if (staging) release_slot(*staging);
+    send_plan(plan_slot, entry, v_args, false);
   } catch (const Error&) {
     free_plan_slot();
     throw;
+  }
+  {
+    std::lock_guard lock(plans_mutex_);
+    plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
   }
   // From here irisd holds the plan: whatever fails, the graph's release (or this) frees it.
   try {
@@ -82,6 +64,36 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
   }
 }
 
+void Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry entry,
+                             std::span<const uint64_t> v_args, bool resuming) {
+  // All-to-all-v's counts: staged in a ring slot's area for irisd to read while it registers
+  // the plan (it keeps a copy), then the slot is free again.
+  std::optional<uint32_t> staging;
+  if (!v_args.empty()) {
+    staging = acquire_slot(deadline_after(options.submit_timeout));
+    try {
+      stage_args(*staging, v_args, entry);
+    } catch (const Error&) {
+      release_slot(*staging);
+      throw;
+    }
+  }
+  v1::SessionRequest request;
+  request.mutable_register_plan()->set_entry(
+      std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
+  request.mutable_register_plan()->set_plan_slot(plan_slot);
+  try {
+    if (resuming)
+      call(request, "register a CUDA graph's collective again", {}, nullptr);
+    else
+      session_call(request, "capture a collective into a CUDA graph");
+  } catch (const Error&) {
+    if (staging) release_slot(*staging);
+    throw;
+  }
+  if (staging) release_slot(*staging);
+}
+
 void Client::Impl::release_graph_plan(uint32_t plan_slot) {
   v1::SessionRequest request;
   request.mutable_release_plan()->set_plan_slot(plan_slot);
@@ -97,6 +109,7 @@ void Client::Impl::release_graph_plan(uint32_t plan_slot) {
   std::lock_guard lock(plans_mutex_);
   if (failed && !released_failure_) released_failure_ = std::move(failed);
   plan_slot_used_[plan_slot] = false;
+  plan_records_[plan_slot] = {};
 }
 
 std::optional<Error> Client::Impl::plan_failure(uint32_t plan_slot) const {

@@ -26,6 +26,8 @@ void Arrivals::session_warn(Session& s, fmt::format_string<Args...> format, Args
 void Arrivals::take(Session& s, const shm::SubmitEntry& e) {
   ++s.submitted;
   stats_.ring_entries_total.fetch_add(1, std::memory_order_relaxed);
+  if ((e.flags & shm::kResubmitted) != 0)
+    stats_.collectives_rerun_total.fetch_add(1, std::memory_order_relaxed);
   if (e.slot >= s.ring_depth()) {
     // Nowhere to report it: the client library never does this.
     session_warn(s, "ring entry names completion slot {} (ring depth {}); dropped", e.slot,
@@ -89,7 +91,7 @@ void Arrivals::take_collective(Session& s, const shm::SubmitEntry& e,
                   "comm '" + comm->key + "' rank " + std::to_string(rank) + " submitted seq " +
                       std::to_string(e.seq) + ", expected " + std::to_string(expected) +
                       (e.seq < expected ? " (reused)" : " (skipped)"));
-  comm->next_seq[rank] = expected + 1;
+  comm->next_seq[rank] = comm->seq_after(rank, expected);
 
   auto validated =
       validate_request(e, comm->nranks, rank, [&s](uint64_t id) { return s.buffer(id); });

@@ -48,9 +48,30 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
   // backlog never fails another's collectives.
   over_limit = comm.in_flight.size() >= max_in_flight_;
   auto [pos, _] = comm.in_flight.emplace(seq, std::make_unique<Collective>(seq, comm.nranks));
+  if (comm.resumed) add_resumed_ranks(comm, *pos->second);
   ++collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
   return pos->second.get();
+}
+
+void CollectiveScheduler::add_resumed_ranks(const Communicator& comm, Collective& c) {
+  for (uint32_t r = 0; r < comm.nranks; ++r) {
+    if (!comm.done_before_restart(r, c.seq) || c.ranks.count(r) != 0) continue;
+    ArrivedRank& done = c.ranks.emplace(r, ArrivedRank{}).first->second;
+    done.delivered = true;
+    ++c.delivered_count;
+  }
+}
+
+void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
+  std::vector<Collective*> before;
+  for (auto& [seq, c] : comm.in_flight)
+    if (comm.done_before_restart(rank, seq) && c->ranks.count(rank) == 0) before.push_back(c.get());
+  for (Collective* c : before) {
+    add_resumed_ranks(comm, *c);
+    deliver_all(*c);
+    retire_if_done(comm, *c);
+  }
 }
 
 void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,

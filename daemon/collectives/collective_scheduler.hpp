@@ -79,6 +79,15 @@ class CollectiveScheduler final : public Poller {
   void break_comm(Communicator& comm, ErrorCode code, const std::string& why,
                   bool from_remote = false);
 
+  // Rank `rank` came back after irisd restarted (comm.resumed_from[rank]): it completed every
+  // collective before that sequence number, so in those it counts as arrived and done, moving
+  // nothing. The re-run of such a collective copies only between the ranks that had not completed
+  // it: a rank completes only once no copy touches its buffers, so every copy to or from a rank
+  // that completed had landed, and the others' buffers cannot have changed since (their callers
+  // are still waiting, or their streams still blocked), so copying between them again writes the
+  // same bytes.
+  void resumed_rank(Communicator& comm, uint32_t rank);
+
   uint64_t collectives_in_flight() const { return collectives_in_flight_; }
 
  private:
@@ -100,6 +109,8 @@ class CollectiveScheduler final : public Poller {
   void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
 
   Collective* find_or_create(Communicator& comm, uint64_t seq, bool& over_limit);
+  // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
+  void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
   // found instead, after issuing what came before it.
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);

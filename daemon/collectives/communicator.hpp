@@ -4,10 +4,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,24 @@ struct Communicator {
   uid_t uid = 0;
   std::vector<std::optional<uint64_t>> members;  // session id by rank
   std::vector<uint64_t> next_seq;                // by rank; the first collective is seq 1
+  // Made by ranks coming back after irisd restarted: each resumed rank's first sequence number
+  // here (0: not resumed). It completed every collective before that one under the previous
+  // irisd, so it takes no part in their re-runs (see CollectiveScheduler::resumed_rank).
+  bool resumed = false;
+  std::vector<uint64_t> resumed_from;
+  std::vector<std::set<uint64_t>> resumed_done;  // by rank: completed after resumed_from too
+  // Whether rank `rank` completed collective `seq` under the previous irisd.
+  bool done_before_restart(uint32_t rank, uint64_t seq) const {
+    return resumed && (seq < resumed_from[rank] || resumed_done[rank].count(seq) != 0);
+  }
+  // The sequence number rank `rank` submits after `seq` (skipping those it completed).
+  uint64_t seq_after(uint32_t rank, uint64_t seq) const {
+    uint64_t next = seq + 1;
+    while (resumed && resumed_done[rank].count(next) != 0) ++next;
+    return next;
+  }
+  // Until every rank is back: when those still missing fail the communicator (peer_lost).
+  std::optional<std::chrono::steady_clock::time_point> resume_deadline;
   std::map<uint64_t, std::unique_ptr<Collective>> in_flight;
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;

@@ -18,7 +18,16 @@ void CommunicatorRegistry::count() {
 }
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
-                                    uint32_t rank, std::shared_ptr<const NodeLayout> layout) {
+                                    uint32_t rank, std::shared_ptr<const NodeLayout> layout,
+                                    uint64_t resume_seq,
+                                    const std::vector<uint64_t>& completed_after) {
+  const bool resuming = resume_seq != 0;
+  if (completed_after.size() > kMaxCompletedAfter ||
+      std::any_of(completed_after.begin(), completed_after.end(),
+                  [&](uint64_t seq) { return seq <= resume_seq; }))
+    throw Error(ErrorCode::kInvalidArgument,
+                "a resuming rank's completed collectives must follow its resume_seq " +
+                    std::to_string(resume_seq) + ", at most " + std::to_string(kMaxCompletedAfter));
   if (key.empty() || key.size() > kMaxKeyBytes || !is_printable_ascii(key))
     throw Error(ErrorCode::kInvalidArgument,
                 "a communicator key must be 1 to " + std::to_string(kMaxKeyBytes) +
@@ -38,6 +47,13 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
   Communicator* comm = nullptr;
   if (auto it = by_key_.find(key); it != by_key_.end()) {
     comm = comms_.at(it->second).get();
+    if (comm->resumed != resuming)
+      throw Error(ErrorCode::kAlreadyExists,
+                  "communicator '" + key + "' " +
+                      (resuming ? "was created anew since irisd restarted, so this rank cannot "
+                                  "resume in it: use another key for new jobs"
+                                : "is resuming after irisd restarted (its ranks are coming back): "
+                                  "use another key") );
     if (comm->nranks != nranks)
       throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
                                                   std::to_string(comm->nranks) +
@@ -69,6 +85,14 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     created->members.resize(nranks);
     created->next_seq.assign(nranks, 1);
     created->layout = std::move(layout);
+    if (resuming) {
+      created->resumed = true;
+      created->resumed_from.assign(nranks, 0);
+      created->resumed_done.resize(nranks);
+      created->resume_deadline = std::chrono::steady_clock::now() +
+                                 std::chrono::milliseconds(config_.limits.resume_window_ms);
+      resuming_.push_back(created->id);
+    }
     comm = created.get();
     by_key_.emplace(key, comm->id);
     comms_.emplace(comm->id, std::move(created));
@@ -76,6 +100,13 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
   }
   comm->members[rank] = s.id();
   s.comm_ranks.emplace(comm->id, rank);
+  if (resuming) {
+    comm->next_seq[rank] = resume_seq;
+    comm->resumed_from[rank] = resume_seq;
+    comm->resumed_done[rank] = {completed_after.begin(), completed_after.end()};
+    if (comm->joined() == nranks) comm->resume_deadline.reset();
+    scheduler_.resumed_rank(*comm, rank);
+  }
   scheduler_.log().log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
                        "session {} joined communicator '{}' (id {}) as rank {}/{}", s.id(), key,
                        comm->id, rank, nranks);
@@ -122,7 +153,29 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
   }
 }
 
+void CommunicatorRegistry::expire_resumes() {
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(resuming_, [&](uint64_t id) {
+    Communicator* comm = find(id);
+    if (comm == nullptr || !comm->resume_deadline) return true;
+    if (now < *comm->resume_deadline) return false;
+    comm->resume_deadline.reset();
+    std::string missing;
+    for (uint32_t r = 0; r < comm->nranks; ++r)
+      if (!comm->members[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    scheduler_.break_comm(*comm, ErrorCode::kPeerLost,
+                          "rank(s) " + missing + " of communicator '" + comm->key +
+                              "' did not come back within " +
+                              std::to_string(config_.limits.resume_window_ms) +
+                              " ms after irisd restarted (--resume-window-ms); create a new "
+                              "communicator to go on");
+    if (auto k = by_key_.find(comm->key); k != by_key_.end() && k->second == id) by_key_.erase(k);
+    return true;
+  });
+}
+
 bool CommunicatorRegistry::poll() {
+  if (!resuming_.empty()) expire_resumes();
   if (emptied_.empty()) return false;
   auto emptied = std::move(emptied_);
   emptied_.clear();

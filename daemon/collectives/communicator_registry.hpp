@@ -25,14 +25,22 @@ class CommunicatorRegistry final : public Poller {
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
   // that key accepts ranks. `layout`: its nodes when it spans several daemons (every local rank
   // must pass the same). Returns its id; throws iris::Error naming the conflict.
+  //
+  // `resume_seq` > 0: the rank comes back after irisd restarted, its first sequence number here
+  // being `resume_seq`. Its communicator is then one made by resuming ranks only (a new job's
+  // communicator of the same key is a conflict), and every rank must be back within the resume
+  // window, else the communicator fails as peer_lost.
   uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
-                std::shared_ptr<const NodeLayout> layout = nullptr);
+                std::shared_ptr<const NodeLayout> layout = nullptr, uint64_t resume_seq = 0,
+                const std::vector<uint64_t>& completed_after = {});
+  static constexpr std::size_t kMaxCompletedAfter = 1024;
   // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
   // collective, so every collective in flight and every later one fails with kPeerLost and a
   // message naming the rank, its session and pid.
   void leave(Session& s, uint64_t comm_id, const std::string& how);
   // Poller: removes communicators whose last member left while copies were in flight, now that
-  // they may have finished (never counts as work).
+  // they may have finished, and fails resumed communicators whose ranks did not all come back in
+  // time (never counts as work).
   bool poll() override;
 
   Communicator* find(uint64_t id) const;
@@ -49,6 +57,8 @@ class CommunicatorRegistry final : public Poller {
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
   std::unordered_map<std::string, uint64_t> by_key_;  // communicators still accepting ranks
   std::vector<uint64_t> emptied_;                     // no members left, copies still in flight
+  std::vector<uint64_t> resuming_;                    // resumed, not every rank back yet
+  void expire_resumes();
   uint64_t next_id_ = 1;
 };
 

@@ -1,5 +1,6 @@
 #include "daemon/front/attach_listener.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -233,11 +234,26 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
     response.set_protocol_version(kProtocolVersion);
     response.set_daemon_version(std::string(release_version()));
     response.set_engine(runtime_.engine_description().name);
+    response.set_resume_window_ms(config_.limits.resume_window_ms);
     std::vector<int> fds;
     AttachResult attached{};
     if (!request.operator_only()) {
       const std::string name = printable(request.client_name(), kMaxClientNameBytes);
-      attached = loop_.call([&] { return runtime_.attach(peer, name, fd); });
+      std::optional<Runtime::Resume> resume;
+      if (request.has_resume()) {
+        if (frame.fds.size() != 1)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "resuming a session takes its segment beside the request, got " +
+                          std::to_string(frame.fds.size()) + " descriptors");
+        net::Fd segment(::fcntl(frame.fds[0].get(), F_DUPFD_CLOEXEC, 0));
+        if (!segment)
+          throw Error(ErrorCode::kLimitExceeded,
+                      std::string("irisd is out of descriptors: ") + std::strerror(errno));
+        resume = Runtime::Resume{std::move(segment), request.resume().previous_session_id(),
+                                 request.resume().held_ms()};
+        response.set_resumed(true);
+      }
+      attached = loop_.call([&] { return runtime_.attach(peer, name, fd, std::move(resume)); });
       conn.session_id = attached.session_id;
       response.set_session_id(attached.session_id);
       response.set_ring_depth(attached.ring_depth);

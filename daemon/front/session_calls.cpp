@@ -1,5 +1,8 @@
 #include "daemon/front/session_calls.hpp"
 
+#include <fcntl.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "daemon/front/wire.hpp"
@@ -17,7 +20,8 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
     switch (request.kind_case()) {
       case v1::SessionRequest::kRegisterVmm: {
         const DeviceBufferExport exported = vmm_export(request.register_vmm(), fds);
-        *response.mutable_registered() = to_wire(runtime.register_device_buffer(id, exported));
+        *response.mutable_registered() = to_wire(runtime.register_device_buffer(
+            id, exported, request.register_vmm().resume_buffer_id()));
         break;
       }
       case v1::SessionRequest::kAllocateHost: {
@@ -33,8 +37,22 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
         if (ipc.stream_done_flags()) {
           runtime.register_device_done_flags(id, exported);
         } else {
-          *response.mutable_registered() = to_wire(runtime.register_device_buffer(id, exported));
+          *response.mutable_registered() =
+              to_wire(runtime.register_device_buffer(id, exported, ipc.resume_buffer_id()));
         }
+        break;
+      }
+      case v1::SessionRequest::kAdoptHost: {
+        if (fds.size() != 1)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "resuming a host buffer takes its memfd beside the request, got " +
+                          std::to_string(fds.size()) + " descriptors");
+        net::Fd memfd(::fcntl(fds[0].get(), F_DUPFD_CLOEXEC, 0));
+        if (!memfd)
+          throw Error(ErrorCode::kLimitExceeded,
+                      std::string("irisd is out of descriptors: ") + std::strerror(errno));
+        runtime.adopt_host_buffer(id, request.adopt_host().buffer_id(), request.adopt_host().bytes(),
+                                  std::move(memfd));
         break;
       }
       case v1::SessionRequest::kDeregister:
@@ -49,7 +67,9 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
                                        {init.node_of_rank().begin(), init.node_of_rank().end()},
                                        init.secret()};
         response.set_comm_id(
-            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes)));
+            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes),
+                              init.resume_seq(),
+                              {init.completed_seqs().begin(), init.completed_seqs().end()}));
         break;
       }
       case v1::SessionRequest::kCommDestroy:

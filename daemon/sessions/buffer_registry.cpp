@@ -42,7 +42,7 @@ void BufferRegistry::forget(Session& s, const MappedBuffer& buffer) {
   stats_.registered_buffer_bytes.fetch_sub(buffer.bytes, std::memory_order_relaxed);
 }
 
-RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
+void BufferRegistry::check_host_limits(const Session& s, uint64_t bytes) const {
   check_limits(s, bytes);
   const uint64_t held = sessions_.host_buffer_bytes_of_uid(s.peer().uid);
   if (bytes > config_.limits.max_buffer_bytes_per_uid -
@@ -53,19 +53,26 @@ RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
                     " more would pass max_buffer_bytes_per_uid (" +
                     std::to_string(config_.limits.max_buffer_bytes_per_uid) +
                     "): free buffers, or ask the operator to raise --max-buffer-bytes-per-uid");
-  const uint64_t id = next_id_++;
+}
+
+uint64_t BufferRegistry::take_id(const Session& s, uint64_t resume_id) {
+  if (resume_id == 0) return next_id_++;
+  if (resume_id == shm::kNoBuffer || s.buffers.count(resume_id) != 0)
+    throw Error(ErrorCode::kAlreadyExists, "cannot resume buffer " + std::to_string(resume_id) +
+                                               ": this session already has a buffer of that id");
+  next_id_ = std::max(next_id_, resume_id + 1);
+  return resume_id;
+}
+
+RegisteredBuffer BufferRegistry::add_host(Session& s, uint64_t id, shm::ShmSegment segment,
+                                          uint64_t bytes) {
   // Declared in this order so that the engine unpins before the segment is unmapped.
   struct HostMapping {
     shm::ShmSegment segment;
     std::shared_ptr<void> pin;
   };
   auto mapping = std::make_shared<HostMapping>();
-  try {
-    mapping->segment = shm::ShmSegment::create(
-        "irisd-session-" + std::to_string(s.id()) + "-buffer-" + std::to_string(id), bytes);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kLimitExceeded, e.what());
-  }
+  mapping->segment = std::move(segment);
   auto* base = static_cast<std::byte*>(mapping->segment.data());
   mapping->pin = engine_.prepare_host_memory(base, bytes);
   net::Fd memfd = mapping->segment.take_fd();
@@ -75,10 +82,42 @@ RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
       std::move(memfd));
 }
 
-RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported) {
+RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
+  check_host_limits(s, bytes);
+  const uint64_t id = take_id(s, 0);
+  shm::ShmSegment segment;
+  try {
+    segment = shm::ShmSegment::create(
+        "irisd-session-" + std::to_string(s.id()) + "-buffer-" + std::to_string(id), bytes);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kLimitExceeded, e.what());
+  }
+  return add_host(s, id, std::move(segment), bytes);
+}
+
+void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd) {
+  check_host_limits(s, bytes);
+  shm::ShmSegment segment;
+  try {
+    segment = shm::ShmSegment::map(std::move(memfd), config_.limits.max_buffer_bytes);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot resume buffer " + std::to_string(id) + ": " + e.what());
+  }
+  // Sealed against shrinking, so the first `bytes` stay there as long as the mapping.
+  if (segment.size() < bytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot resume buffer " + std::to_string(id) + " of " + std::to_string(bytes) +
+                    " bytes: the memory sent holds " + std::to_string(segment.size()));
+  add_host(s, take_id(s, id), std::move(segment), bytes);
+}
+
+RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported,
+                                                 uint64_t resume_id) {
   check_limits(s, exported.bytes);
+  if (resume_id != 0) take_id(s, resume_id);  // checked before the import, taken after it
   ImportedMemory imported = engine_.import_device_memory(exported);
-  const uint64_t id = next_id_++;
+  const uint64_t id = resume_id != 0 ? resume_id : take_id(s, 0);
   return add(s,
              std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), imported.base, imported.bytes,
                                                          imported.keepalive, imported.device}),

@@ -26,7 +26,12 @@ class BufferRegistry {
 
   // Each throws iris::Error naming the limit or the problem.
   RegisteredBuffer register_host(Session& s, uint64_t bytes);
-  RegisteredBuffer register_device(Session& s, const DeviceBufferExport& exported);
+  // `resume_id`: a resuming session's id for it from the previous irisd (0: a new one).
+  RegisteredBuffer register_device(Session& s, const DeviceBufferExport& exported,
+                                   uint64_t resume_id = 0);
+  // Resuming: host memory the previous irisd allocated for `s`, its memfd sent back by the client,
+  // registered again as buffer `id` (the limits apply as to a new buffer).
+  void adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd);
   // GPU memory where the session's streams wait for done flags (ring depth x uint32).
   void register_done_flags(Session& s, const DeviceBufferExport& exported);
   void deregister(Session& s, uint64_t buffer_id);
@@ -35,6 +40,12 @@ class BufferRegistry {
 
  private:
   void check_limits(const Session& s, uint64_t bytes) const;
+  void check_host_limits(const Session& s, uint64_t bytes) const;
+  // The id a buffer gets: `resume_id` when resuming (checked: free in this session), else a new
+  // one. New ones stay above every resumed one.
+  uint64_t take_id(const Session& s, uint64_t resume_id);
+  // Host memory mapped for `s` and pinned by the engine as buffer `id`.
+  RegisteredBuffer add_host(Session& s, uint64_t id, shm::ShmSegment segment, uint64_t bytes);
   RegisteredBuffer add(Session& s, std::shared_ptr<MappedBuffer> buffer, net::Fd memfd);
   void forget(Session& s, const MappedBuffer& buffer);
 

@@ -25,8 +25,10 @@ class Completer final : public Poller {
 
   // Writes the completion; nothing when the target's session is gone.
   void complete(const CompletionTarget& target, ErrorCode code, std::string why = {});
-  // irisd is stopping: from now on a request that fails fails with daemon_gone, whatever ended
-  // it (the ranks leaving as irisd ends their sessions would otherwise read as peer_lost).
+  // irisd is stopping: from now on no completion is written. What was still in flight stays
+  // unfinished in the clients' slots, so they submit it again to the next irisd when their
+  // sessions resume (the ranks leaving as irisd ends their sessions would otherwise fail it as
+  // peer_lost); clients that do not resume learn from their connection closing that irisd went.
   void stop() { stopped_ = true; }
 
   // Poller: wakes the sessions completed into since the last pass (never counts as work).

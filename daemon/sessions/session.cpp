@@ -79,4 +79,10 @@ void Session::mark_daemon_stopped() {
   shm::futex_wake_all(view_.header->completion_epoch);
 }
 
+void Session::mark_session_ended() {
+  auto running = static_cast<uint32_t>(shm::DaemonState::kRunning);
+  view_.header->daemon_state.compare_exchange_strong(
+      running, static_cast<uint32_t>(shm::DaemonState::kSessionEnded), std::memory_order_seq_cst);
+}
+
 }  // namespace iris::daemon

@@ -52,6 +52,8 @@ class Session {
   void set_daemon_needs_wakeup(bool value);
   // Tells the client's waits the daemon is gone (clean shutdown).
   void mark_daemon_stopped();
+  // The daemon ends this session (not a shutdown): the client must not resume it.
+  void mark_session_ended();
   // What the client counted as refused before submission (its own word: only shown).
   uint64_t client_rejections() const {
     return view_.header->client_rejections.load(std::memory_order_relaxed);

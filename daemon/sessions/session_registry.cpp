@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "iris/error.hpp"
+#include "iris/shared/version.hpp"
 
 namespace iris::daemon {
 
@@ -15,7 +16,7 @@ SessionRegistry::SessionRegistry(const Config& config)
     : config_(config), layout_(*shm::SegmentLayout::for_depth(config.limits.ring_depth)) {}
 
 Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::string& client_name,
-                                 int connection) {
+                                 int connection, net::Fd resumed) {
   if (sessions_.size() >= config_.limits.max_sessions)
     throw Error(ErrorCode::kLimitExceeded,
                 "irisd already has " + std::to_string(sessions_.size()) +
@@ -28,12 +29,28 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
                     "the operator to raise --max-sessions-per-uid");
   const uint64_t id = next_id_++;
   shm::ShmSegment segment;
-  try {
-    segment = shm::ShmSegment::create("irisd-session-" + std::to_string(id), layout_.total_bytes);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kInternal, e.what());
+  if (resumed) {
+    try {
+      segment = shm::ShmSegment::map(std::move(resumed), layout_.total_bytes);
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kProtocolMismatch,
+                  std::string("cannot resume: the session segment sent back: ") + e.what());
+    }
+    if (!shm::adopt_segment(segment.data(), segment.size(), layout_, id))
+      throw Error(ErrorCode::kProtocolMismatch,
+                  "cannot resume: the session segment sent back is not of this irisd's layout "
+                  "(segment version " +
+                      std::to_string(kSegmentVersion) + ", ring depth " +
+                      std::to_string(layout_.ring_depth) +
+                      "); the previous irisd was another version or had another --ring-depth");
+  } else {
+    try {
+      segment = shm::ShmSegment::create("irisd-session-" + std::to_string(id), layout_.total_bytes);
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kInternal, e.what());
+    }
+    shm::initialize_segment(segment.data(), layout_, id);
   }
-  shm::initialize_segment(segment.data(), layout_, id);
   net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wake) throw Error(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
   net::Fd connection_dup(::fcntl(connection, F_DUPFD_CLOEXEC, 0));

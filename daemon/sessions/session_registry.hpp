@@ -20,7 +20,11 @@ class SessionRegistry {
   // A new session for the peer on attach connection `connection` (the session keeps a
   // duplicate, shut down when it ends). Throws iris::Error: kLimitExceeded naming the limit
   // (max_sessions, or max_sessions_per_uid for this uid), kInternal.
-  Session& create(const net::PeerCredentials& peer, const std::string& client_name, int connection);
+  // `resumed`: the segment a client of a previous irisd sent back to resume its session (checked:
+  // a memfd sealed against shrinking, of this irisd's layout and ring depth; kProtocolMismatch
+  // naming what differs), instead of a new one.
+  Session& create(const net::PeerCredentials& peer, const std::string& client_name, int connection,
+                  net::Fd resumed = net::Fd());
   // Forgets the session and destroys it (its segment goes with it).
   void remove(uint64_t id);
 

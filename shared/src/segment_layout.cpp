@@ -65,4 +65,15 @@ std::optional<SegmentView> validate_segment(void* base, std::size_t mapped_bytes
   return SegmentView::at(base, *layout);
 }
 
+std::optional<SegmentView> adopt_segment(void* base, std::size_t mapped_bytes,
+                                         const SegmentLayout& layout, uint64_t session_id) {
+  auto view = validate_segment(base, mapped_bytes);
+  if (!view || view->ring_depth != layout.ring_depth) return std::nullopt;
+  view->header->session_id = session_id;
+  view->header->daemon_needs_wakeup.store(0, std::memory_order_relaxed);
+  view->header->daemon_state.store(static_cast<uint32_t>(DaemonState::kRunning),
+                                   std::memory_order_release);
+  return view;
+}
+
 }  // namespace iris::shm

@@ -61,16 +61,18 @@ ShmSegment ShmSegment::create(const std::string& label, std::size_t bytes) {
   return ShmSegment(std::move(fd), data, bytes);
 }
 
-ShmSegment ShmSegment::map(net::Fd fd) {
+ShmSegment ShmSegment::map(net::Fd fd, std::size_t max_bytes) {
   const int seals = ::fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
-    throw std::runtime_error("the shared memory irisd sent is not a sealed memfd");
+    throw std::runtime_error("the shared memory is not a memfd sealed against shrinking");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw os_error("fstat of shared memory");
   const auto bytes = static_cast<std::size_t>(st.st_size);
+  if (bytes == 0 || bytes > max_bytes)
+    throw std::runtime_error("the shared memory holds " + std::to_string(bytes) +
+                             " bytes, expected 1 to " + std::to_string(max_bytes));
   void* data = map_whole(fd.get(), bytes);
-  fd = net::Fd();  // the mapping is all the client needs
-  return ShmSegment(net::Fd(), data, bytes);
+  return ShmSegment(std::move(fd), data, bytes);
 }
 
 }  // namespace iris::shm

@@ -253,7 +253,7 @@ TEST(PythonBinding, GathersAndRaisesIrisError) {
 
 // The binding's waits while irisd is SIGKILLed (the script kills it): daemon_gone, no hang.
 TEST(PythonBinding, NoticesThatIrisdDied) {
-  DaemonProcess daemon;
+  DaemonProcess daemon({"--resume-window-ms", "0"});  // clients do not wait for it to come back
   // Debian's python3: its torch (1.13, CPU) checks the torch backend's barrier too.
   const ProgramResult result =
       run_python_check("/usr/bin/python3", "python_daemon_gone_check.py",

@@ -145,7 +145,9 @@ class DaemonGone : public ::testing::Test {
     }
   }
 
-  DaemonProcess daemon;
+  // Clients told to wait 0 ms for irisd to come back: they fail at once (resume_test.cpp has
+  // the clients that wait).
+  DaemonProcess daemon{{"--resume-window-ms", "0"}};
 };
 
 TEST_F(DaemonGone, EveryPathNoticesASigkill) {

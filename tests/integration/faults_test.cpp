@@ -42,7 +42,8 @@ ErrorCode wait_code(Request& r, std::chrono::nanoseconds timeout = 10s) {
 
 class Faults : public ::testing::Test {
  protected:
-  DaemonProcess daemon;
+  // Clients fail at once when irisd goes (resume_test.cpp has those that wait for it).
+  DaemonProcess daemon{{"--resume-window-ms", "0"}};
 };
 
 TEST_F(Faults, BadRingEntriesFailOnlyThemselves) {

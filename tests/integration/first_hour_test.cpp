@@ -112,7 +112,7 @@ TEST(FirstHour, AForkedChildGetsAClearErrorAndTheParentGoesOn) {
 }
 
 TEST(FirstHour, ADaemonThatStoppedIsDaemonGoneNotABug) {
-  DaemonProcess daemon;
+  DaemonProcess daemon({"--resume-window-ms", "0"});  // clients do not wait for it to come back
   auto client = Client::connect(options_for(daemon));
   daemon.stop();
   EXPECT_EQ(code_of([&] { client.allocate(64); }), ErrorCode::kDaemonGone);

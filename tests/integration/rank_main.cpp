@@ -39,7 +39,13 @@ struct Options {
   std::vector<uint32_t> node_of_rank;
   std::string secret;
   uint32_t join_timeout_ms = 60'000;
+  // Sweep until this file exists (then at most `iterations`), or wait after the first batch
+  // until it exists (a job that makes no call for a while); empty: neither.
+  std::string stop_file;
+  std::string idle_file;
 };
+
+bool file_exists(const std::string& path) { return !path.empty() && ::access(path.c_str(), F_OK) == 0; }
 
 // The communicator `key`: across the given nodes when there are any.
 iris::Communicator join(const Options& o, iris::Client& client, const std::string& key) {
@@ -95,8 +101,23 @@ int sweep(const Options& o, iris::Client& client) {
   for (uint32_t s = 0; s < o.inflight; ++s)
     slots.push_back({client.allocate(area), client.allocate(area)});
 
+  // Whether any rank saw the stop file: agreed through an all-gather, so that every rank stops
+  // after the same iteration.
+  auto flags = client.allocate(o.nranks);
+  auto stop_agreed = [&] {
+    flags.as<unsigned char>()[o.rank] = file_exists(o.stop_file) ? 1 : 0;
+    comms[0].all_gather(flags.as<unsigned char>() + o.rank, flags.data(), 1).wait();
+    for (uint32_t r = 0; r < o.nranks; ++r)
+      if (flags.as<unsigned char>()[r] != 0) return true;
+    return false;
+  };
+  uint32_t done = 0;
   for (uint32_t first = 0; first < o.iterations; first += o.inflight) {
+    if (!o.stop_file.empty() && first % 32 == 0 && stop_agreed()) break;
+    if (first > 0 && !o.idle_file.empty())
+      while (!file_exists(o.idle_file)) ::usleep(10'000);
     const uint32_t batch = std::min(o.inflight, o.iterations - first);
+    done += batch;
     std::vector<iris::Request> requests;
     std::vector<Call> calls;
     std::vector<unsigned char*> sends;
@@ -152,7 +173,7 @@ int sweep(const Options& o, iris::Client& client) {
       }
     }
   }
-  std::cout << "ok rank " << o.rank << " iterations " << o.iterations << std::endl;
+  std::cout << "ok rank " << o.rank << " iterations " << done << std::endl;
   return 0;
 }
 
@@ -255,6 +276,8 @@ int main(int argc, char** argv) {
   app.add_option("--node-of-rank", o.node_of_rank, "each rank's node")->delimiter(',');
   app.add_option("--secret", o.secret);
   app.add_option("--join-timeout-ms", o.join_timeout_ms);
+  app.add_option("--stop-file", o.stop_file, "sweep until this file exists");
+  app.add_option("--idle-file", o.idle_file, "after the first batch, wait until this file exists");
   CLI11_PARSE(app, argc, argv);
 
   if (o.as_uid >= 0) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "iris/buffer.hpp"
@@ -26,6 +27,12 @@ struct ClientOptions {
   // on first use, once per allocation, and kept while that allocation lives: at most this many
   // registrations (least recently used go first; 0 turns first-use registration off).
   std::size_t gpu_registration_cache = 1024;
+  // When irisd dies, stops or restarts (an upgrade), the session attaches again to the same
+  // socket and resumes: its buffers, communicators, captured graphs and unfinished collectives
+  // come through, each collective completing exactly once. For this long calls wait (test()
+  // reports not done); past it they fail with kDaemonGone. Unset: $IRIS_RESUME_WINDOW_MS, else
+  // irisd's default (--resume-window-ms); 0 fails at once.
+  std::optional<std::chrono::milliseconds> resume_window;
 };
 
 // A Client belongs to the process that attached: after fork(), the child gets kInvalidArgument

@@ -74,8 +74,10 @@ enum SubmitFlags : uint32_t {
   // reaches the generation, and writes the slot's done flag in GPU memory when the rank is
   // complete.
   kStreamOrdered = 1u << 1,
+  // Submitted again after irisd restarted (its first run had not completed): counted only.
+  kResubmitted = 1u << 2,
 };
-inline constexpr uint32_t kKnownSubmitFlags = kOwnBlockCopiedByClient | kStreamOrdered;
+inline constexpr uint32_t kKnownSubmitFlags = kOwnBlockCopiedByClient | kStreamOrdered | kResubmitted;
 
 // Arguments of one collective as a ring entry carries them (seq, slot and generation are the
 // submitting path's).

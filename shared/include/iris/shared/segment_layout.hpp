@@ -14,7 +14,9 @@
 
 namespace iris::shm {
 
-enum class DaemonState : uint32_t { kRunning = 1, kStopped = 2 };
+// kStopped: irisd is stopping (its clients may resume with the next one); kSessionEnded: irisd
+// ended this session itself (the client must not try to resume it).
+enum class DaemonState : uint32_t { kRunning = 1, kStopped = 2, kSessionEnded = 3 };
 
 struct SegmentHeader {
   uint64_t magic;
@@ -90,6 +92,13 @@ struct SegmentView {
 
 // Lays out a fresh segment (daemon side). `base` must be zeroed memory of layout.total_bytes.
 void initialize_segment(void* base, const SegmentLayout& layout, uint64_t session_id);
+
+// irisd, resuming a session: takes over a segment a client of the previous irisd sent back.
+// Checks it as validate_segment does and that its ring depth is `layout`'s, then resets what irisd
+// owns in the header (state, wake-up flag, session id); the rest (ring indices, slots, flags) is the
+// client's to have left as it likes, and is distrusted as ever. nullopt when it does not fit.
+std::optional<SegmentView> adopt_segment(void* base, std::size_t mapped_bytes,
+                                         const SegmentLayout& layout, uint64_t session_id);
 
 // Checks the header of a segment mapped by a client; nullopt when it is not a valid segment of
 // this version.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -18,8 +19,10 @@ class ShmSegment {
   // irisd: a zero-filled, sealed memfd of `bytes`, mapped read-write. `label` names it in
   // /proc/<pid>/maps ("memfd:<label>"). Throws std::runtime_error with the OS reason.
   static ShmSegment create(const std::string& label, std::size_t bytes);
-  // Client: maps a segment irisd sent. Throws std::runtime_error when it is no sealed memfd.
-  static ShmSegment map(net::Fd fd);
+  // Maps a segment the other side sent (irisd's to a client; a resuming client's back to a new
+  // irisd), keeping its descriptor (a client hands it to the next irisd after a restart). Throws
+  // std::runtime_error when it is no memfd sealed against shrinking, or larger than `max_bytes`.
+  static ShmSegment map(net::Fd fd, std::size_t max_bytes = SIZE_MAX);
 
   ShmSegment() = default;
   ShmSegment(ShmSegment&&) noexcept;
@@ -32,6 +35,8 @@ class ShmSegment {
   std::size_t size() const { return size_; }
   // irisd: hands over the memfd, to send to the client (the mapping stays without it).
   net::Fd take_fd() { return std::move(fd_); }
+  // The memfd, while this side keeps it (-1 after take_fd).
+  int fd() const { return fd_.get(); }
 
  private:
   ShmSegment(net::Fd fd, void* data, std::size_t size);

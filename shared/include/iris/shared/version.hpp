@@ -7,7 +7,7 @@
 
 namespace iris {
 
-inline constexpr uint32_t kProtocolVersion = 4;  // 3: graph plans; 4: send and recv (in graphs too)
+inline constexpr uint32_t kProtocolVersion = 5;  // 4: send and recv; 5: resuming sessions
 inline constexpr uint32_t kSegmentVersion = 4;   // 4: graph plan slots
 inline constexpr uint64_t kSegmentMagic = 0x3130474553534952ull;  // "IRISSEG1"
 

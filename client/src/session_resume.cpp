@@ -1,0 +1,288 @@
+// Client::Impl after irisd went away: attach again to the same socket within the resume window,
+// hand the next irisd the session's segment and host memory, register the GPU memory, communicators
+// and graph plans again under the ids and places they had, and submit again the requests irisd had
+// not completed. Everything a collective needs lives here in the client (its memory, its streams
+// waiting on flags, its sequence of calls), so a restart of irisd is a pause. Why running an
+// unfinished collective again is safe, and where it is not: docs/ARCHITECTURE.md, "Restarts".
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "client/src/attach_handshake.hpp"
+#include "client/src/client_impl.hpp"
+#include "iris/shared/collective_shape.hpp"
+#include "iris/shared/futex.hpp"
+
+namespace iris {
+
+namespace {
+using clock = std::chrono::steady_clock;
+// Attempts to reach the next irisd: often at first (a restart by systemd takes milliseconds to
+// seconds), then every 100 ms.
+constexpr auto kFirstRetry = std::chrono::milliseconds(2);
+constexpr auto kMaxRetry = std::chrono::milliseconds(100);
+// The next irisd's answer to the resume's attach (its engine may still be starting).
+constexpr auto kResumeAnswerTimeout = std::chrono::milliseconds(10000);
+
+std::string millis(clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+}  // namespace
+
+void Client::Impl::wait_while_resuming(clock::time_point deadline) const {
+  std::unique_lock lock(link_mutex_);
+  while (link_.load(std::memory_order_acquire) == Link::kResuming) {
+    const auto now = clock::now();
+    if (now >= deadline) return;
+    link_changed_.wait_for(lock, std::min<clock::duration>(deadline - now, kMaxRetry));
+  }
+}
+
+int Client::Impl::reattach(DaemonWatch& watch) {
+  const auto started = clock::now();
+  auto give_up = [&](std::string why) {
+    {
+      std::lock_guard lock(link_mutex_);
+      gone_why_ = std::move(why);
+      link_.store(Link::kGone, std::memory_order_release);
+    }
+    link_changed_.notify_all();
+    // No irisd writes a done flag any more: the GPU streams go on (their receive buffers
+    // unwritten; the host learns why from its next call), and sleepers wake to see it.
+    release_stream_waits();
+    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+    shm::futex_wake_all(view.header->completion_epoch);
+    return -1;
+  };
+  if (view.header->daemon_state.load(std::memory_order_acquire) ==
+      static_cast<uint32_t>(shm::DaemonState::kSessionEnded))
+    return give_up("irisd ended this session (the daemon log says why); attach again");
+  if (resume_window.count() == 0)
+    return give_up("irisd stopped or died; attach again once it is back (this client does not "
+                   "wait for it: its resume window is 0)");
+  {
+    std::lock_guard lock(link_mutex_);
+    link_.store(Link::kResuming, std::memory_order_release);
+  }
+  const auto deadline = started + resume_window;
+  // No entry reaches a ring until the session is back; then the unfinished ones go in first.
+  std::unique_lock submitting(submit_mutex_);
+  // The next irisd reads the ring from where the client leaves it: empty.
+  view.ring_control->head.store(0, std::memory_order_relaxed);
+  view.ring_control->tail.store(0, std::memory_order_release);
+
+  v1::AttachRequest request;
+  request.set_client_name(options.client_name);
+  request.mutable_resume()->set_previous_session_id(session_id);
+  request.mutable_resume()->set_ring_depth(view.ring_depth);
+  std::optional<client::Attached> attached;
+  std::string last = "irisd is not back";
+  for (auto pause = kFirstRetry;;) {
+    request.mutable_resume()->set_held_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - started).count());
+    try {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      attached = client::attach(options.socket_path, request,
+                                std::clamp(left, std::chrono::milliseconds(1), kResumeAnswerTimeout),
+                                2, {segment.fd()});
+      break;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnavailable)
+        return give_up("irisd came back but would not resume this session: " + e.message());
+      last = e.message();
+    }
+    const auto now = clock::now();
+    if (now >= deadline)
+      return give_up("irisd did not come back within this client's resume window (" +
+                     millis(resume_window) + "; " + last +
+                     "); attach again once it is back, or set a longer window "
+                     "(ClientOptions::resume_window, IRIS_RESUME_WINDOW_MS)");
+    if (!watch.pause(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::min<clock::duration>(pause, deadline - now))))
+      return give_up("this client detached while irisd was away");
+    pause = std::min(pause * 2, kMaxRetry);
+  }
+  if (!attached->response.resumed() || attached->fds.size() != 2)
+    return give_up("the irisd that came back does not resume sessions (version " +
+                   attached->response.daemon_version() + "); attach again");
+  {
+    // The same descriptor numbers as before: threads reading them never see a closed one.
+    std::lock_guard calls(attach_mutex_);
+    ::dup3(attached->connection.get(), attach_fd.get(), O_CLOEXEC);
+    ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
+  }
+  session_id = attached->response.session_id();
+  try {
+    resume_buffers();
+    const auto comm_ids = resume_comms();
+    resubmit(comm_ids);
+    resume_graph_plans(comm_ids);
+  } catch (const Error& e) {
+    ::shutdown(attach_fd.get(), SHUT_RDWR);  // the new irisd ends the half-resumed session
+    return give_up("irisd came back but this session could not resume: " + e.message());
+  }
+  submitting.unlock();
+  {
+    std::lock_guard lock(link_mutex_);
+    link_.store(Link::kUp, std::memory_order_release);
+  }
+  link_changed_.notify_all();
+  ring_doorbell();
+  return attach_fd.get();
+}
+
+void Client::Impl::resume_buffers() {
+  auto adopt = [this](uint64_t id, uint64_t bytes, int memfd) {
+    v1::SessionRequest request;
+    request.mutable_adopt_host()->set_buffer_id(id);
+    request.mutable_adopt_host()->set_bytes(bytes);
+    call(request, "resume a host buffer", {memfd}, nullptr);
+  };
+  std::vector<std::pair<void*, Registered>> buffers;
+  {
+    std::lock_guard lock(buffers_mutex_);
+    for (const auto& [base, b] : buffers_) buffers.emplace_back(reinterpret_cast<void*>(base), b);
+  }
+  for (const auto& [base, b] : buffers) {
+    if (b.memfd) {
+      adopt(b.id, b.bytes, b.memfd->get());
+    } else if (b.gpu) {
+      register_gpu(*make_gpu_runtime(b.vendor), b.vendor, base, b.bytes, b.id);
+    }
+  }
+  {
+    std::lock_guard lock(args_mutex_);
+    for (const ArgsArena& arena : args_arenas_)
+      adopt(arena.buffer_id, arena.stride * slots_.size(), arena.mapping.fd());
+  }
+  if (GpuRegistrationCache* cache = existing_gpu_cache()) {
+    cache->for_each_registration([&](uintptr_t begin, uintptr_t end, uint64_t id) {
+      register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, reinterpret_cast<void*>(begin),
+                   end - begin, id);
+    });
+  }
+  stream_flags->register_again([this](const v1::RegisterIpcBuffer& flags) {
+    v1::SessionRequest request;
+    *request.mutable_register_ipc() = flags;
+    call(request, "register stream done flags again", {}, nullptr);
+  });
+}
+
+std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
+  std::vector<std::shared_ptr<CommRank>> comms;
+  {
+    std::lock_guard lock(comms_mutex_);
+    for (const auto& weak : comms_)
+      if (auto comm = weak.lock()) comms.push_back(std::move(comm));
+  }
+  std::map<uint64_t, uint64_t> ids;  // the previous irisd's id -> the new one
+  for (const auto& comm : comms) {
+    if (comm->destroyed || comm->across_nodes) continue;
+    const uint64_t old_id = comm->id.load();
+    const uint64_t next = comm->next_seq.load();
+    // The collectives this rank submitted that irisd had not completed.
+    std::set<uint64_t> unfinished;
+    {
+      std::lock_guard lock(slots_mutex_);
+      for (uint32_t i = 0; i < slots_.size(); ++i) {
+        const SlotState& s = slots_[i];
+        if (s.in_use && s.queued && s.entry.comm_id == old_id &&
+            !shm::is_point_to_point(s.entry.opcode) && !poll(i, s.generation))
+          unfinished.insert(s.entry.seq);
+      }
+    }
+    const uint64_t resume_seq = unfinished.empty() ? next : *unfinished.begin();
+    v1::SessionRequest request;
+    auto* init = request.mutable_comm_init();
+    init->set_key(comm->key);
+    init->set_nranks(comm->nranks);
+    init->set_rank(comm->rank);
+    init->set_resume_seq(resume_seq);
+    for (uint64_t seq = resume_seq + 1; seq < next; ++seq) {
+      if (unfinished.count(seq) != 0) continue;
+      init->add_completed_seqs(seq);
+      if (init->completed_seqs_size() > 1024)
+        throw Error(ErrorCode::kLimitExceeded,
+                    "communicator '" + comm->key + "' completed more than 1024 collectives after " +
+                        "its oldest unfinished one (seq " + std::to_string(resume_seq) + ")");
+    }
+    const uint64_t new_id = call(request, "resume a communicator", {}, nullptr).comm_id();
+    ids[old_id] = new_id;
+    comm->id.store(new_id);
+  }
+  return ids;
+}
+
+void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
+  producer_ =
+      shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
+  std::lock_guard lock(slots_mutex_);
+  std::vector<uint32_t> unfinished;
+  for (uint32_t i = 0; i < slots_.size(); ++i)
+    if (slots_[i].in_use && slots_[i].queued && !poll(i, slots_[i].generation))
+      unfinished.push_back(i);
+  std::sort(unfinished.begin(), unfinished.end(),
+            [&](uint32_t a, uint32_t b) { return slots_[a].ticket < slots_[b].ticket; });
+  bool failed_here = false;
+  for (uint32_t slot : unfinished) {
+    SlotState& s = slots_[slot];
+    shm::SubmitEntry entry = s.entry;
+    const bool nop = entry.opcode == static_cast<uint32_t>(shm::Opcode::kNop);
+    const auto id = comm_ids.find(entry.comm_id);
+    if (!nop && (shm::is_point_to_point(entry.opcode) || id == comm_ids.end())) {
+      // Sends and receives carry no sequence number: irisd cannot tell whether the peer's side
+      // completed, so this side fails rather than meet the wrong one.
+      const std::string why =
+          shm::is_point_to_point(entry.opcode)
+              ? "irisd restarted while this send or receive was in flight; it does not resume (its "
+                "peer's side may have completed): exchange again"
+              : "irisd restarted while this collective was in flight, and its communicator does "
+                "not resume (it spans nodes, or was destroyed)";
+      char* text = view.failures[slot].text;
+      const std::size_t n = std::min(why.size(), shm::kFailureTextBytes - 1);
+      std::memcpy(text, why.data(), n);
+      text[n] = '\0';
+      view.slots[slot].word.store(shm::pack_completion(s.generation, ErrorCode::kDaemonGone),
+                                  std::memory_order_release);
+      stream_flags->release(slot, s.generation);
+      failed_here = true;
+      continue;
+    }
+    if (!nop) entry.comm_id = id->second;
+    entry.flags |= shm::kResubmitted;
+    s.entry = entry;
+    producer_.try_push(entry);  // room for every slot: the ring is empty and as deep
+  }
+  if (failed_here) {
+    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+    shm::futex_wake_all(view.header->completion_epoch);
+  }
+}
+
+void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
+  std::vector<std::pair<uint32_t, PlanRecord>> plans;
+  {
+    std::lock_guard lock(plans_mutex_);
+    for (uint32_t p = 0; p < plan_records_.size(); ++p)
+      if (plan_slot_used_[p] && plan_records_[p].order != 0) plans.emplace_back(p, plan_records_[p]);
+  }
+  // irisd matches plans across ranks in the order each rank registered them.
+  std::sort(plans.begin(), plans.end(),
+            [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+  for (auto& [slot, plan] : plans) {
+    const auto id = comm_ids.find(plan.entry.comm_id);
+    if (id == comm_ids.end())
+      throw Error(ErrorCode::kNotFound,
+                  "a CUDA graph holds a collective of a communicator that does not resume");
+    plan.entry.comm_id = id->second;
+    send_plan(slot, plan.entry, plan.v_args, true);
+    std::lock_guard lock(plans_mutex_);
+    plan_records_[slot].entry.comm_id = id->second;
+  }
+}
+
+}  // namespace iris

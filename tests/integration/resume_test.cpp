@@ -1,0 +1,144 @@
+// irisd restarting under running jobs must cost them nothing. irisd is killed (SIGKILL) or stopped
+// (SIGTERM) at random moments, mid-copy included, and started again on the same socket, 20 times,
+// while a 4-rank job runs all six collectives (random sizes to 4 MiB, random roots, two in flight,
+// every byte checked, send buffers scribbled over the moment wait() returns, so a copy run again
+// after a rank completed would show) and a second job makes no call until the end. Every rank
+// must finish with every collective completed once and right.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "iris/iris.hpp"
+#include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
+#include "tests/support/daemon_process.hpp"
+
+namespace iris::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+void touch(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << path;
+  ::close(fd);
+}
+
+std::vector<pid_t> start_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                               const std::vector<std::string>& args) {
+  std::vector<pid_t> pids;
+  for (uint32_t r = 0; r < nranks; ++r) {
+    std::vector<std::string> argv = {rank_program_path(), "--socket", daemon.socket(),
+                                     "--nranks",          std::to_string(nranks),
+                                     "--rank",            std::to_string(r)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    pids.push_back(spawn(argv));
+  }
+  return pids;
+}
+
+TEST(Resume, JobsComeThroughTwentyRestartsExactlyOnce) {
+  DaemonProcess daemon({"--resume-window-ms", "60000"});
+  const uint64_t seed = fresh_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::string stop = daemon.directory() + "/stop";
+  const std::string idle = daemon.directory() + "/idle";
+  const auto busy = start_ranks(daemon, 4,
+                                {"--key", "busy", "--collective", "mixed", "--max-bytes", "4194304",
+                                 "--iterations", "1000000", "--inflight", "2", "--seed",
+                                 std::to_string(seed), "--stop-file", stop});
+  const auto quiet = start_ranks(daemon, 2,
+                                 {"--key", "quiet", "--collective", "mixed", "--max-bytes", "65536",
+                                  "--iterations", "2", "--seed", std::to_string(seed + 1),
+                                  "--idle-file", idle});
+  std::mt19937_64 random(seed);
+  auto between = [&](int lo_ms, int hi_ms) {
+    return std::chrono::milliseconds(std::uniform_int_distribution<int>(lo_ms, hi_ms)(random));
+  };
+  std::this_thread::sleep_for(300ms);  // the jobs attached and running
+  for (int k = 0; k < 20; ++k) {
+    std::this_thread::sleep_for(between(20, 250));
+    if (k % 4 == 3) {
+      daemon.stop();  // as systemctl restart or an upgrade does
+    } else {
+      daemon.kill();
+    }
+    std::this_thread::sleep_for(between(0, 100));
+    daemon.start();
+  }
+  // Every session comes back to the last irisd: each resumed exactly once there.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  uint64_t resumed = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    resumed = ctl_json(daemon, {"stats"})["stats"]["sessions_resumed_total"];
+    if (resumed >= busy.size() + quiet.size()) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(resumed, busy.size() + quiet.size()) << daemon.log();
+  touch(stop);
+  touch(idle);
+  for (pid_t pid : busy) EXPECT_EQ(wait_for(pid), 0) << "a rank of the busy job failed";
+  for (pid_t pid : quiet) EXPECT_EQ(wait_for(pid), 0) << "a rank of the quiet job failed";
+}
+
+// A rank that does not come back (it died while irisd was away) fails its communicator's
+// collectives as peer_lost once the window passes, for the ranks that did.
+TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {
+  DaemonProcess daemon({"--resume-window-ms", "400"});
+  auto client = Client::connect(options_for(daemon, "stays"));
+  auto comm = Communicator::init(client, "half", 2, 0);
+  auto send = client.allocate(64), recv = client.allocate(128);
+  const pid_t other =
+      spawn({rank_program_path(), "--socket", daemon.socket(), "--nranks", "2", "--rank", "1",
+             "--mode", "hang", "--key", "half", "--collective", "all_gather", "--max-bytes", "64"});
+  comm.all_gather(send.data(), recv.data(), 64).wait();  // rank 1 is there
+  auto pending = comm.all_gather(send.data(), recv.data(), 64);  // rank 1 never calls this one
+  daemon.kill();
+  ::kill(other, SIGKILL);
+  wait_for(other);
+  daemon.start();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pending.wait();
+    ADD_FAILURE() << "the collective completed without rank 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerLost);
+    EXPECT_NE(e.message().find("did not come back"), std::string::npos) << e.message();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
+}
+
+// The window is the client's to choose: past it every call fails with daemon_gone, saying how
+// long it waited.
+TEST(Resume, PastTheClientsWindowCallsFailWithDaemonGone) {
+  DaemonProcess daemon({"--resume-window-ms", "60000"});
+  ClientOptions options = options_for(daemon, "short window");
+  options.resume_window = 200ms;
+  auto client = Client::connect(options);
+  auto comm = Communicator::init(client, "alone", 2, 0);
+  auto send = client.allocate(64), recv = client.allocate(128);
+  auto pending = comm.all_gather(send.data(), recv.data(), 64);
+  daemon.kill();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pending.wait();
+    ADD_FAILURE() << "wait() returned without irisd";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDaemonGone);
+    EXPECT_NE(e.message().find("resume window (200 ms"), std::string::npos) << e.message();
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
+  EXPECT_EQ(code_of([&] { client.nop().wait(); }), ErrorCode::kDaemonGone);
+}
+
+}  // namespace
+}  // namespace iris::testing
