@@ -62,8 +62,9 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       static_cast<uint32_t>(shm::DaemonState::kSessionEnded))
     return give_up("irisd ended this session (the daemon log says why); attach again");
   if (resume_window.count() == 0)
-    return give_up("irisd stopped or died; attach again once it is back (this client does not "
-                   "wait for it: its resume window is 0)");
+    return give_up(
+        "irisd stopped or died; attach again once it is back (this client does not "
+        "wait for it: its resume window is 0)");
   {
     std::lock_guard lock(link_mutex_);
     link_.store(Link::kResuming, std::memory_order_release);
@@ -79,51 +80,70 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   request.set_client_name(options.client_name);
   request.mutable_resume()->set_previous_session_id(session_id);
   request.mutable_resume()->set_ring_depth(view.ring_depth);
-  std::optional<client::Attached> attached;
   std::string last = "irisd is not back";
-  for (auto pause = kFirstRetry;;) {
+  auto pause = kFirstRetry;
+  bool stopped = false;  // the client detached meanwhile
+  // Waits before the next attempt; false (and gives up) once the window has passed.
+  auto wait_to_retry = [&](const std::string& why) -> bool {
+    last = why;
+    const auto now = clock::now();
+    if (now >= deadline) return false;
+    if (!watch.pause(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::min<clock::duration>(pause, deadline - now)))) {
+      stopped = true;
+      return false;
+    }
+    pause = std::min(pause * 2, kMaxRetry);
+    return true;
+  };
+  auto window_passed = [&] {
+    return give_up(stopped ? "this client detached while irisd was away"
+                           : "irisd did not come back within this client's resume window (" +
+                                 millis(resume_window) + "; " + last +
+                                 "); attach again once it is back, or set a longer window "
+                                 "(ClientOptions::resume_window, IRIS_RESUME_WINDOW_MS)");
+  };
+  for (;;) {
     request.mutable_resume()->set_held_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - started).count());
+    std::optional<client::Attached> attached;
     try {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-      attached = client::attach(options.socket_path, request,
-                                std::clamp(left, std::chrono::milliseconds(1), kResumeAnswerTimeout),
-                                2, {segment.fd()});
-      break;
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+      attached = client::attach(
+          options.socket_path, request,
+          std::clamp(left, std::chrono::milliseconds(1), kResumeAnswerTimeout), 2, {segment.fd()});
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnavailable)
         return give_up("irisd came back but would not resume this session: " + e.message());
-      last = e.message();
+      if (!wait_to_retry(e.message())) return window_passed();
+      continue;
     }
-    const auto now = clock::now();
-    if (now >= deadline)
-      return give_up("irisd did not come back within this client's resume window (" +
-                     millis(resume_window) + "; " + last +
-                     "); attach again once it is back, or set a longer window "
-                     "(ClientOptions::resume_window, IRIS_RESUME_WINDOW_MS)");
-    if (!watch.pause(std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::min<clock::duration>(pause, deadline - now))))
-      return give_up("this client detached while irisd was away");
-    pause = std::min(pause * 2, kMaxRetry);
-  }
-  if (!attached->response.resumed() || attached->fds.size() != 2)
-    return give_up("the irisd that came back does not resume sessions (version " +
-                   attached->response.daemon_version() + "); attach again");
-  {
-    // The same descriptor numbers as before: threads reading them never see a closed one.
-    std::lock_guard calls(attach_mutex_);
-    ::dup3(attached->connection.get(), attach_fd.get(), O_CLOEXEC);
-    ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
-  }
-  session_id = attached->response.session_id();
-  try {
-    resume_buffers();
-    const auto comm_ids = resume_comms();
-    resubmit(comm_ids);
-    resume_graph_plans(comm_ids);
-  } catch (const Error& e) {
-    ::shutdown(attach_fd.get(), SHUT_RDWR);  // the new irisd ends the half-resumed session
-    return give_up("irisd came back but this session could not resume: " + e.message());
+    if (!attached->response.resumed() || attached->fds.size() != 2)
+      return give_up("the irisd that came back does not resume sessions (version " +
+                     attached->response.daemon_version() + "); attach again");
+    {
+      // The same descriptor numbers as before: threads reading them never see a closed one.
+      std::lock_guard calls(attach_mutex_);
+      ::dup3(attached->connection.get(), attach_fd.get(), O_CLOEXEC);
+      ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
+    }
+    try {
+      resume_buffers();
+      const auto comm_ids = resume_comms();
+      resume_graph_plans(comm_ids);
+      resubmit(comm_ids);  // makes no call: cannot fail
+      session_id = attached->response.session_id();
+      break;
+    } catch (const Error& e) {
+      // That irisd went too (killed again while we resumed): try the next one. Anything else
+      // it refused is final.
+      const bool went = e.code() == ErrorCode::kDaemonGone || e.code() == ErrorCode::kUnavailable;
+      if (went && wait_to_retry(e.message())) continue;
+      ::shutdown(attach_fd.get(), SHUT_RDWR);  // the new irisd ends the half-resumed session
+      if (went) return window_passed();
+      return give_up("irisd came back but this session could not resume: " + e.message());
+    }
   }
   submitting.unlock();
   {
@@ -210,9 +230,7 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
                     "communicator '" + comm->key + "' completed more than 1024 collectives after " +
                         "its oldest unfinished one (seq " + std::to_string(resume_seq) + ")");
     }
-    const uint64_t new_id = call(request, "resume a communicator", {}, nullptr).comm_id();
-    ids[old_id] = new_id;
-    comm->id.store(new_id);
+    ids[old_id] = call(request, "resume a communicator", {}, nullptr).comm_id();
   }
   return ids;
 }
@@ -261,6 +279,19 @@ void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
     view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
     shm::futex_wake_all(view.header->completion_epoch);
   }
+  // The session is back: the new ids hold from now on (an attempt that failed before this point
+  // left them as they were, so the next one starts from the same state).
+  {
+    std::lock_guard plans(plans_mutex_);
+    for (PlanRecord& plan : plan_records_)
+      if (auto id = comm_ids.find(plan.entry.comm_id); plan.order != 0 && id != comm_ids.end())
+        plan.entry.comm_id = id->second;
+  }
+  std::lock_guard comms(comms_mutex_);
+  for (const auto& weak : comms_)
+    if (auto comm = weak.lock())
+      if (auto id = comm_ids.find(comm->id.load()); id != comm_ids.end())
+        comm->id.store(id->second);
 }
 
 void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
@@ -268,7 +299,8 @@ void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_i
   {
     std::lock_guard lock(plans_mutex_);
     for (uint32_t p = 0; p < plan_records_.size(); ++p)
-      if (plan_slot_used_[p] && plan_records_[p].order != 0) plans.emplace_back(p, plan_records_[p]);
+      if (plan_slot_used_[p] && plan_records_[p].order != 0)
+        plans.emplace_back(p, plan_records_[p]);
   }
   // irisd matches plans across ranks in the order each rank registered them.
   std::sort(plans.begin(), plans.end(),
@@ -280,8 +312,6 @@ void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_i
                   "a CUDA graph holds a collective of a communicator that does not resume");
     plan.entry.comm_id = id->second;
     send_plan(slot, plan.entry, plan.v_args, true);
-    std::lock_guard lock(plans_mutex_);
-    plan_records_[slot].entry.comm_id = id->second;
   }
 }
 

@@ -37,9 +37,9 @@ std::vector<pid_t> start_ranks(const DaemonProcess& daemon, uint32_t nranks,
                                const std::vector<std::string>& args) {
   std::vector<pid_t> pids;
   for (uint32_t r = 0; r < nranks; ++r) {
-    std::vector<std::string> argv = {rank_program_path(), "--socket", daemon.socket(),
-                                     "--nranks",          std::to_string(nranks),
-                                     "--rank",            std::to_string(r)};
+    std::vector<std::string> argv = {
+        rank_program_path(),    "--socket", daemon.socket(),  "--nranks",
+        std::to_string(nranks), "--rank",   std::to_string(r)};
     argv.insert(argv.end(), args.begin(), args.end());
     pids.push_back(spawn(argv));
   }
@@ -52,21 +52,26 @@ TEST(Resume, JobsComeThroughTwentyRestartsExactlyOnce) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const std::string stop = daemon.directory() + "/stop";
   const std::string idle = daemon.directory() + "/idle";
-  const auto busy = start_ranks(daemon, 4,
-                                {"--key", "busy", "--collective", "mixed", "--max-bytes", "4194304",
-                                 "--iterations", "1000000", "--inflight", "2", "--seed",
-                                 std::to_string(seed), "--stop-file", stop});
-  const auto quiet = start_ranks(daemon, 2,
-                                 {"--key", "quiet", "--collective", "mixed", "--max-bytes", "65536",
-                                  "--iterations", "2", "--seed", std::to_string(seed + 1),
-                                  "--idle-file", idle});
+  const auto busy = start_ranks(
+      daemon, 4,
+      {"--key", "busy", "--collective", "mixed", "--max-bytes", "4194304", "--iterations",
+       "1000000", "--inflight", "2", "--seed", std::to_string(seed), "--stop-file", stop});
+  const auto quiet =
+      start_ranks(daemon, 2,
+                  {"--key", "quiet", "--collective", "mixed", "--max-bytes", "65536",
+                   "--iterations", "2", "--seed", std::to_string(seed + 1), "--idle-file", idle});
   std::mt19937_64 random(seed);
   auto between = [&](int lo_ms, int hi_ms) {
     return std::chrono::milliseconds(std::uniform_int_distribution<int>(lo_ms, hi_ms)(random));
   };
   std::this_thread::sleep_for(300ms);  // the jobs attached and running
+  uint64_t resumed_in_all = 0, rerun_in_all = 0;
   for (int k = 0; k < 20; ++k) {
     std::this_thread::sleep_for(between(20, 250));
+    // What this irisd saw so far (a lower bound: more may resume before the kill).
+    const auto seen = ctl_json(daemon, {"stats"})["stats"];
+    resumed_in_all += uint64_t(seen["sessions_resumed_total"]);
+    rerun_in_all += uint64_t(seen["collectives_rerun_total"]);
     if (k % 4 == 3) {
       daemon.stop();  // as systemctl restart or an upgrade does
     } else {
@@ -84,6 +89,11 @@ TEST(Resume, JobsComeThroughTwentyRestartsExactlyOnce) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(resumed, busy.size() + quiet.size()) << daemon.log();
+  std::printf("sessions resumed: %llu, requests run again: %llu (at least)\n",
+              static_cast<unsigned long long>(resumed_in_all + resumed),
+              static_cast<unsigned long long>(rerun_in_all));
+  // The kills caught collectives in flight: some ran again.
+  EXPECT_GT(rerun_in_all, 0u);
   touch(stop);
   touch(idle);
   for (pid_t pid : busy) EXPECT_EQ(wait_for(pid), 0) << "a rank of the busy job failed";
@@ -100,7 +110,7 @@ TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {
   const pid_t other =
       spawn({rank_program_path(), "--socket", daemon.socket(), "--nranks", "2", "--rank", "1",
              "--mode", "hang", "--key", "half", "--collective", "all_gather", "--max-bytes", "64"});
-  comm.all_gather(send.data(), recv.data(), 64).wait();  // rank 1 is there
+  comm.all_gather(send.data(), recv.data(), 64).wait();          // rank 1 is there
   auto pending = comm.all_gather(send.data(), recv.data(), 64);  // rank 1 never calls this one
   daemon.kill();
   ::kill(other, SIGKILL);
