@@ -3,6 +3,7 @@
 // serving honest clients, and bounds what the attacker costs. Bounded in time and count.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -234,6 +235,127 @@ TEST(Hostile, NoCallReachesASessionButThroughItsOwnConnection) {
   // The owner's session goes on, its buffer still registered.
   EXPECT_EQ(daemon.shared_memory().count("irisd-session-1-buffer-1"), 1u);
   EXPECT_EQ(code_of([&] { owner.nop().wait(); }), ErrorCode::kOk);
+}
+
+// A resume attach carrying `fds` (the segment the client claims it had): the answer.
+v1::AttachResponse resume_attach(const DaemonProcess& daemon, const std::vector<int>& fds,
+                                 net::Fd* keep = nullptr) {
+  net::Fd connection = net::connect_unix(daemon.socket() + ".attach");
+  v1::AttachRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_client_name("forger");
+  request.mutable_resume()->set_ring_depth(256);
+  net::send_frame(connection.get(), request.SerializeAsString(), fds);
+  v1::AttachResponse answer;
+  if (auto frame = net::recv_frame(connection.get(), std::chrono::seconds(10), 4))
+    answer.ParseFromString(frame->payload);
+  if (keep != nullptr) *keep = std::move(connection);
+  return answer;
+}
+
+// A memfd of `bytes`, sealed against shrinking or not, its first bytes `fill`.
+net::Fd forged_memfd(std::size_t bytes, bool sealed, unsigned char fill = 0) {
+  net::Fd fd(::memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  EXPECT_EQ(::ftruncate(fd.get(), static_cast<off_t>(bytes)), 0);
+  std::vector<unsigned char> head(std::min<std::size_t>(bytes, 4096), fill);
+  EXPECT_EQ(::pwrite(fd.get(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  if (sealed) {
+    EXPECT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  }
+  return fd;
+}
+
+// Resuming is a way in for forged memory and stolen places: a tenant sends memory that is no
+// session segment (unsealed, too large, garbage, another layout), host buffers it could shrink,
+// ids already in use, and tries to take a rank in another job's communicator or to flood irisd
+// with "completed" sequence numbers. Each is refused with its reason; irisd lives and an honest
+// job goes on.
+TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
+  DaemonProcess daemon({"--resume-window-ms", "1000"});
+  const auto layout = *shm::SegmentLayout::for_depth(256);
+  auto expect_refused = [&](const v1::AttachResponse& answer, ErrorCode code, const char* says) {
+    EXPECT_EQ(answer.error_code(), static_cast<uint32_t>(code)) << answer.error_message();
+    EXPECT_NE(answer.error_message().find(says), std::string::npos) << answer.error_message();
+  };
+  expect_refused(resume_attach(daemon, {}), ErrorCode::kInvalidArgument, "takes its segment");
+  {
+    net::Fd unsealed = forged_memfd(layout.total_bytes, false);
+    expect_refused(resume_attach(daemon, {unsealed.get()}), ErrorCode::kProtocolMismatch,
+                   "sealed against shrinking");
+    net::Fd huge = forged_memfd(layout.total_bytes * 64, true);
+    expect_refused(resume_attach(daemon, {huge.get()}), ErrorCode::kProtocolMismatch, "expected");
+    net::Fd garbage = forged_memfd(layout.total_bytes, true, 0xA5);
+    expect_refused(resume_attach(daemon, {garbage.get()}), ErrorCode::kProtocolMismatch,
+                   "not of this irisd's layout");
+    // A real segment of another ring depth.
+    const auto other = *shm::SegmentLayout::for_depth(64);
+    net::Fd shallow = forged_memfd(other.total_bytes, false);
+    void* base = ::mmap(nullptr, other.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                        shallow.get(), 0);
+    ASSERT_NE(base, MAP_FAILED);
+    shm::initialize_segment(base, other, 1);
+    ::munmap(base, other.total_bytes);
+    ASSERT_EQ(::fcntl(shallow.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    expect_refused(resume_attach(daemon, {shallow.get()}), ErrorCode::kProtocolMismatch,
+                   "ring depth");
+  }
+
+  // An honest job, before and after.
+  auto honest = Client::connect(options_for(daemon, "honest"));
+  auto comm = Communicator::init(honest, "honest-job", 1, 0);
+  auto send = honest.allocate(64), recv = honest.allocate(64);
+  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }),
+            ErrorCode::kOk);
+
+  // A segment of the attacker's own (from a normal attach), resumed as a second session.
+  auto attacker = RawClient::attach(daemon.socket(), "attacker");
+  net::Fd resumed_connection;
+  const auto twice = resume_attach(daemon, {attacker.ring.segment.fd()}, &resumed_connection);
+  ASSERT_EQ(twice.error_code(), 0u) << twice.error_message();
+  EXPECT_TRUE(twice.resumed());
+  RawSession resumed{std::move(resumed_connection), twice, {}};
+  auto expect_call_refused = [&](const v1::SessionRequest& request, const std::vector<int>& fds,
+                                 ErrorCode code, const char* says) {
+    ASSERT_TRUE(net::send_frame(resumed.connection.get(), request.SerializeAsString(), fds));
+    auto frame = net::recv_frame(resumed.connection.get(), std::chrono::seconds(10), 4);
+    ASSERT_TRUE(frame.has_value());
+    v1::SessionResponse response;
+    response.ParseFromString(frame->payload);
+    EXPECT_EQ(response.error_code(), static_cast<uint32_t>(code)) << response.error_message();
+    EXPECT_NE(response.error_message().find(says), std::string::npos) << response.error_message();
+  };
+  v1::SessionRequest adopt;
+  adopt.mutable_adopt_host()->set_buffer_id(77);
+  adopt.mutable_adopt_host()->set_bytes(4096);
+  expect_call_refused(adopt, {}, ErrorCode::kInvalidArgument, "takes its memfd");
+  net::Fd loose = forged_memfd(4096, false);
+  expect_call_refused(adopt, {loose.get()}, ErrorCode::kInvalidArgument, "sealed");
+  net::Fd small = forged_memfd(1024, true);
+  expect_call_refused(adopt, {small.get()}, ErrorCode::kInvalidArgument, "holds 1024");
+  net::Fd fine = forged_memfd(4096, true);
+  ASSERT_EQ(resumed.call(adopt).error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  adopt.mutable_adopt_host()->set_buffer_id(78);
+  {
+    ASSERT_TRUE(net::send_frame(resumed.connection.get(), adopt.SerializeAsString(), {fine.get()}));
+    auto frame = net::recv_frame(resumed.connection.get(), std::chrono::seconds(10), 4);
+    ASSERT_TRUE(frame.has_value());
+  }
+  expect_call_refused(adopt, {fine.get()}, ErrorCode::kAlreadyExists, "already has a buffer");
+  // Another job's communicator cannot be entered by resuming into it.
+  v1::SessionRequest steal;
+  steal.mutable_comm_init()->set_key("honest-job");
+  steal.mutable_comm_init()->set_nranks(1);
+  steal.mutable_comm_init()->set_rank(0);
+  steal.mutable_comm_init()->set_resume_seq(5);
+  expect_call_refused(steal, {}, ErrorCode::kAlreadyExists, "created anew since irisd restarted");
+  v1::SessionRequest flood = steal;
+  flood.mutable_comm_init()->set_key("flood");
+  for (uint64_t seq = 6; seq < 6 + 5000; ++seq) flood.mutable_comm_init()->add_completed_seqs(seq);
+  expect_call_refused(flood, {}, ErrorCode::kInvalidArgument, "at most 1024");
+
+  EXPECT_TRUE(alive(daemon));
+  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }),
+            ErrorCode::kOk);
 }
 
 }  // namespace
