@@ -290,8 +290,8 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
     // A real segment of another ring depth.
     const auto other = *shm::SegmentLayout::for_depth(64);
     net::Fd shallow = forged_memfd(other.total_bytes, false);
-    void* base = ::mmap(nullptr, other.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                        shallow.get(), 0);
+    void* base =
+        ::mmap(nullptr, other.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, shallow.get(), 0);
     ASSERT_NE(base, MAP_FAILED);
     shm::initialize_segment(base, other, 1);
     ::munmap(base, other.total_bytes);
@@ -304,8 +304,7 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   auto honest = Client::connect(options_for(daemon, "honest"));
   auto comm = Communicator::init(honest, "honest-job", 1, 0);
   auto send = honest.allocate(64), recv = honest.allocate(64);
-  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }),
-            ErrorCode::kOk);
+  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }), ErrorCode::kOk);
 
   // A segment of the attacker's own (from a normal attach), resumed as a second session.
   auto attacker = RawClient::attach(daemon.socket(), "attacker");
@@ -354,8 +353,7 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   expect_call_refused(flood, {}, ErrorCode::kInvalidArgument, "at most 1024");
 
   EXPECT_TRUE(alive(daemon));
-  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }),
-            ErrorCode::kOk);
+  EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }), ErrorCode::kOk);
 }
 
 }  // namespace
