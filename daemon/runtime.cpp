@@ -16,6 +16,9 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       scheduler_(
           engine, stats, tenant_log_,
           [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
+            if (t.graph_plan)
+              if (const Session* s = sessions_.find(t.session_id))
+                plans_.replay_done(t.session_id, t.slot - s->ring_depth());
             completer_.complete(t, c, why);
           },
           config.limits.max_inflight),
@@ -160,11 +163,11 @@ void Runtime::leave_comm(Session& s, uint64_t comm_id, const std::string& how) {
 }
 
 void Runtime::register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry,
-                                  uint32_t plan_slot) {
+                                  uint32_t plan_slot, bool resumed, uint64_t completed_replays) {
   Session& s = sessions_.get(session_id);
   auto admitted = arrivals_.admit_graph_entry(s, entry);
-  plans_.add(s, plan_slot, admitted.comm, admitted.rank, std::move(admitted.request),
-             admitted.pair);
+  plans_.add(s, plan_slot, admitted.comm, admitted.rank, std::move(admitted.request), admitted.pair,
+             resumed, completed_replays);
 }
 
 void Runtime::release_graph_plan(uint64_t session_id, uint32_t plan_slot) {

@@ -79,7 +79,9 @@ class Runtime {
   void comm_destroy(uint64_t session_id, uint64_t comm_id);
   // A collective captured into a CUDA graph (graph_plans.hpp): `entry` is the ring entry the
   // call would have submitted. Throws iris::Error naming what is wrong with it.
-  void register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry, uint32_t plan_slot);
+  // `resumed`: after a restart, with the replays the plan completed before it (GraphPlans::add).
+  void register_graph_plan(uint64_t session_id, const shm::SubmitEntry& entry, uint32_t plan_slot,
+                           bool resumed = false, uint64_t completed_replays = 0);
   void release_graph_plan(uint64_t session_id, uint32_t plan_slot);
 
   const SessionRegistry& sessions() const { return sessions_; }

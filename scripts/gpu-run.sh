@@ -3,10 +3,10 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch,
-#                                 p2p,compare (default: all). compare runs scripts/bench-compare.sh
+#                                 p2p,resume,compare (default: all). compare runs scripts/bench-compare.sh
 #                                 (CPU only) between the bundle .gpu-old, when there is one, and .gpu.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,probe,torch,pytorch,p2p,compare},"
+phases=",${1:-tests,readme,bench,probe,torch,pytorch,p2p,resume,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -115,6 +115,19 @@ fi
 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
+resume_rc=skipped
+if want resume; then
+  # Restarts of irisd under running jobs: FSDP2 with irisd SIGKILLed 5 times (its own irisd), and
+  # how long a restart holds 8 ranks with 100 registrations each (cuda and host engines).
+  env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" timeout 400 \
+    python3 tests/python/gpu/fsdp_train_test.py --steps 300 --restart-irisd 5 --irisd "$bin/irisd" \
+    >"$out/fsdp_restarts.txt" 2>&1
+  resume_rc=$?
+  for engine in cuda host; do
+    timeout 300 "$bin/iris-bench-resume" --engine "$engine" --ranks 8 --registrations 100 \
+      --restarts 5 >"$out/resume_$engine.md" 2>&1
+  done
+fi
 if want compare && [ -d .gpu-old ]; then
   timeout 900 scripts/bench-compare.sh .gpu-old .gpu 5 >"$out/compare.md" 2>&1
 fi
@@ -145,5 +158,9 @@ if want p2p; then
   echo "-- point to point: pipelining (exit $p2p_rc)"; grep -E "^(torch point|pipelining)|Error" "$out/pipeline.txt"
   echo "-- send/recv (2 ranks, one GPU)"; cat "$out/p2p_bench.md"
   echo "-- GEMM beside sends and receives"; cat "$out/gemm_p2p.md"
+fi
+if want resume; then
+  echo "-- FSDP2 through irisd restarts (exit $resume_rc)"; grep -E "^FSDP2|^step|Error|failures" "$out/fsdp_restarts.txt" | tail -5
+  echo "-- resume time"; cat "$out/resume_cuda.md" "$out/resume_host.md"
 fi
 if want compare && [ -d .gpu-old ]; then echo "-- .gpu-old against .gpu"; cat "$out/compare.md"; fi

@@ -34,6 +34,15 @@ class CudaRuntime final : public GpuRuntime {
     check(cu_.cuDeviceGetPCIBusId(bus, sizeof(bus), device), "cuDeviceGetPCIBusId");
     return bus;
   }
+  void use_context_of(const void* ptr) override {
+    CUcontext current = nullptr;
+    if (cu_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr) return;
+    CUcontext owner = nullptr;
+    check(cu_.cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                    reinterpret_cast<CUdeviceptr>(ptr)),
+          "cannot register GPU buffer again: not device memory of this process");
+    check(cu_.cuCtxSetCurrent(owner), "cuCtxSetCurrent");
+  }
   std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
     CUdeviceptr base = 0;
     size_t size = 0;

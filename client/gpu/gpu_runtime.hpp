@@ -48,6 +48,10 @@ class GpuRuntime {
   // Device memory. Each throws iris::Error naming what failed.
   // PCI bus id of the GPU holding `ptr`; kInvalidArgument when it is no device memory.
   virtual std::string bus_id_of(const void* ptr) = 0;
+  // Makes the context (HIP: the device) that owns `ptr` current on this thread when none is:
+  // libiris's own threads call the runtime too (a resumed session registers its GPU memory again
+  // from the daemon watch's thread).
+  virtual void use_context_of(const void* ptr) = 0;
   // The allocation (or, for VMM memory, the physical allocation) holding `ptr`.
   virtual std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) = 0;
   // The legacy IPC handle of an allocation; nullopt when it has none (VMM memory).

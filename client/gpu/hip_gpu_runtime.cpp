@@ -29,6 +29,14 @@ class HipRuntime final : public GpuRuntime {
     check(hip_.hipDeviceGetPCIBusId(bus, sizeof(bus), ordinal), "hipDeviceGetPCIBusId");
     return bus;
   }
+  void use_context_of(const void* ptr) override {
+    // HIP has no "no device" state to test: only libiris's own threads call this.
+    int ordinal = -1;
+    check(hip_.hipPointerGetAttribute(&ordinal, HIP_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      const_cast<void*>(ptr)),
+          "cannot register GPU buffer again: not device memory of this process");
+    check(hip_.hipSetDevice(ordinal), "hipSetDevice");
+  }
   std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
     hipDeviceptr_t base = nullptr;
     size_t size = 0;

@@ -82,6 +82,13 @@ void Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry entry,
   request.mutable_register_plan()->set_entry(
       std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
   request.mutable_register_plan()->set_plan_slot(plan_slot);
+  if (resuming) {
+    // The replays irisd completed: the plan slot's completion word carries the last one's number.
+    const uint64_t word =
+        view.slots[view.ring_depth + plan_slot].word.load(std::memory_order_acquire);
+    request.mutable_register_plan()->set_resumed(true);
+    request.mutable_register_plan()->set_completed_replays((word & 1u) != 0 ? word >> 32 : 0);
+  }
   try {
     if (resuming)
       call(request, "register a CUDA graph's collective again", {}, nullptr);

@@ -171,7 +171,9 @@ void Client::Impl::resume_buffers() {
     if (b.memfd) {
       adopt(b.id, b.bytes, b.memfd->get());
     } else if (b.gpu) {
-      register_gpu(*make_gpu_runtime(b.vendor), b.vendor, base, b.bytes, b.id);
+      const auto runtime = make_gpu_runtime(b.vendor);
+      runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
+      register_gpu(*runtime, b.vendor, base, b.bytes, b.id);
     }
   }
   {
@@ -181,6 +183,7 @@ void Client::Impl::resume_buffers() {
   }
   if (GpuRegistrationCache* cache = existing_gpu_cache()) {
     cache->for_each_registration([&](uintptr_t begin, uintptr_t end, uint64_t id) {
+      gpu_cache_runtime_->use_context_of(reinterpret_cast<void*>(begin));
       register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, reinterpret_cast<void*>(begin),
                    end - begin, id);
     });

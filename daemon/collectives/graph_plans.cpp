@@ -16,7 +16,8 @@ GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
 GraphPlans::~GraphPlans() = default;
 
 void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
-                     ValidatedRequest request, std::optional<PairEnd> pair) {
+                     ValidatedRequest request, std::optional<PairEnd> pair, bool resumed,
+                     uint64_t completed_replays) {
   if (plan_slot >= shm::kGraphPlanSlots)
     throw Error(ErrorCode::kInvalidArgument,
                 "graph plan slot " + std::to_string(plan_slot) + " is out of range (" +
@@ -49,6 +50,11 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
     shadow.uid = comm.uid;
     shadow.members.resize(shadow.nranks);
     shadow.next_seq.assign(shadow.nranks, 1);
+    if (resumed) {
+      shadow.resumed = true;
+      shadow.resumed_from.assign(shadow.nranks, 0);
+      shadow.resumed_done.resize(shadow.nranks);
+    }
   }
   Group& g = *group;
   if (g.shadow.members[member] || g.shadow.broken) {
@@ -61,9 +67,17 @@ void GraphPlans::add(Session& s, uint32_t plan_slot, const Communicator& comm, u
   g.shadow.members[member] = s.id();
   ++g.holders;
   ++held;
-  // The slot's flags start clear: a stale ready flag must not start a replay.
-  s.reset_plan_flags(plan_slot);
-  plans_.emplace(key, Plan{&s, plan_slot, member, &g, std::move(request)});
+  if (resumed && g.shadow.resumed) {
+    // Its replays before this one completed under the previous irisd; a ready flag still set is
+    // the replay that was in flight.
+    g.shadow.resumed_from[member] = completed_replays + 1;
+    scheduler_.resumed_rank(g.shadow, member);
+  } else {
+    // The slot's flags start clear: a stale ready flag must not start a replay.
+    s.reset_plan_flags(plan_slot);
+    completed_replays = 0;
+  }
+  plans_.emplace(key, Plan{&s, plan_slot, member, &g, std::move(request), completed_replays});
   stats_.graph_plans.store(plans_.size(), std::memory_order_relaxed);
   spdlog::debug("session {} captured '{}' graph collective #{} as rank {} (plan slot {})", s.id(),
                 comm.key, index, rank, plan_slot);
@@ -120,7 +134,8 @@ bool GraphPlans::poll() {
   if (idle()) return false;
   bool arrived = false;
   for (auto& [key, p] : plans_) {
-    if (!p.session->take_plan_ready(p.plan_slot)) continue;
+    if (p.in_replay || !p.session->plan_ready(p.plan_slot)) continue;
+    p.in_replay = true;
     ++p.replays;
     stats_.graph_replays_total.fetch_add(1, std::memory_order_relaxed);
     // The plan's flags and completion are at ring depth + plan slot.
@@ -136,6 +151,11 @@ bool GraphPlans::poll() {
     remove_idle_groups();
   }
   return arrived;
+}
+
+void GraphPlans::replay_done(uint64_t session_id, uint32_t plan_slot) {
+  auto it = plans_.find({session_id, plan_slot});
+  if (it != plans_.end()) it->second.in_replay = false;
 }
 
 void GraphPlans::fail_overdue(std::chrono::steady_clock::time_point now) {

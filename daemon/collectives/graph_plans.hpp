@@ -55,8 +55,15 @@ class GraphPlans final : public Poller {
   // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`; `pair`
   // for a send or receive (`request` then validated as that rank of a pair). Throws iris::Error
   // (slot out of range or in use).
+  // `resumed`: the session resumes after irisd restarted and its graph completed
+  // `completed_replays` replays of this plan under the previous irisd (the slot's flags are kept:
+  // a replay in flight then runs now; ranks that completed a replay take no part in its re-run).
   void add(Session& s, uint32_t plan_slot, const Communicator& comm, uint32_t rank,
-           ValidatedRequest request, std::optional<PairEnd> pair);
+           ValidatedRequest request, std::optional<PairEnd> pair, bool resumed = false,
+           uint64_t completed_replays = 0);
+  // A replay of session `session_id`'s plan in `plan_slot` completed (its ready flag is cleared
+  // with it): the plan may start its next one.
+  void replay_done(uint64_t session_id, uint32_t plan_slot);
   // The plan's graph is gone. Throws kNotFound for a slot that holds no plan.
   void release(Session& s, uint32_t plan_slot);
   // Every plan of a session's rank in a communicator it leaves (or leaves by ending).
@@ -82,6 +89,7 @@ class GraphPlans final : public Poller {
     Group* group;
     ValidatedRequest request;
     uint64_t replays = 0;
+    bool in_replay = false;  // its ready flag stays 1 until the replay completes
   };
   // Which plans of a communicator meet: src = dst = kEveryRank for a collective's (every rank's),
   // the channel for a send's and receive's.

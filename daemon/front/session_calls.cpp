@@ -51,8 +51,8 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
         if (!memfd)
           throw Error(ErrorCode::kLimitExceeded,
                       std::string("irisd is out of descriptors: ") + std::strerror(errno));
-        runtime.adopt_host_buffer(id, request.adopt_host().buffer_id(), request.adopt_host().bytes(),
-                                  std::move(memfd));
+        runtime.adopt_host_buffer(id, request.adopt_host().buffer_id(),
+                                  request.adopt_host().bytes(), std::move(memfd));
         break;
       }
       case v1::SessionRequest::kDeregister:
@@ -66,10 +66,9 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
           nodes = Runtime::NodesOfComm{{init.node_addresses().begin(), init.node_addresses().end()},
                                        {init.node_of_rank().begin(), init.node_of_rank().end()},
                                        init.secret()};
-        response.set_comm_id(
-            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes),
-                              init.resume_seq(),
-                              {init.completed_seqs().begin(), init.completed_seqs().end()}));
+        response.set_comm_id(runtime.comm_init(
+            id, init.key(), init.nranks(), init.rank(), std::move(nodes), init.resume_seq(),
+            {init.completed_seqs().begin(), init.completed_seqs().end()}));
         break;
       }
       case v1::SessionRequest::kCommDestroy:
@@ -83,7 +82,9 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
                           " bytes, got " + std::to_string(bytes.size()));
         shm::SubmitEntry entry;
         std::memcpy(&entry, bytes.data(), sizeof(entry));
-        runtime.register_graph_plan(id, entry, request.register_plan().plan_slot());
+        runtime.register_graph_plan(id, entry, request.register_plan().plan_slot(),
+                                    request.register_plan().resumed(),
+                                    request.register_plan().completed_replays());
         break;
       }
       case v1::SessionRequest::kReleasePlan:

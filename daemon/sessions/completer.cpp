@@ -12,6 +12,7 @@ Completer::Completer(SessionRegistry& sessions, Engine& engine, Stats& stats, Te
 void Completer::complete(const CompletionTarget& target, ErrorCode code, std::string why) {
   Session* s = sessions_.find(target.session_id);
   if (s == nullptr || stopped_) return;  // the rank's session is gone, or irisd is stopping
+  if (target.graph_plan) s->clear_plan_ready(target.slot - s->ring_depth());
   if (s->device_done_flags) {
     // The caller's stream waits for this flag: a write that cannot be issued is the request's
     // error, never a success the stream would wait on for ever.

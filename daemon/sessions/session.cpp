@@ -46,12 +46,14 @@ bool Session::stream_ready(uint32_t slot, uint32_t generation) const {
                                  generation);
 }
 
-bool Session::take_plan_ready(uint32_t plan_slot) {
-  auto& ready = view_.flags[view_.ring_depth + plan_slot].ready;
-  if (ready.load(std::memory_order_acquire) != 1) return false;
-  // The graph writes 1 again only after this replay's done flag: nothing is lost by the reset.
-  ready.store(0, std::memory_order_relaxed);
-  return true;
+bool Session::plan_ready(uint32_t plan_slot) const {
+  return view_.flags[view_.ring_depth + plan_slot].ready.load(std::memory_order_acquire) == 1;
+}
+
+void Session::clear_plan_ready(uint32_t plan_slot) {
+  // Kept set while the replay runs, so that a replay in flight when irisd dies is still marked
+  // ready for the next irisd; the graph writes 1 again only after this replay's done flag.
+  view_.flags[view_.ring_depth + plan_slot].ready.store(0, std::memory_order_release);
 }
 
 void Session::reset_plan_flags(uint32_t plan_slot) {

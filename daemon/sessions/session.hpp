@@ -43,9 +43,11 @@ class Session {
   bool complete(uint32_t slot, uint32_t generation, ErrorCode code, const std::string& why);
   // Whether the client's GPU stream has reached a stream-ordered request (flags[slot].ready).
   bool stream_ready(uint32_t slot, uint32_t generation) const;
-  // Graph plans: whether a replay wrote the plan's ready flag (1), clearing it if so; and the
-  // plan slot's flag and completion cleared for a new plan.
-  bool take_plan_ready(uint32_t plan_slot);
+  // Graph plans: whether a replay wrote the plan's ready flag (1); the flag cleared as a replay
+  // completes (before its done flag is written: the graph writes 1 again only after that); and
+  // the plan slot's flag and completion cleared for a new plan.
+  bool plan_ready(uint32_t plan_slot) const;
+  void clear_plan_ready(uint32_t plan_slot);
   void reset_plan_flags(uint32_t plan_slot);
   // Bumps the completion epoch and wakes sleeping client threads, once per progress iteration.
   void flush_wake();

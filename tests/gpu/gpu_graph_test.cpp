@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -134,13 +135,14 @@ TEST_F(GpuGraph, GraphsDestroyedAndCapturedAgainLeaveNoPlanOrMemoryBehind) {
 }
 
 // irisd SIGKILLed while a rank's streams wait on it (a stream-ordered all-gather, graph
-// replays): libiris lets the streams go on, and its calls report daemon_gone.
+// replays), the rank not waiting for it to come back (resume window 0): libiris lets the streams
+// go on, and its calls report daemon_gone.
 TEST_F(GpuGraph, StreamsWaitingOnIrisdGoOnWhenItDies) {
   char dir_template[] = "/tmp/iris-gpu-outlive-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   const pid_t rank = spawn({gpu_rank_program_path(), "--socket", daemon->socket(), "--nranks", "2",
                             "--rank", "0", "--seed", std::to_string(seed), "--key", "outlive",
-                            "--outlive-daemon", "--pause-dir", dir});
+                            "--outlive-daemon", "--pause-dir", dir, "--resume-window-ms", "0"});
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!std::filesystem::exists(dir + "/paused-1-0") &&
          std::chrono::steady_clock::now() < give_up)
@@ -174,6 +176,48 @@ TEST_F(GpuGraph, ARankKilledBetweenReplaysFailsTheOthersNextReplayInsteadOfHangi
   EXPECT_EQ(survivor0, peer_lost) << daemon->log();
   EXPECT_EQ(survivor2, peer_lost) << daemon->log();
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+}
+
+// irisd killed and started again 5 times (SIGKILL, and SIGTERM as an upgrade does) under three
+// 2-rank jobs on the GPU: host-blocking all-gathers of GPU memory, stream-ordered ones (producer
+// and checking kernels on the stream, no host synchronisation), and replays of a captured
+// all-gather whose data the graph itself makes. Each checks every byte; each must finish.
+TEST_F(GpuGraph, JobsOnTheGpuComeThroughRestartsOfIrisd) {
+  std::vector<pid_t> pids;
+  auto start_job = [&](const std::string& key, const std::vector<std::string>& args) {
+    for (uint32_t r = 0; r < 2; ++r) {
+      std::vector<std::string> argv = {
+          gpu_rank_program_path(), "--socket", daemon->socket(),     "--nranks", "2", "--rank",
+          std::to_string(r),       "--seed",   std::to_string(seed), "--key",    key};
+      argv.insert(argv.end(), args.begin(), args.end());
+      pids.push_back(spawn(argv));
+    }
+  };
+  start_job("resume-blocking", {"--iterations", "4000", "--max-bytes", "262144"});
+  start_job("resume-stream", {"--stream", "--iterations", "4000", "--max-bytes", "262144"});
+  start_job("resume-graph", {"--graph", "--iterations", "5000", "--max-bytes", "65536"});
+  auto running = [&] {
+    int n = 0;
+    for (pid_t p : pids) n += ::kill(p, 0) == 0 ? 1 : 0;
+    return n;
+  };
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // CUDA set up, the jobs running
+  int restarts_under_load = 0;
+  for (int k = 0; k < 5; ++k) {
+    if (running() == static_cast<int>(pids.size())) ++restarts_under_load;
+    if (k == 2) {
+      daemon->stop();
+    } else {
+      daemon->kill();
+    }
+    daemon->start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  std::printf("restarts while every rank ran: %d of 5\n", restarts_under_load);
+  for (pid_t p : pids)
+    EXPECT_EQ(wait_for(p), 0) << "seed " << seed << "; daemon log:\n" << daemon->log();
+  EXPECT_GE(restarts_under_load, 1)
+      << "the jobs ended before irisd was restarted: make them longer";
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ struct Options {
   bool outlive_daemon = false;
   uint32_t graphs = 1, pause_every = 0, die_after = 0;
   std::string pause_dir;
+  int64_t resume_window_ms = -1;  // ClientOptions::resume_window; -1: irisd's default
 };
 
 // `bytes` (rounded up) of GPU 0's memory as PyTorch's expandable segments make it: one reserved
@@ -142,6 +143,7 @@ iris::Client connect(const Options& o) {
   iris::ClientOptions options;
   options.socket_path = o.socket;
   options.client_name = "iris-gpu-rank " + std::to_string(o.rank);
+  if (o.resume_window_ms >= 0) options.resume_window = std::chrono::milliseconds(o.resume_window_ms);
   return iris::Client::connect(options);
 }
 
@@ -587,6 +589,8 @@ int main(int argc, char** argv) {
       o.pause_dir = next();
     else if (a == "--outlive-daemon")
       o.outlive_daemon = true;
+    else if (a == "--resume-window-ms")
+      o.resume_window_ms = std::stoll(next());
     else if (a == "--die-after")
       o.die_after = static_cast<uint32_t>(std::stoul(next()));
     else {

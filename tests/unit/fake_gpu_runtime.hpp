@@ -26,6 +26,7 @@ class FakeGpuRuntime final : public GpuRuntime {
   GpuVendor vendor() const override { return vendor_; }
   int version() const override { return 60200000; }
   std::string bus_id_of(const void*) override { return "0000:0c:00.0"; }
+  void use_context_of(const void*) override {}
   std::pair<uintptr_t, std::size_t> allocation_of(uintptr_t ptr) override {
     for (const auto& [base, bytes] : allocations)
       if (ptr >= base && ptr < base + bytes) return {base, bytes};

@@ -4,10 +4,20 @@ every all-gather and reduce-scatter through irisd (irisd.fsdp.use_iris; the grou
 single process trains the same model on the concatenated batch; the losses and the final
 parameters must match in fp32 (TF32 off): losses within rtol 1e-4, parameters within
 atol 2e-5 + rtol 1e-4 (the two runs sum the gradient's halves in different orders).
-    python3 tests/python/gpu/fsdp_train_test.py [--steps 50]"""
+With --restart-irisd N the script runs its own irisd (--irisd PATH, cuda engine) and kills it N
+times (SIGKILL) while the ranks train, starting it again each time: the sessions resume and the
+losses and parameters must still match the uninterrupted reference.
+    python3 tests/python/gpu/fsdp_train_test.py [--steps 50] [--restart-irisd 5 --irisd PATH]"""
 import argparse
+import os
 import pathlib
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ranks  # noqa: E402
@@ -80,6 +90,8 @@ def rank_main(rank, nranks, steps, pool):
     for step in range(steps):
         mine = data[step, rank * BATCH:(rank + 1) * BATCH].cuda()
         losses.append(train_step(model, optimizer, mine))
+        if step == 0 and os.environ.get("IRIS_TEST_TRAINING_MARKER"):
+            pathlib.Path(os.environ["IRIS_TEST_TRAINING_MARKER"]).touch()
     torch.cuda.synchronize()
     # As numpy arrays: torch tensors would cross to the parent as shared memory, which needs
     # this process alive when the parent unpickles them.
@@ -101,6 +113,57 @@ def reference(steps):
     return losses, {name: p.detach().cpu() for name, p in model.named_parameters()}
 
 
+class RestartingIrisd:
+    """An irisd of this script's own (cuda engine), SIGKILLed and started again `times` times
+    once training is under way."""
+
+    def __init__(self, binary, times):
+        self.dir = tempfile.mkdtemp(prefix="iris-fsdp-restart-")
+        self.socket = os.path.join(self.dir, "irisd.sock")
+        self.binary, self.times = binary, times
+        self.marker = os.path.join(self.dir, "training")
+        self.done = threading.Event()
+        self.under_training = 0
+        self.start()
+        os.environ["IRIS_SOCKET"] = self.socket
+        os.environ["IRIS_TEST_TRAINING_MARKER"] = self.marker
+        self.thread = threading.Thread(target=self.restart_loop, daemon=True)
+        self.thread.start()
+
+    def start(self):
+        log = open(os.path.join(self.dir, "irisd.log"), "ab")
+        self.proc = subprocess.Popen([self.binary, "--socket", self.socket, "--engine", "cuda",
+                                      "--log-level", "info"], stdout=log, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(self.socket + ".attach")
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("irisd did not start within 60 s")
+
+    def restart_loop(self):
+        deadline = time.monotonic() + 300
+        while not os.path.exists(self.marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for _ in range(self.times):
+            if self.done.wait(0.3):
+                return
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+            self.start()
+            if not self.done.is_set():
+                self.under_training += 1
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(120)
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
 def main():
     import torch
 
@@ -108,8 +171,16 @@ def main():
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--pool", default="iris-pool", choices=["iris-pool", "torch-pool"],
                         help="where FSDP's communication buffers come from")
+    parser.add_argument("--restart-irisd", type=int, default=0,
+                        help="kill irisd this many times while the ranks train (needs --irisd)")
+    parser.add_argument("--irisd", help="the irisd binary to run and restart")
     args = parser.parse_args()
-    results = ranks.run(rank_main, 2, (args.steps, args.pool))
+    restarting = RestartingIrisd(args.irisd, args.restart_irisd) if args.restart_irisd else None
+    try:
+        results = ranks.run(rank_main, 2, (args.steps, args.pool))
+    finally:
+        if restarting:
+            restarting.stop()
     ref_losses, ref_params = reference(args.steps)
     failures = []
     for step in range(args.steps):
@@ -134,13 +205,17 @@ def main():
         if r["all_gathers"] == 0 or r["reduce_scatters"] == 0:
             failures.append(f"rank {rank}: irisd was not used ({r['all_gathers']} all-gathers, "
                             f"{r['reduce_scatters']} reduce-scatters)")
+    if restarting and restarting.under_training == 0:
+        failures.append("training ended before irisd was restarted: train for more steps")
     for line in failures[:20]:
         print(line)
     r = results[0]
     print(f"FSDP2 on irisd ({args.pool}): 2 ranks, {args.steps} steps, {r['modules']} FSDP modules, "
           f"{r['all_gathers']} all-gathers and {r['reduce_scatters']} reduce-scatters per rank "
           f"through irisd; loss {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}; max parameter "
-          f"difference to the single-process reference {worst:.2e}; {len(failures)} failures")
+          f"difference to the single-process reference {worst:.2e}; "
+          + (f"irisd SIGKILLed and restarted {restarting.under_training} times during training; "
+             if restarting else "") + f"{len(failures)} failures")
     sys.exit(1 if failures else 0)
 
 
