@@ -5,9 +5,10 @@
 // registers the call here once (its buffers, offsets and sizes fixed from then on) in one of the
 // session's plan slots, and puts into the graph only stream memory operations on that slot:
 // write ready = 1, wait until done >= 1, write done = 0. irisd polls the ready flags of every
-// armed plan; a 1 is one replay reaching the collective: irisd stores 0 (the graph writes 1 again
-// only after the replay's done, so no replay is missed), and the rank arrives at replay n of the
-// plan. Constant values and a reset keep the protocol right across any number of replays, with
+// armed plan not in a replay; a 1 is one replay reaching the collective, and the rank arrives at
+// replay n of the plan. irisd stores 0 as the replay completes, before its done flag (the graph
+// writes 1 again only after the replay's done, so no replay is missed); until then the 1 marks a
+// replay in flight, also for the next irisd if this one dies (a resumed plan keeps its flags). Constant values and a reset keep the protocol right across any number of replays, with
 // no counter to wrap.
 //
 // Ranks' plans are matched by registration order on the communicator: the k-th plan rank r

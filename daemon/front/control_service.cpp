@@ -133,6 +133,8 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
         static_cast<uint32_t>(stats_.communicators.load(std::memory_order_relaxed)));
     resp->set_socket_path(config_.socket_path);
     resp->set_pid(static_cast<uint32_t>(::getpid()));
+    resp->set_sessions_resumed(stats_.sessions_resumed_total.load(std::memory_order_relaxed));
+    resp->set_resume_window_ms(config_.limits.resume_window_ms);
   });
 }
 

@@ -89,6 +89,11 @@ TEST(Resume, JobsComeThroughTwentyRestartsExactlyOnce) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(resumed, busy.size() + quiet.size()) << daemon.log();
+  // The operator's view says so too, and irisd logged each.
+  const auto status = ctl_json(daemon, {"status"})["irisd"];
+  EXPECT_EQ(uint64_t(status["sessions_resumed"]), resumed);
+  EXPECT_EQ(uint64_t(status["resume_window_ms"]), 60000u);
+  EXPECT_NE(daemon.log().find("resumed session"), std::string::npos);
   std::printf("sessions resumed: %llu, requests run again: %llu (at least)\n",
               static_cast<unsigned long long>(resumed_in_all + resumed),
               static_cast<unsigned long long>(rerun_in_all));

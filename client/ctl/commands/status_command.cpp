@@ -25,6 +25,8 @@ Report status_report(const v1::GetStatusResponse& s) {
       {"runtime_library", s.runtime_library().empty() ? "-" : s.runtime_library()},
       {"sessions", s.sessions()},
       {"communicators", s.communicators()},
+      {"sessions_resumed", s.sessions_resumed()},
+      {"resume_window_ms", s.resume_window_ms()},
       {"metrics",
        s.metrics_address().empty() ? "off" : "http://" + s.metrics_address() + "/metrics"},
   };

@@ -55,7 +55,7 @@ struct FailureText {
 };
 
 // Collectives captured into CUDA graphs (persistent plans) a session may hold at once. Each has a
-// slot after the ring's: its ready flag (the graph writes 1, irisd resets it to 0), its
+// slot after the ring's: its ready flag (the graph writes 1, irisd resets it to 0 as the replay completes), its
 // completion word (the replay count and the last replay's outcome, for the host to check), its
 // failure text, and a done flag in the client's GPU memory (irisd writes 1, the graph waits for it
 // and resets it to 0). Plan slot p is index ring_depth + p of those arrays.
