@@ -53,11 +53,12 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   if (resume) {
     stats_.sessions_resumed_total.fetch_add(1, std::memory_order_relaxed);
     stats_.resume_held_us_total.fetch_add(resume->held_ms * 1000, std::memory_order_relaxed);
-    tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
-                    "session {} resumed session {} of the previous irisd: pid {} uid {} gid {} "
-                    "'{}', held {} ms",
-                    s.id(), resume->previous_session_id, peer.pid, peer.uid, peer.gid, client_name,
-                    resume->held_ms);
+    tenant_log_.log(
+        spdlog::level::info, peer.uid, TenantLogKind::kAttach,
+        "session {} resumed session {} of the previous irisd ({}): pid {} uid {} gid {} "
+        "'{}', held {} ms",
+        s.id(), resume->previous_session_id, resume->previous_version, peer.pid, peer.uid, peer.gid,
+        client_name, resume->held_ms);
   } else {
     tenant_log_.log(spdlog::level::info, peer.uid, TenantLogKind::kAttach,
                     "session {} attached: pid {} uid {} gid {} '{}'", s.id(), peer.pid, peer.uid,

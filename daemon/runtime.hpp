@@ -47,6 +47,7 @@ class Runtime {
     net::Fd segment;
     uint64_t previous_session_id = 0;
     uint64_t held_ms = 0;
+    std::string previous_version;  // the client's word: only logged
   };
   AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name,
                       int connection, std::optional<Resume> resume = std::nullopt);

@@ -44,14 +44,15 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
     char* end = nullptr;
     const unsigned long long ms = std::strtoull(env, &end, 10);
     if (*end != '\0')
-      throw Error(ErrorCode::kInvalidArgument,
-                  std::string("IRIS_RESUME_WINDOW_MS must be a number of milliseconds, got '") +
-                      env + "'");
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          std::string("IRIS_RESUME_WINDOW_MS must be a number of milliseconds, got '") + env + "'");
     resume_window = std::chrono::milliseconds(ms);
   }
   if (options.resume_window) resume_window = std::max(*options.resume_window, {});
   engine = response.engine();
   daemon_version = response.daemon_version();
+  latest_daemon_version_ = daemon_version;
   try {
     segment = shm::ShmSegment::map(std::move(attached.fds[1]));
   } catch (const std::exception& e) {
@@ -121,8 +122,8 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
     if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
     auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
     // The watch may not have seen the hang-up yet.
-    for (auto pause = std::chrono::milliseconds(1); up() && net::peer_closed(attach_fd.get()) &&
-                                                     std::chrono::steady_clock::now() < deadline;
+    for (auto pause = std::chrono::milliseconds(1);
+         up() && net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
          pause = std::min(pause * 2, std::chrono::milliseconds(20)))
       std::this_thread::sleep_for(pause);
     wait_while_resuming(deadline);
@@ -295,7 +296,8 @@ Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
     give_back();
     throw Error(ErrorCode::kInvalidArgument, "register host memory: " + reason);
   }
-  return add_buffer(id, ptr, size, nullptr, false, std::make_shared<const net::Fd>(std::move(fds[0])));
+  return add_buffer(id, ptr, size, nullptr, false,
+                    std::make_shared<const net::Fd>(std::move(fds[0])));
 }
 
 uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr,
@@ -312,7 +314,8 @@ uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void*
     for (const net::Fd& fd : exported.fds) fds.push_back(fd.get());
   }
   // Resuming, the resume's own connection carries it (the session is not up yet).
-  if (resume_id != 0) return call(request, "register GPU buffer again", fds, nullptr).registered().buffer_id();
+  if (resume_id != 0)
+    return call(request, "register GPU buffer again", fds, nullptr).registered().buffer_id();
   return session_call(request, "register GPU buffer", fds).registered().buffer_id();
 }
 

@@ -43,7 +43,7 @@ struct CommRank {
   uint32_t rank = 0;
   std::atomic<uint64_t> id{0};
   std::atomic<uint64_t> next_seq{1};  // the next collective's sequence number
-  bool across_nodes = false;           // does not resume after a restart of irisd (yet)
+  bool across_nodes = false;          // does not resume after a restart of irisd (yet)
   std::atomic<bool> destroyed{false};
 };
 
@@ -163,7 +163,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   shm::ShmSegment segment;
   shm::SegmentView view;
   std::atomic<uint64_t> session_id{0};  // a resumed session gets a new one
-  pid_t owner_pid = 0;  // the process that attached
+  pid_t owner_pid = 0;                  // the process that attached
   std::string engine;
   std::string daemon_version;
   bool detached = false;
@@ -191,6 +191,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   mutable std::mutex link_mutex_;
   mutable std::condition_variable link_changed_;
   std::string gone_why_;  // set before link_ becomes kGone
+  // The release of the irisd this session is attached to now (daemon_version is the first's);
+  // the daemon watch's thread alone uses it.
+  std::string latest_daemon_version_;
   std::mutex comms_mutex_;
   std::vector<std::weak_ptr<CommRank>> comms_;
 
@@ -244,7 +247,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void send_plan(uint32_t plan_slot, shm::SubmitEntry entry, std::span<const uint64_t> v_args,
                  bool resuming);
   std::vector<PlanRecord> plan_records_ = std::vector<PlanRecord>(shm::kGraphPlanSlots);
-  uint64_t next_plan_order_ = 1;  // 0: a slot not (yet) registered
+  uint64_t next_plan_order_ = 1;           // 0: a slot not (yet) registered
   std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
 
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per

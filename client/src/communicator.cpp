@@ -315,8 +315,8 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
     const bool sequenced = !p2p;
     CommRank* comm = impl_->state.get();
     Client::Impl& client = *impl_->client;
-    shm::CollectiveArgs args{call.opcode,    comm->id.load(), shm::kNoBuffer, 0,
-                             shm::kNoBuffer, 0,               call.bytes,     call.root};
+    shm::CollectiveArgs args{call.opcode, comm->id.load(), shm::kNoBuffer, 0, shm::kNoBuffer,
+                             0,           call.bytes,      call.root};
     std::optional<BufferLocation> from, to;
     HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
     if (sides.send) {
@@ -334,7 +334,8 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
       args.send_offset = args.recv_offset;
     }
     shm::SubmitEntry entry = shm::collective_entry(args);
-    if (!stream) return client.submit(entry, comm, sequenced, std::nullopt, {}, sides.v_args, &held);
+    if (!stream)
+      return client.submit(entry, comm, sequenced, std::nullopt, {}, sides.v_args, &held);
     entry.flags |= shm::kStreamOrdered;
     // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
     // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would

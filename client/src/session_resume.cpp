@@ -80,6 +80,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   request.set_client_name(options.client_name);
   request.mutable_resume()->set_previous_session_id(session_id);
   request.mutable_resume()->set_ring_depth(view.ring_depth);
+  request.mutable_resume()->set_previous_daemon_version(latest_daemon_version_);
   std::string last = "irisd is not back";
   auto pause = kFirstRetry;
   bool stopped = false;  // the client detached meanwhile
@@ -134,6 +135,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       resume_graph_plans(comm_ids);
       resubmit(comm_ids);  // makes no call: cannot fail
       session_id = attached->response.session_id();
+      latest_daemon_version_ = attached->response.daemon_version();
       break;
     } catch (const Error& e) {
       // That irisd went too (killed again while we resumed): try the next one. Anything else

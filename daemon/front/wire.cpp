@@ -6,11 +6,14 @@
 namespace iris::daemon {
 
 void require_protocol(std::string_view client_version) {
-  if (client_version == std::to_string(kProtocolVersion)) return;
+  for (uint32_t v = kOldestClientProtocol; v <= kProtocolVersion; ++v)
+    if (client_version == std::to_string(v)) return;
   throw Error(ErrorCode::kProtocolMismatch,
               "client speaks protocol '" + std::string(client_version) + "', irisd " +
                   std::string(release_version()) + " speaks " + std::to_string(kProtocolVersion) +
-                  ": use libiris and iris-ctl from the same irisd release");
+                  " and serves clients of protocol " + std::to_string(kOldestClientProtocol) +
+                  " to " + std::to_string(kProtocolVersion) +
+                  ": use libiris and iris-ctl from this irisd release or the one before");
 }
 
 DeviceBufferExport ipc_export(const v1::CudaIpcBuffer& ipc, DeviceApi api) {

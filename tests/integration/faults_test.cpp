@@ -353,17 +353,30 @@ TEST(Engines, CudaWithoutAGpuFailsClearlyAndAutoFallsBackToHost) {
             ErrorCode::kUnavailable);
 }
 
+// A client of the previous protocol attaches (an upgrade leaves such jobs' new processes
+// working); one newer, or older than that, is refused with both versions named.
 TEST_F(Faults, ProtocolMismatchIsRefusedClearly) {
-  net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
-  v1::AttachRequest request;
-  request.set_protocol_version(kProtocolVersion + 1);
-  ASSERT_TRUE(net::send_frame(fd.get(), request.SerializeAsString()));
-  auto frame = net::recv_frame(fd.get(), 5s);
-  ASSERT_TRUE(frame);
-  v1::AttachResponse response;
-  ASSERT_TRUE(response.ParseFromString(frame->payload));
-  EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kProtocolMismatch));
-  EXPECT_NE(response.error_message().find("same irisd release"), std::string::npos);
+  auto attach_as = [&](uint32_t version) {
+    net::Fd fd = net::connect_unix(daemon.socket() + ".attach");
+    v1::AttachRequest request;
+    request.set_protocol_version(version);
+    EXPECT_TRUE(net::send_frame(fd.get(), request.SerializeAsString()));
+    auto frame = net::recv_frame(fd.get(), 5s, 4);
+    v1::AttachResponse response;
+    EXPECT_TRUE(frame && response.ParseFromString(frame->payload));
+    return response;
+  };
+  for (uint32_t refused : {kProtocolVersion + 1, kOldestClientProtocol - 1}) {
+    const auto response = attach_as(refused);
+    EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kProtocolMismatch));
+    const std::string& why = response.error_message();
+    EXPECT_NE(why.find("client speaks protocol '" + std::to_string(refused) + "'"),
+              std::string::npos)
+        << why;
+    EXPECT_NE(why.find("speaks " + std::to_string(kProtocolVersion)), std::string::npos) << why;
+    EXPECT_NE(why.find("or the one before"), std::string::npos) << why;
+  }
+  EXPECT_EQ(attach_as(kOldestClientProtocol).error_code(), 0u);
 }
 
 TEST_F(Faults, GarbageOnTheAttachSocketIsDropped) {

@@ -105,6 +105,40 @@ TEST(Resume, JobsComeThroughTwentyRestartsExactlyOnce) {
   for (pid_t pid : quiet) EXPECT_EQ(wait_for(pid), 0) << "a rank of the quiet job failed";
 }
 
+// An upgrade: irisd stopped (as the package's scripts restart the service) and the next release
+// started on the same socket: the job resumes there and goes on, every byte checked, and irisd
+// logs which release each session came from.
+TEST(Resume, AJobResumesAcrossAnUpgradeToAnotherBuild) {
+  DaemonProcess daemon({"--resume-window-ms", "60000"});
+  const uint64_t seed = fresh_seed();
+  const std::string stop = daemon.directory() + "/stop";
+  const auto job = start_ranks(
+      daemon, 2,
+      {"--key", "upgraded", "--collective", "mixed", "--max-bytes", "1048576", "--iterations",
+       "1000000", "--inflight", "2", "--seed", std::to_string(seed), "--stop-file", stop});
+  std::this_thread::sleep_for(300ms);
+  const std::string before = ctl_json(daemon, {"status"})["irisd"]["version"];
+  daemon.stop();
+  daemon.use_binary(irisd_next_path());
+  daemon.start();
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  auto status = ctl_json(daemon, {"status"})["irisd"];
+  while (uint64_t(status["sessions_resumed"]) < job.size() &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+    status = ctl_json(daemon, {"status"})["irisd"];
+  }
+  EXPECT_EQ(uint64_t(status["sessions_resumed"]), job.size());
+  const std::string after = status["version"];
+  EXPECT_NE(before, after);
+  EXPECT_NE(after.find("+next"), std::string::npos) << after;
+  std::this_thread::sleep_for(200ms);  // collectives run on the new release
+  touch(stop);
+  for (pid_t pid : job) EXPECT_EQ(wait_for(pid), 0) << daemon.log();
+  EXPECT_NE(daemon.log().find("of the previous irisd (" + before + ")"), std::string::npos)
+      << daemon.log();
+}
+
 // A rank that does not come back (it died while irisd was away) fails its communicator's
 // collectives as peer_lost once the window passes, for the ranks that did.
 TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {

@@ -31,6 +31,7 @@ std::string binary(const char* built_at) {
 }  // namespace
 
 std::string irisd_path() { return binary(IRIS_TEST_IRISD); }
+std::string irisd_next_path() { return binary(IRIS_TEST_IRISD_NEXT); }
 std::string iris_ctl_path() { return binary(IRIS_TEST_IRIS_CTL); }
 std::string rank_program_path() { return binary(IRIS_TEST_RANK_PROGRAM); }
 std::string gpu_rank_program_path() { return binary(IRIS_TEST_GPU_RANK_PROGRAM); }
@@ -112,7 +113,7 @@ std::set<std::string> DaemonProcess::shared_memory() const {
 }
 
 void DaemonProcess::start() {
-  std::vector<std::string> args = {irisd_path(), "--socket", socket_};
+  std::vector<std::string> args = {binary_.empty() ? irisd_path() : binary_, "--socket", socket_};
   // Debug logs help a failing test, unless the test sets the level itself (a flag would win
   // over its --config file).
   if (std::find(args_.begin(), args_.end(), "--config") == args_.end() &&

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace iris::testing {
@@ -27,6 +28,8 @@ class DaemonProcess {
   std::set<std::string> shared_memory() const;
 
   void start();
+  // The irisd binary the next start() runs (an upgrade); irisd_path() until this is called.
+  void use_binary(std::string path) { binary_ = std::move(path); }
   // SIGTERM and wait; returns the exit status.
   int stop();
   // SIGKILL and wait: leaves sockets and segments behind, as a crash would.
@@ -36,6 +39,7 @@ class DaemonProcess {
 
  private:
   std::vector<std::string> args_;
+  std::string binary_;
   std::string dir_;
   std::string socket_;
   pid_t pid_ = -1;
@@ -44,6 +48,8 @@ class DaemonProcess {
 // Paths of the binaries under test: set by CMake, or all in $IRIS_BIN_DIR when that is set
 // (bundles run on another machine, such as the GPU host).
 std::string irisd_path();
+// irisd built again under another release version (a stand-in for the next release).
+std::string irisd_next_path();
 std::string iris_ctl_path();
 std::string rank_program_path();
 std::string gpu_rank_program_path();
