@@ -39,7 +39,8 @@ set(CPACK_PACKAGE_DESCRIPTION
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd | systemd-standalone-sysusers")
+# procps: the unit's ExecReload runs /bin/kill (found missing in a debootstrap minbase root).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd | systemd-standalone-sysusers, procps")
 # Loaded at run time, so dpkg-shlibdeps does not see it: communicators across nodes need it.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "libucx0")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
