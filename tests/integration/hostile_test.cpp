@@ -332,7 +332,6 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   net::Fd small = forged_memfd(1024, true);
   expect_call_refused(adopt, {small.get()}, ErrorCode::kInvalidArgument, "holds 1024");
   net::Fd fine = forged_memfd(4096, true);
-  ASSERT_EQ(resumed.call(adopt).error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
   adopt.mutable_adopt_host()->set_buffer_id(78);
   {
     ASSERT_TRUE(net::send_frame(resumed.connection.get(), adopt.SerializeAsString(), {fine.get()}));

@@ -33,19 +33,6 @@ void touch(const std::string& path) {
   ::close(fd);
 }
 
-std::vector<pid_t> start_ranks(const DaemonProcess& daemon, uint32_t nranks,
-                               const std::vector<std::string>& args) {
-  std::vector<pid_t> pids;
-  for (uint32_t r = 0; r < nranks; ++r) {
-    std::vector<std::string> argv = {
-        rank_program_path(),    "--socket", daemon.socket(),  "--nranks",
-        std::to_string(nranks), "--rank",   std::to_string(r)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    pids.push_back(spawn(argv));
-  }
-  return pids;
-}
-
 TEST(Resume, JobsComeThroughTwentySigkillsExactlyOnce) {
   DaemonProcess daemon({"--resume-window-ms", "60000"});
   const uint64_t seed = fresh_seed();
@@ -155,15 +142,14 @@ TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {
   ::kill(other, SIGKILL);
   wait_for(other);
   daemon.start();
-  const auto start = std::chrono::steady_clock::now();
   try {
     pending.wait();
     ADD_FAILURE() << "the collective completed without rank 1";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kPeerLost);
-    EXPECT_NE(e.message().find("did not come back"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("did not come back within 400 ms"), std::string::npos)
+        << e.message();
   }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
 }
 
 // The window is the client's to choose: past it every call fails with daemon_gone, saying how
@@ -177,7 +163,6 @@ TEST(Resume, PastTheClientsWindowCallsFailWithDaemonGone) {
   auto send = client.allocate(64), recv = client.allocate(128);
   auto pending = comm.all_gather(send.data(), recv.data(), 64);
   daemon.kill();
-  const auto start = std::chrono::steady_clock::now();
   try {
     pending.wait();
     ADD_FAILURE() << "wait() returned without irisd";
@@ -185,7 +170,6 @@ TEST(Resume, PastTheClientsWindowCallsFailWithDaemonGone) {
     EXPECT_EQ(e.code(), ErrorCode::kDaemonGone);
     EXPECT_NE(e.message().find("resume window (200 ms"), std::string::npos) << e.message();
   }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms);
   EXPECT_EQ(code_of([&] { client.nop().wait(); }), ErrorCode::kDaemonGone);
 }
 

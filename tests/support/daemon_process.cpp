@@ -179,8 +179,8 @@ uint64_t fresh_seed() {
   return (uint64_t{entropy()} << 32) | entropy();
 }
 
-std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
-                           const std::vector<std::string>& args) {
+std::vector<pid_t> start_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                               const std::vector<std::string>& args) {
   std::vector<pid_t> pids;
   for (uint32_t r = 0; r < nranks; ++r) {
     std::vector<std::string> argv = {
@@ -189,8 +189,13 @@ std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
     argv.insert(argv.end(), args.begin(), args.end());
     pids.push_back(spawn(argv));
   }
+  return pids;
+}
+
+std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                           const std::vector<std::string>& args) {
   std::vector<int> codes;
-  for (pid_t p : pids) codes.push_back(wait_for(p));
+  for (pid_t p : start_ranks(daemon, nranks, args)) codes.push_back(wait_for(p));
   return codes;
 }
 

@@ -72,5 +72,8 @@ uint64_t fresh_seed();
 // filled in, then `args`) and returns their exit codes.
 std::vector<int> run_ranks(const DaemonProcess& daemon, uint32_t nranks,
                            const std::vector<std::string>& args);
+// The same, without waiting: their pids.
+std::vector<pid_t> start_ranks(const DaemonProcess& daemon, uint32_t nranks,
+                               const std::vector<std::string>& args);
 
 }  // namespace iris::testing
