@@ -115,6 +115,18 @@ class CudaRuntime final : public GpuRuntime {
       cu_.cuCtxSetCurrent(flags_context_);
     cu_.cuStreamWriteValue32(flags_stream_, address, value, CU_STREAM_WRITE_VALUE_DEFAULT);
   }
+  uint32_t load_flag(uint64_t address) override {
+    CUcontext current = nullptr;
+    if (cu_.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == nullptr)
+      cu_.cuCtxSetCurrent(flags_context_);
+    uint32_t value = 0;
+    check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(&value), address, sizeof(value),
+                            flags_stream_),
+          "reading a stream done flag (cuMemcpyAsync)");
+    check(cu_.cuStreamSynchronize(flags_stream_),
+          "reading a stream done flag (cuStreamSynchronize)");
+    return value;
+  }
   void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
     check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
                             bytes, static_cast<CUstream>(stream)),

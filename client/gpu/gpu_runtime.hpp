@@ -72,6 +72,9 @@ class GpuRuntime {
   virtual void free_flags(uint64_t address) = 0;
   // Stores a flag from the host (used when irisd can no longer write it).
   virtual void store_flag(uint64_t address, uint32_t value) = 0;
+  // Reads a flag from the host, past any stream that waits on it (a resume asks whether irisd
+  // wrote it before it died). Throws iris::Error.
+  virtual uint32_t load_flag(uint64_t address) = 0;
   // A device-to-device copy enqueued on the caller's stream.
   virtual void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) = 0;
   // Stream memory operations, enqueued on the caller's stream.

@@ -96,6 +96,19 @@ class HipRuntime final : public GpuRuntime {
     static_cast<void>(
         hip_.hipMemsetD32(reinterpret_cast<void*>(address), static_cast<int>(value), 1));
   }
+  uint32_t load_flag(uint64_t address) override {
+    // A stream of its own that does not wait for the caller's streams (they wait on this flag).
+    if (flags_stream_ == nullptr)
+      check(hip_.hipStreamCreateWithFlags(&flags_stream_, hipStreamNonBlocking),
+            "hipStreamCreateWithFlags (reading a done flag)");
+    uint32_t value = 0;
+    check(hip_.hipMemcpyAsync(&value, reinterpret_cast<void*>(address), sizeof(value),
+                              hipMemcpyDeviceToHost, flags_stream_),
+          "reading a stream done flag (hipMemcpyAsync)");
+    check(hip_.hipStreamSynchronize(flags_stream_),
+          "reading a stream done flag (hipStreamSynchronize)");
+    return value;
+  }
   void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
     check(hip_.hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)),
           "hipMemcpyAsync (own block)");
@@ -152,6 +165,7 @@ class HipRuntime final : public GpuRuntime {
 
   const hip::Runtime& hip_;
   hip::Behaviour behaviour_;
+  hipStream_t flags_stream_ = nullptr;  // load_flag's, made on first use (the process keeps it)
 };
 }  // namespace
 

@@ -67,6 +67,12 @@ void StreamFlagsMapping::release(uint32_t slot, uint32_t generation) {
     runtime_->store_flag(done_flags_ + std::size_t{slot} * sizeof(uint32_t), generation);
 }
 
+bool StreamFlagsMapping::done_reached(uint32_t slot, uint32_t generation) {
+  std::lock_guard lock(mutex_);
+  return runtime_ && done_flags_ != 0 &&
+         runtime_->load_flag(done_flags_ + std::size_t{slot} * sizeof(uint32_t)) >= generation;
+}
+
 uint64_t StreamFlagsMapping::ready_address(uint32_t index) const {
   const auto offset =
       reinterpret_cast<const char*>(&flags_[index].ready) - static_cast<const char*>(base_);

@@ -6,8 +6,8 @@
 // on one vendor's streams: the first stream-ordered call picks it.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +35,9 @@ class StreamFlagsMapping {
   // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
   // write it any more). Best effort; no-op before first use.
   void release(uint32_t slot, uint32_t generation);
+  // Whether the slot's done flag reached `generation`: irisd wrote it (after the copies) even if
+  // it died before the completion slot. False before first use. Throws iris::Error.
+  bool done_reached(uint32_t slot, uint32_t generation);
   // Enqueues on `stream`: flags[slot].ready = generation. The first call maps the segment,
   // allocates the done flags and registers them with irisd (before irisd can see the request:
   // it may complete it at once). Throws iris::Error.

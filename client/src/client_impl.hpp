@@ -177,6 +177,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   int reattach(DaemonWatch& watch);
   // The parts of reattach.
   std::map<uint64_t, uint64_t> resume_comms();
+  // Stream-ordered requests whose done flag the previous irisd wrote: completed (not re-run).
+  void settle_stream_completions();
   void resume_buffers();
   void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);

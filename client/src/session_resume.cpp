@@ -130,6 +130,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
     }
     try {
+      settle_stream_completions();
       resume_buffers();
       const auto comm_ids = resume_comms();
       resume_graph_plans(comm_ids);
@@ -155,6 +156,29 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   link_changed_.notify_all();
   ring_doorbell();
   return attach_fd.get();
+}
+
+void Client::Impl::settle_stream_completions() {
+  std::lock_guard lock(slots_mutex_);
+  bool settled = false;
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    const SlotState& s = slots_[i];
+    if (!s.in_use || !s.queued || (s.entry.flags & shm::kStreamOrdered) == 0 ||
+        poll(i, s.generation))
+      continue;
+    // irisd writes the done flag after the copies and before the slot: a flag written by the
+    // irisd that died means its stream went on (its buffers may be rewritten already), so the
+    // request completed and must not run again.
+    if (stream_flags->done_reached(i, s.generation)) {
+      view.slots[i].word.store(shm::pack_completion(s.generation, ErrorCode::kOk),
+                               std::memory_order_release);
+      settled = true;
+    }
+  }
+  if (settled) {
+    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+    shm::futex_wake_all(view.header->completion_epoch);
+  }
 }
 
 void Client::Impl::resume_buffers() {

@@ -22,6 +22,7 @@ class FakeGpuRuntime final : public GpuRuntime {
   std::vector<std::string>* calls = nullptr;  // what the stream side did, in order
   bool fail_allocation = false;
   uintptr_t next_flags = 0x900000;
+  std::map<uint64_t, uint32_t> flag_values;  // what load_flag reads, by address
 
   GpuVendor vendor() const override { return vendor_; }
   int version() const override { return 60200000; }
@@ -68,6 +69,10 @@ class FakeGpuRuntime final : public GpuRuntime {
   }
   void store_flag(uint64_t address, uint32_t value) override {
     record("store " + std::to_string(address) + "=" + std::to_string(value));
+  }
+  uint32_t load_flag(uint64_t address) override {
+    record("load " + std::to_string(address));
+    return flag_values[address];
   }
   void copy_async(void*, void*, const void*, std::size_t bytes) override {
     record("copy " + std::to_string(bytes));

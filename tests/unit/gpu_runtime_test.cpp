@@ -154,6 +154,25 @@ TEST(StreamFlags, AFailedSetUpLeavesNothingAndTheNextCallTriesAgain) {
   EXPECT_FALSE(f.registered[0].hip());
 }
 
+// A resume asks the done flag whether irisd finished a stream-ordered request before it died
+// (the flag is written before the completion slot): reached means completed, never run again.
+TEST(StreamFlags, DoneReachedReadsTheSlotsDoneFlag) {
+  FlagsFixture f;
+  StreamFlagsMapping m = f.mapping();
+  EXPECT_FALSE(m.done_reached(2, 1)) << "no flags before first use";
+  EXPECT_TRUE(f.calls.empty()) << "and nothing is set up to answer";
+  int stream = 0;
+  m.enqueue_ready({&stream, GpuVendor::kCuda}, 2, 5);
+  const uint64_t done = 0x900000 + 2 * sizeof(uint32_t);
+  f.calls.clear();
+  f.last_runtime->flag_values[done] = 4;
+  EXPECT_FALSE(m.done_reached(2, 5)) << "irisd had not written generation 5";
+  f.last_runtime->flag_values[done] = 5;
+  EXPECT_TRUE(m.done_reached(2, 5));
+  EXPECT_FALSE(m.done_reached(3, 5)) << "another slot's flag";
+  EXPECT_EQ(f.calls.front(), "load " + std::to_string(done));
+}
+
 // A stream-ordered call on a capturing stream becomes a graph plan: libiris enqueues only the
 // plan's memory operations, with constant values (ready = 1; wait done >= 1; done = 0), and the
 // set-up a first call makes runs outside capture's rules.

@@ -31,6 +31,8 @@ namespace iris::hip {
   X(hipHostUnregister) \
   X(hipHostGetDevicePointer) \
   X(hipMemcpyAsync) \
+  X(hipStreamCreateWithFlags) \
+  X(hipStreamSynchronize) \
   X(hipStreamWriteValue32) \
   X(hipStreamWaitValue32) \
   X(hipMemRetainAllocationHandle) \
