@@ -3,15 +3,27 @@
 # and all-to-all and broadcast for 4 and 8 on the host engine; in the same run, a plain memcpy of
 # the same bytes by the same number of threads, and Open MPI's MPI_Allgather, MPI_Alltoall and
 # MPI_Bcast with the same ranks and sizes. Prints markdown tables.
-#   scripts/bench.sh [engine workers, default 2]
+#   scripts/bench.sh [engine workers, default 2] [largest block, default 64 MiB (16 MiB at 8 ranks)]
+# With BENCH_BUNDLE=DIR it runs the binaries of a bundle made by ../shared/tools/device-bundle
+# (scripts/gpu-bundle.sh's .gpu: DIR/bin, DIR/lib) instead of building: how the GPU host's 16 CPU
+# cores run it, under that host's own mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=${1:-2}
-scripts/build.sh >/dev/null
-bin=build/tests/bench
+largest=${2:-}
+if [ -n "${BENCH_BUNDLE:-}" ]; then
+  bin=$(realpath "$BENCH_BUNDLE")/bin
+  daemon_bin=$bin/irisd
+  export LD_LIBRARY_PATH=$(realpath "$BENCH_BUNDLE")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export IRIS_BIN_DIR=$bin
+else
+  scripts/build.sh >/dev/null
+  bin=build/tests/bench
+  daemon_bin=build/daemon/irisd
+fi
 run=$(mktemp -d /tmp/irisd-bench-XXXXXX)
 socket=$run/irisd.sock
-build/daemon/irisd --socket "$socket" --engine host --engine-workers "$workers" \
+"$daemon_bin" --socket "$socket" --engine host --engine-workers "$workers" \
   --log-level warn >"$run/irisd.log" 2>&1 &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$run"' EXIT
@@ -20,11 +32,14 @@ for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
 echo "## Machine"
 echo "- $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "- $(uname -sr), $(g++ --version | head -1), $(mpirun --version 2>/dev/null | head -1)"
-echo "- irisd $(git describe --always --dirty), host engine with $workers worker threads"
+echo "- irisd $(git describe --always --dirty 2>/dev/null || echo "(bundle)"), host engine with $workers worker threads"
 echo
-echo "## Ring round trip (no-op submitted, completion seen by the client)"
-"$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
-  awk -F, '/RingRoundTrip/ {printf "p50 %.2f us, p99 %.2f us, mean %.0f ns\n", $(NF-1), $NF, $3}'
+echo "## Ring round trip (no-op submitted, completion seen by the client) against the floor"
+echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores)"
+timeout 300 "$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
+  awk -F, '/RingRoundTrip/ {r = $(NF-1); printf "ring p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
+    /CacheLineRoundTrip/ {f = $(NF-1); printf "floor p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
+    END {if (f > 0) printf "ring / floor (p50): %.1f\n", r / f}'
 echo
 
 # One table: collective $1 at $2 ranks up to $3 bytes per block; irisd, Open MPI, and (for the
@@ -32,7 +47,7 @@ echo
 sweep() {
   local collective=$1 nranks=$2 max=$3 pids=()
   for ((r = nranks - 1; r >= 0; r--)); do
-    "$bin/iris-collective-sweep" --socket "$socket" --key "bench-$collective-$nranks" \
+    timeout 600 "$bin/iris-collective-sweep" --socket "$socket" --key "bench-$collective-$nranks" \
       --collective "$collective" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
       --csv >"$run/iris.$r" &
     pids+=($!)
@@ -47,8 +62,9 @@ sweep() {
       fi
     done
   fi
-  mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi" \
-    --collective "$collective" --max-bytes "$max" 2>/dev/null | tail -n +2 >"$run/mpi.csv"
+  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi" \
+    --collective "$collective" --max-bytes "$max" 2>"$run/mpi.err" | tail -n +2 >"$run/mpi.csv" ||
+    echo "(Open MPI did not run here: $(tail -1 "$run/mpi.err"))"
   echo "## $collective, $nranks ranks"
   echo "| bytes/block | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy |"
   echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -66,8 +82,8 @@ sweep() {
 
 for nranks in 2 4 8; do
   max=$((64 << 20)); [ "$nranks" -eq 8 ] && max=$((16 << 20))
-  sweep all_gather "$nranks" "$max"
+  sweep all_gather "$nranks" "${largest:-$max}"
 done
 for collective in all_to_all broadcast; do
-  for nranks in 4 8; do sweep "$collective" "$nranks" $((16 << 20)); done
+  for nranks in 4 8; do sweep "$collective" "$nranks" "${largest:-$((16 << 20))}"; done
 done

@@ -2,11 +2,14 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
-#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,probe,torch,pytorch,
-#                                 p2p,resume,compare (default: all). compare runs scripts/bench-compare.sh
-#                                 (CPU only) between the bundle .gpu-old, when there is one, and .gpu.
+#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
+#                                 pytorch,p2p,resume,cpu,compare (default: all). shared: small
+#                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
+#                                 on this host's CPU cores against Open MPI (host engine, no GPU).
+#                                 compare runs scripts/bench-compare.sh (CPU only) between the bundle
+#                                 .gpu-old, when there is one, and .gpu.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,probe,torch,pytorch,p2p,resume,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -40,13 +43,13 @@ if want readme; then
     timeout 120 python3 tests/python/gpu/readme_example.py python-graph >>"$out/readme.txt" 2>&1
 fi
 
-# Benchmarks (not tests): 8 ranks on the one GPU; rank 0 prints markdown tables.
+# Benchmarks (not tests): ranks on the one GPU (8 unless RANKS says); rank 0 prints markdown tables.
 bench() {  # bench NAME ARGS...
   local name=$1; shift
-  local pids=()
-  for r in 7 6 5 4 3 2 1 0; do
-    "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key "$name" --nranks 8 --rank "$r" "$@" \
-      >"$run/bench_$name.$r" 2>&1 &
+  local pids=() nranks=${RANKS:-8}
+  for ((r = nranks - 1; r >= 0; r--)); do
+    timeout 600 "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key "$name" --nranks "$nranks" \
+      --rank "$r" "$@" >"$run/bench_$name.$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
@@ -58,6 +61,9 @@ if want bench; then
   bench alltoall_host --collective all_to_all --max-bytes $((64 << 20)) --host-recv 1
   bench gemm --mode gemm --gemm-seconds 3
   bench graph --mode graph --min-bytes 4096 --max-bytes $((64 << 20))
+fi
+if want shared; then
+  for n in 2 3 8; do RANKS=$n bench "shared$n" --min-bytes 4096 --max-bytes 16384; done
 fi
 if want probe; then
   timeout 120 "$bin/iris-gpu-signal-probe" --iterations 2000 >"$out/signal_probe.md" 2>&1
@@ -128,6 +134,9 @@ if want resume; then
       --restarts 5 >"$out/resume_$engine.md" 2>&1
   done
 fi
+if want cpu; then
+  BENCH_BUNDLE=.gpu timeout 1200 scripts/bench.sh 4 $((1 << 20)) >"$out/cpu_bench.md" 2>&1
+fi
 if want compare && [ -d .gpu-old ]; then
   timeout 900 scripts/bench-compare.sh .gpu-old .gpu 5 >"$out/compare.md" 2>&1
 fi
@@ -143,6 +152,10 @@ grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats.txt"
 if want bench; then
   for name in device host alltoall_host gemm graph; do echo "-- bench $name"; cat "$out/bench_$name.md"; done
 fi
+if want shared; then
+  for n in 2 3 8; do echo "-- $n ranks sharing the GPU"; cat "$out/bench_shared$n.md"; done
+fi
+if want cpu; then echo "-- host engine on this host's CPU against Open MPI"; cat "$out/cpu_bench.md"; fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
