@@ -9,6 +9,7 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -28,6 +29,22 @@ constexpr auto kAttachTimeout = std::chrono::milliseconds(10000);
 constexpr auto kSessionCallTimeout = std::chrono::milliseconds(30000);
 }  // namespace
 
+namespace {
+// An environment variable holding a whole number of `unit`; nullopt when unset or empty.
+// Throws iris::Error naming it when it holds anything else.
+std::optional<unsigned long long> env_number(const char* name, const char* unit) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(env, &end, 10);
+  if (*end != '\0' || errno != 0 || *env == '-')
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(name) + " must be a number of " + unit + ", got '" + env + "'");
+  return value;
+}
+}  // namespace
+
 Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current_pid()) {
   v1::AttachRequest request;
   request.set_client_name(options.client_name);
@@ -40,16 +57,12 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
   wake_fd = std::move(attached.fds[0]);
   session_id = response.session_id();
   resume_window = std::chrono::milliseconds(response.resume_window_ms());
-  if (const char* env = std::getenv("IRIS_RESUME_WINDOW_MS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long ms = std::strtoull(env, &end, 10);
-    if (*end != '\0')
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          std::string("IRIS_RESUME_WINDOW_MS must be a number of milliseconds, got '") + env + "'");
-    resume_window = std::chrono::milliseconds(ms);
-  }
+  if (auto ms = env_number("IRIS_RESUME_WINDOW_MS", "milliseconds"))
+    resume_window = std::chrono::milliseconds(*ms);
   if (options.resume_window) resume_window = std::max(*options.resume_window, {});
+  if (auto us = env_number("IRIS_WAIT_SPIN_US", "microseconds"))
+    wait_spin = std::chrono::microseconds(*us);
+  if (options.wait_spin) wait_spin = std::max(*options.wait_spin, {});
   engine = response.engine();
   daemon_version = response.daemon_version();
   latest_daemon_version_ = daemon_version;

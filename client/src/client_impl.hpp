@@ -158,6 +158,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // How long this client waits for irisd to come back (ClientOptions, else $IRIS_RESUME_WINDOW_MS,
   // else irisd's --resume-window-ms).
   std::chrono::milliseconds resume_window{0};
+  std::chrono::microseconds wait_spin{50};  // ClientOptions::wait_spin, resolved
   net::Fd attach_fd;
   net::Fd wake_fd;
   shm::ShmSegment segment;

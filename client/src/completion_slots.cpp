@@ -23,9 +23,6 @@ namespace iris {
 
 namespace {
 using clock = std::chrono::steady_clock;
-// How long wait() polls before it sleeps: long enough to catch small collectives without a
-// syscall, short enough not to burn a core the rank's own work needs.
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
 constexpr auto kPureSpin = std::chrono::microseconds(2);
 // How often a sleeping waiter checks that irisd is still there.
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
@@ -74,7 +71,7 @@ std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
     return poll(slot, generation);
   };
   const auto start = clock::now();
-  const auto spin_until = std::min(deadline, start + kSpinBeforeSleep);
+  const auto spin_until = std::min(deadline, start + wait_spin);
   const auto yield_after = start + kPureSpin;
   for (auto now = start; now < spin_until; now = clock::now()) {
     if (auto code = result()) return code;

@@ -33,6 +33,10 @@ struct ClientOptions {
   // reports not done); past it they fail with kDaemonGone. Unset: $IRIS_RESUME_WINDOW_MS, else
   // irisd's default (--resume-window-ms); 0 fails at once.
   std::optional<std::chrono::milliseconds> resume_window;
+  // How long wait() polls a request's completion before it sleeps on a futex (waking a sleeper
+  // costs tens of microseconds). Longer suits ranks with idle cores whose collectives are small
+  // and frequent; shorter frees the core sooner. Unset: $IRIS_WAIT_SPIN_US, else 50 us.
+  std::optional<std::chrono::microseconds> wait_spin;
 };
 
 // A Client belongs to the process that attached: after fork(), the child gets kInvalidArgument
