@@ -187,9 +187,8 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
                      "rank " + std::to_string(src) + "'s data from its node does not hold the " +
                          std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
                          " needs"};
-  const uint64_t cookie = next_cookie_++;
   const std::size_t device = device_slot(from.send->device, to.recv->device);
-  copies_.emplace(cookie, CopyTag{&comm, &c, src, dst, device});
+  const uint64_t cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
   stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
   ++from_rank.copies_touching;
   if (dst != src) ++to_rank.copies_touching;
@@ -201,7 +200,7 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
 }
 
 void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done) {
-  copy.cookie = next_cookie_++;
+  copy.cookie = kStagingCookie | next_staging_cookie_++;
   const std::size_t device = device_slot(copy.src_device, copy.dst_device);
   staging_.emplace(copy.cookie, Staging{std::move(done), device});
   stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
@@ -238,18 +237,19 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
     s.done(completion.code);
     return;
   }
-  auto it = copies_.find(completion.cookie);
-  if (it == copies_.end() || it->second.network) {
+  CopyTag* found = find_tag(completion.cookie);
+  if (found == nullptr || found->network) {
     spdlog::error("engine completed unknown copy {}", completion.cookie);
     return;
   }
-  const CopyTag tag = it->second;
-  copies_.erase(it);
+  const CopyTag tag = *found;
+  release_tag(completion.cookie);
   count_copy(tag.device, completion);
-  if (completion.code != ErrorCode::kOk)
-    log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
-             "comm '{}' seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
-             tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
+  if (completion.code == ErrorCode::kOk) return finish_transfer(tag, ErrorCode::kOk, {});
+  // Failure words are made only on failure: a copy's completion is the hottest path here.
+  log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
+           "comm '{}' seq {}: copy from rank {} into rank {} failed: {}", tag.comm->key,
+           tag.collective->seq, tag.src_rank, tag.dst_rank, to_string(completion.code));
   finish_transfer(tag, completion.code,
                   "the copy from rank " + std::to_string(tag.src_rank) + " into rank " +
                       std::to_string(tag.dst_rank) +
@@ -257,25 +257,54 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
 }
 
 uint64_t CollectiveScheduler::begin_network(Communicator& comm, Collective& c, uint32_t rank) {
-  const uint64_t cookie = next_cookie_++;
-  copies_.emplace(cookie, CopyTag{&comm, &c, rank, rank, 0, true});
+  const uint64_t cookie = add_tag(CopyTag{&comm, &c, rank, rank, 0, true});
   ++c.ranks.at(rank).copies_touching;
   ++c.total_in_flight;
   return cookie;
 }
 
 void CollectiveScheduler::end_network(uint64_t cookie, ErrorCode code, const std::string& why) {
-  auto it = copies_.find(cookie);
-  if (it == copies_.end() || !it->second.network) return;
-  const CopyTag tag = it->second;
-  copies_.erase(it);
-  if (code != ErrorCode::kOk)
-    log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
-             "comm '{}' seq {}: sending rank {}'s data to another node failed: {}", tag.comm->key,
-             tag.collective->seq, tag.src_rank, why);
+  CopyTag* found = find_tag(cookie);
+  if (found == nullptr || !found->network) return;
+  const CopyTag tag = *found;
+  release_tag(cookie);
+  if (code == ErrorCode::kOk) return finish_transfer(tag, ErrorCode::kOk, {});
+  log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
+           "comm '{}' seq {}: sending rank {}'s data to another node failed: {}", tag.comm->key,
+           tag.collective->seq, tag.src_rank, why);
   finish_transfer(tag, code,
                   "sending rank " + std::to_string(tag.src_rank) +
                       "'s data to another node failed (" + why + ")");
+}
+
+uint64_t CollectiveScheduler::add_tag(const CopyTag& tag) {
+  uint32_t index;
+  if (free_tags_.empty()) {
+    index = static_cast<uint32_t>(tags_.size());
+    tags_.push_back({});
+  } else {
+    index = free_tags_.back();
+    free_tags_.pop_back();
+  }
+  TagSlot& slot = tags_[index];
+  slot.tag = tag;
+  slot.used = true;
+  ++slot.generation;
+  return (uint64_t{slot.generation} << 32) | index;
+}
+
+CollectiveScheduler::CopyTag* CollectiveScheduler::find_tag(uint64_t cookie) {
+  const uint64_t index = cookie & 0xffffffffu;
+  if ((cookie & kStagingCookie) != 0 || index >= tags_.size()) return nullptr;
+  TagSlot& slot = tags_[index];
+  if (!slot.used || slot.generation != static_cast<uint32_t>(cookie >> 32)) return nullptr;
+  return &slot.tag;
+}
+
+void CollectiveScheduler::release_tag(uint64_t cookie) {
+  const auto index = static_cast<uint32_t>(cookie & 0xffffffffu);
+  tags_[index].used = false;
+  free_tags_.push_back(index);
 }
 
 void CollectiveScheduler::finish_transfer(const CopyTag& tag, ErrorCode code,

@@ -136,8 +136,21 @@ class CollectiveScheduler final : public Poller {
   RemoteNodes* remote_ = nullptr;
   uint64_t max_in_flight_;
   uint64_t collectives_in_flight_ = 0;
-  uint64_t next_cookie_ = 1;
-  std::unordered_map<uint64_t, CopyTag> copies_;
+  // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
+  // index and a stale or unknown cookie is recognised; slots are reused, never freed.
+  struct TagSlot {
+    CopyTag tag{};
+    uint32_t generation = 0;
+    bool used = false;
+  };
+  uint64_t add_tag(const CopyTag& tag);
+  CopyTag* find_tag(uint64_t cookie);
+  void release_tag(uint64_t cookie);
+  std::vector<TagSlot> tags_;
+  std::vector<uint32_t> free_tags_;
+  // Staging copies (stage_copy) have cookies of their own, this bit set.
+  static constexpr uint64_t kStagingCookie = uint64_t{1} << 63;
+  uint64_t next_staging_cookie_ = 1;
   struct Staging {
     std::function<void(ErrorCode)> done;
     std::size_t device;
