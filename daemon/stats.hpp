@@ -64,6 +64,7 @@ struct LatencyHistogram {
 };
 
 struct DeviceCounters {
+  // Written by the progress loop only (add_from_loop).
   std::atomic<uint64_t> copy_engine_bytes_total{0};   // moved by DMA copy engines
   std::atomic<uint64_t> compute_unit_bytes_total{0};  // by GPU SMs/CUs or host threads
   std::atomic<uint64_t> copies_total{0};              // copies finished, well or not
@@ -72,6 +73,13 @@ struct DeviceCounters {
   // Copies failed since the last that succeeded: what Health judges a device by (no metric).
   std::atomic<uint64_t> failing_streak{0};
 };
+
+// Adds to a counter that only the progress loop writes: a plain load and store instead of a
+// locked read-modify-write (a copy's completion touches several), readers still see whole values.
+inline void add_from_loop(std::atomic<uint64_t>& counter, int64_t n) {
+  counter.store(counter.load(std::memory_order_relaxed) + static_cast<uint64_t>(n),
+                std::memory_order_relaxed);
+}
 
 // Which DeviceCounters a copy between these engine devices (kHostMemory = -1) counts in.
 constexpr std::size_t device_slot(int src_device, int dst_device) {

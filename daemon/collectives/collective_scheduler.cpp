@@ -189,7 +189,7 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
                          " needs"};
   const std::size_t device = device_slot(from.send->device, to.recv->device);
   const uint64_t cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
-  stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
+  add_from_loop(stats_.devices[device].copies_in_flight, 1);
   ++from_rank.copies_touching;
   if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
@@ -203,22 +203,22 @@ void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorC
   copy.cookie = kStagingCookie | next_staging_cookie_++;
   const std::size_t device = device_slot(copy.src_device, copy.dst_device);
   staging_.emplace(copy.cookie, Staging{std::move(done), device});
-  stats_.devices[device].copies_in_flight.fetch_add(1, std::memory_order_relaxed);
+  add_from_loop(stats_.devices[device].copies_in_flight, 1);
   engine_.submit(std::span<const CopyRequest>(&copy, 1));
 }
 
 void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
   DeviceCounters& device = stats_.devices[slot];
-  device.copies_in_flight.fetch_sub(1, std::memory_order_relaxed);
-  device.copies_total.fetch_add(1, std::memory_order_relaxed);
+  add_from_loop(device.copies_in_flight, -1);
+  add_from_loop(device.copies_total, 1);
   if (completion.code == ErrorCode::kOk) {
     device.failing_streak.store(0, std::memory_order_relaxed);
     auto& by_path = completion.path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
                                                                  : device.compute_unit_bytes_total;
-    by_path.fetch_add(completion.bytes, std::memory_order_relaxed);
+    add_from_loop(by_path, static_cast<int64_t>(completion.bytes));
   } else {
-    device.copy_errors_total.fetch_add(1, std::memory_order_relaxed);
-    device.failing_streak.fetch_add(1, std::memory_order_relaxed);
+    add_from_loop(device.copy_errors_total, 1);
+    add_from_loop(device.failing_streak, 1);
   }
 }
 
