@@ -43,10 +43,15 @@ HostEngine::~HostEngine() {
 
 void HostEngine::submit(std::span<const CopyRequest> copies) {
   std::size_t queued = 0;
+  // What runs here is bounded per submission, not per copy: the many small copies of one arrival
+  // at a large collective (2n - 1 blocks) would otherwise serialize on this thread while the
+  // workers idle.
+  uint64_t inline_left = options_.inline_bytes;
   {
     std::unique_lock lock(queue_mutex_, std::defer_lock);
     for (const CopyRequest& copy : copies) {
-      if (copy.bytes <= options_.inline_bytes) {
+      if (copy.bytes <= inline_left) {
+        inline_left -= copy.bytes;
         if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
         inline_done_.push_back(
             {copy.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, copy.bytes});

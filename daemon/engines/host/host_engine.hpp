@@ -1,7 +1,7 @@
 // Host engine: worker threads that memcpy between shared-memory buffers. Each worker stands for
-// one copy engine. Large copies are cut into chunks that all workers share; copies up to
-// `inline_bytes` run on the submitting thread, where waking a worker would cost more than the
-// copy itself.
+// one copy engine. Large copies are cut into chunks that all workers share; a submission's first
+// copies, up to `inline_bytes` in all, run on the submitting thread, where waking a worker would
+// cost more than the copy itself.
 #pragma once
 
 #include <atomic>
