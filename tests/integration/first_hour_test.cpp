@@ -132,6 +132,36 @@ TEST(FirstHour, IrisSocketIsTheDefaultForClientsAndIrisCtl) {
   EXPECT_NE(status.output.find(daemon.socket()), std::string::npos) << status.output;
 }
 
+// The client's numbers from the environment ($IRIS_WAIT_SPIN_US, $IRIS_RESUME_WINDOW_MS) are
+// checked at attach and named when wrong; a waiter that never spins (0) still gets its result.
+TEST(FirstHour, ClientSettingsFromTheEnvironmentAreCheckedAndNamed) {
+  DaemonProcess daemon;
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"IRIS_WAIT_SPIN_US", "fast"},
+           {"IRIS_WAIT_SPIN_US", "-5"},
+           {"IRIS_RESUME_WINDOW_MS", "10s"},
+           {"IRIS_RESUME_WINDOW_MS", "99999999999999999999999"}}) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    const std::string what = what_of([&] { Client::connect(options_for(daemon)); });
+    ::unsetenv(name.c_str());
+    EXPECT_NE(what.find(name), std::string::npos) << name << "=" << value << ": " << what;
+    EXPECT_NE(what.find(value), std::string::npos) << what;
+  }
+  ::setenv("IRIS_WAIT_SPIN_US", "0", 1);
+  TwoRanks pair(daemon, "no-spin", 64);
+  ::unsetenv("IRIS_WAIT_SPIN_US");
+  auto& [a, b, ca, cb, sa, ra, sb, rb] = pair;
+  for (int i = 0; i < 50; ++i) {
+    auto x = ca.all_gather(sa.data(), ra.data(), 32);
+    auto y = cb.all_gather(sb.data(), rb.data(), 32);
+    EXPECT_EQ(code_of([&] { x.wait(); }), ErrorCode::kOk);
+    EXPECT_EQ(code_of([&] { y.wait(); }), ErrorCode::kOk);
+  }
+  ClientOptions options = options_for(daemon);
+  options.wait_spin = std::chrono::microseconds(0);
+  EXPECT_EQ(code_of([&] { Client::connect(options).nop().wait(); }), ErrorCode::kOk);
+}
+
 TEST(FirstHour, BadFlagsAndConfigKeysAreNamed) {
   auto stderr_of = [](std::vector<std::string> args) {
     args.insert(args.begin(), {"/bin/sh", "-c", "\"$0\" \"$@\" 2>&1"});

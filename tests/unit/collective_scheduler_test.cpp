@@ -216,6 +216,39 @@ TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
   }
 }
 
+// Copies in flight are found by cookie (a slot and its generation): a completion an engine
+// reports twice, or one for a slot reused since, must not count for the copy that holds the slot
+// now, and a cookie never handed out changes nothing.
+TEST_F(Scheduler, AStaleOrUnknownCookieCountsForNoCopy) {
+  SteppedEngine stepped;
+  schedule_on(stepped);
+  for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 1, 64);
+  std::vector<CopyCompletion> first;
+  while (!stepped.queued.empty()) {
+    stepped.run(0);
+    stepped.poll(first);
+  }
+  for (const auto& c : first) scheduler->on_copy_complete(c);
+  ASSERT_EQ(completions.size(), kRanks);
+  completions.clear();
+  // Seq 2 reuses the slots of seq 1's copies under new generations.
+  for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 2, 64);
+  ASSERT_EQ(stepped.queued.size(), first.size());
+  const uint64_t copies_before = stats.devices[0].copies_total.load();
+  for (const auto& c : first) scheduler->on_copy_complete(c);  // reported again: stale
+  scheduler->on_copy_complete(
+      {0x7fff'ffff'0000'0001, ErrorCode::kOk, TransferPath::kComputeUnits, 64});
+  scheduler->on_copy_complete({0, ErrorCode::kEngineError, TransferPath::kComputeUnits, 0});
+  EXPECT_TRUE(completions.empty()) << "a stale completion finished a copy of seq 2";
+  EXPECT_EQ(stats.devices[0].copies_total.load(), copies_before);
+  run_all(stepped);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk) << reasons[r];
+    expect_gathered(r, 64);
+  }
+}
+
 TEST_F(Scheduler, ZeroByteCollectiveCompletesEveryRank) {
   for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 1, 0);
   ASSERT_EQ(completions.size(), kRanks);
