@@ -42,19 +42,18 @@ HostEngine::~HostEngine() {
 }
 
 void HostEngine::submit(std::span<const CopyRequest> copies) {
-  std::size_t queued = 0;
-  // What runs here is bounded per submission, not per copy: the many small copies of one arrival
-  // at a large collective (2n - 1 blocks) would otherwise serialize on this thread while the
-  // workers idle.
+  // What runs here is bounded per submission, not per copy: the many blocks of one arrival at a
+  // large collective (2n - 1 of them) would otherwise serialize on this thread while the workers
+  // idle. The workers' share is queued first, so that they wake while this thread copies its own.
+  inline_now_.clear();
   uint64_t inline_left = options_.inline_bytes;
+  std::size_t queued = 0;
   {
     std::unique_lock lock(queue_mutex_, std::defer_lock);
     for (const CopyRequest& copy : copies) {
       if (copy.bytes <= inline_left) {
         inline_left -= copy.bytes;
-        if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
-        inline_done_.push_back(
-            {copy.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, copy.bytes});
+        inline_now_.push_back(&copy);
         continue;
       }
       const uint64_t chunks = (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes;
@@ -72,6 +71,11 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
     queue_cv_.notify_one();
   } else if (queued > 1) {
     queue_cv_.notify_all();
+  }
+  for (const CopyRequest* copy : inline_now_) {
+    if (copy->bytes != 0) std::memcpy(copy->dst, copy->src, copy->bytes);
+    inline_done_.push_back(
+        {copy->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, copy->bytes});
   }
 }
 

@@ -40,7 +40,8 @@ class HostEngine final : public Engine {
   EngineDescription description_;
   EngineOptions options_;
   net::Fd event_fd_;
-  std::vector<CopyCompletion> inline_done_;  // touched by the submitting thread only
+  std::vector<CopyCompletion> inline_done_;     // touched by the submitting thread only
+  std::vector<const CopyRequest*> inline_now_;  // submit()'s copies for this thread (reused)
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
