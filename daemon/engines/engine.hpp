@@ -141,7 +141,7 @@ struct EngineOptions {
   std::string kind = "auto";  // auto | hsa | cuda | host
   uint32_t workers = 2;       // host engine: worker threads, each one "engine"
   // Host engine: a submission's copies run on the caller while their total stays this small.
-  uint64_t inline_bytes = 128 * 1024;
+  uint64_t inline_bytes = 256 * 1024;
   uint64_t chunk_bytes = 1 << 20;  // host engine: large copies split into chunks this big
   // cuda engine: a copy at least this large is split into one piece per copy engine of its
   // device, so that one big block keeps every engine busy; 0 never splits.
