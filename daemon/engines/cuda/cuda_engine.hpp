@@ -18,10 +18,7 @@
 //
 // Path accounting (TransferPath): device-to-device copies within one GPU run on SMs under the
 // measured driver (580, CUDA 13.0, on the H200), so they count as compute units; copies that
-// involve host memory or two GPUs count as copy engine. Copies within one GPU of up to
-// kBounceBytes pass through pinned host memory instead (two copy-engine transfers), so that SM
-// work in irisd's context never makes ranks sharing the GPU switch contexts; they count as copy
-// engine.
+// involve host memory or two GPUs count as copy engine.
 #pragma once
 
 #include <atomic>
