@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -145,81 +144,44 @@ void CudaEngine::use_device(int index) {
   if (current != devices_[index].context) cu_.cuCtxSetCurrent(devices_[index].context);
 }
 
-void* CudaEngine::take_bounce() {
-  if (!free_bounces_.empty()) {
-    void* bounce = free_bounces_.back();
-    free_bounces_.pop_back();
-    return bounce;
-  }
-  if (bounces_made_ >= kMaxBounces) return nullptr;
-  void* bounce = nullptr;
-  use_device(0);
-  if (cu_.cuMemHostAlloc(&bounce, kBounceBytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
-    return nullptr;
-  ++bounces_made_;
-  // Released before the streams (pushed after them): drained first, no copy still uses it.
-  releases_.push([this, bounce] {
-    for (std::size_t i = 0; i < devices_.size(); ++i) {
-      use_device(static_cast<int>(i));
-      for (Stream& st : devices_[i].streams) cu_.cuStreamSynchronize(st.handle);
-    }
-    cu_.cuMemFreeHost(bounce);
-  });
-  return bounce;
-}
-
 void CudaEngine::submit(std::span<const CopyRequest> copies) {
   // The pieces of one submit that go to one stream form a batch: one cuMemcpyBatchAsync where
-  // the driver has it, and one counter write that retires them all. A bounced copy's two halves
-  // go to one stream in two phases: every phase-0 batch (to the bounce buffers) is issued before
-  // any phase-1 batch (from them), and stream order puts each second half after its first.
+  // the driver has it, and one counter write that retires them all.
   struct Group {
     int device;
     Stream* stream;
-    int phase;
     std::vector<CUdeviceptr> dsts, srcs;
     std::vector<size_t> sizes;
     Batch batch;
   };
   std::vector<Group> groups;
-  auto add = [&](int device, Stream* st, int phase, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
-                 std::optional<Piece> piece, void* bounce = nullptr) {
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [&](const Group& x) { return x.stream == st && x.phase == phase; });
+  auto add = [&](int device, Stream* st, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
+                 Piece piece) {
+    auto g =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.stream == st; });
     if (g == groups.end()) {
-      groups.push_back({device, st, phase, {}, {}, {}, {}});
+      groups.push_back({device, st, {}, {}, {}, {}});
       g = std::prev(groups.end());
     }
     g->dsts.push_back(dst);
     g->srcs.push_back(src);
     g->sizes.push_back(bytes);
-    if (piece) g->batch.pieces.push_back(*piece);
-    if (bounce != nullptr) g->batch.bounces.push_back(bounce);
+    g->batch.pieces.push_back(piece);
   };
   for (const CopyRequest& copy : copies) {
     const int device = copy.dst_device != kHostMemory   ? copy.dst_device
                        : copy.src_device != kHostMemory ? copy.src_device
                                                         : 0;
-    const bool within_gpu = copy.src_device == copy.dst_device && copy.src_device != kHostMemory;
+    const TransferPath path = copy.src_device == copy.dst_device && copy.src_device != kHostMemory
+                                  ? TransferPath::kComputeUnits
+                                  : TransferPath::kCopyEngine;
     Device& d = devices_[device];
+    const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
     const CUdeviceptr dst = address_on(device, copy.dst, copy.dst_device);
     const CUdeviceptr src = address_on(device, copy.src, copy.src_device);
     const uint64_t engines = d.streams.size();
-    if (within_gpu && copy.bytes != 0 && copy.bytes <= kBounceBytes) {
-      if (void* bounce = take_bounce()) {
-        Stream* st = &d.streams[d.next_stream++ % engines];
-        const auto through = reinterpret_cast<CUdeviceptr>(bounce);
-        add(device, st, 0, through, src, copy.bytes, std::nullopt);
-        add(device, st, 1, dst, through, copy.bytes,
-            Piece{{copy.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, copy.bytes}}, bounce);
-        continue;
-      }
-    }
-    const TransferPath path = within_gpu ? TransferPath::kComputeUnits : TransferPath::kCopyEngine;
-    const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
     if (split_bytes_ == 0 || copy.bytes < split_bytes_ || engines < 2) {
-      add(device, &d.streams[d.next_stream++ % engines], 0, dst, src, copy.bytes,
-          Piece{completion});
+      add(device, &d.streams[d.next_stream++ % engines], dst, src, copy.bytes, {completion});
       continue;
     }
     // Pieces of whole 4 KiB pages (the last takes the rest), one per engine.
@@ -229,24 +191,17 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
         splits_.begin(completion, static_cast<uint32_t>((copy.bytes + piece - 1) / piece));
     for (uint64_t at = 0; at < copy.bytes; at += piece) {
       const uint64_t bytes = std::min(piece, copy.bytes - at);
-      add(device, &d.streams[d.next_stream++ % engines], 0, dst + at, src + at, bytes,
-          Piece{{copy.cookie, ErrorCode::kOk, path, bytes}, id});
+      add(device, &d.streams[d.next_stream++ % engines], dst + at, src + at, bytes,
+          {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
     }
   }
-  std::stable_partition(groups.begin(), groups.end(), [](const Group& g) { return g.phase == 0; });
-  std::vector<Stream*> phase0_failed;
   for (Group& g : groups) {
     use_device(g.device);
-    const bool first_half_failed =
-        g.phase == 1 &&
-        std::find(phase0_failed.begin(), phase0_failed.end(), g.stream) != phase0_failed.end();
-    if (first_half_failed || !issue(g.stream->handle, g.device, g.dsts, g.srcs, g.sizes)) {
-      if (g.phase == 0) phase0_failed.push_back(g.stream);
+    if (!issue(g.stream->handle, g.device, g.dsts, g.srcs, g.sizes)) {
       for (Piece p : g.batch.pieces) {
         p.completion.code = ErrorCode::kEngineError;
         failed_.push_back(p);
       }
-      free_bounces_.insert(free_bounces_.end(), g.batch.bounces.begin(), g.batch.bounces.end());
       continue;
     }
     Stream& st = *g.stream;
@@ -312,9 +267,7 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
       if (st.batches.empty()) continue;
       const uint32_t retired = st.retired->load(std::memory_order_acquire);
       while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
-        Batch& done = st.batches.front();
-        for (const Piece& p : done.pieces) splits_.retire(p.split, p.completion, out);
-        free_bounces_.insert(free_bounces_.end(), done.bounces.begin(), done.bounces.end());
+        for (const Piece& p : st.batches.front().pieces) splits_.retire(p.split, p.completion, out);
         st.batches.pop_front();
         --in_flight_;
       }

@@ -64,7 +64,6 @@ class CudaEngine final : public Engine {
   struct Batch {
     uint32_t number;
     std::vector<Piece> pieces;
-    std::vector<void*> bounces;  // given back once the batch retired
   };
   struct Stream {
     CUstream handle = nullptr;
@@ -108,9 +107,6 @@ class CudaEngine final : public Engine {
   void create_stream(int device, CUstream& stream);
   // Makes a device's primary context current on the calling thread.
   void use_device(int index);
-  // A pinned host buffer of kBounceBytes for a same-GPU copy to pass through, or nullptr when
-  // kMaxBounces are in use (the copy then runs GPU to GPU).
-  void* take_bounce();
   // Throws iris::Error kEngineError naming `what` when `result` is not CUDA_SUCCESS.
   void check(CUresult result, const char* what) const;
 
@@ -124,14 +120,6 @@ class CudaEngine final : public Engine {
   void* retired_words_ = nullptr;  // pinned page of the streams' retired counters
   uint64_t in_flight_ = 0;         // batches not yet retired
   bool use_batch_ = true;          // cleared if the driver refuses cuMemcpyBatchAsync
-  // Small copies between two buffers of one GPU go through pinned host memory on the copy
-  // engines (GPU to host, then host to GPU on the same stream): the driver runs a copy within one
-  // GPU on SMs, in irisd's context, and when the ranks' processes share that GPU each such copy
-  // costs a switch of GPU context (about 280 us on an H200); a copy engine transfer costs none.
-  static constexpr uint64_t kBounceBytes = 256 * 1024;
-  static constexpr std::size_t kMaxBounces = 256;
-  std::vector<void*> free_bounces_;
-  std::size_t bounces_made_ = 0;
   std::map<std::string, std::weak_ptr<Import>> imports_;     // by IPC handle: one per allocation
   std::map<CUdeviceptr, std::weak_ptr<Import>> by_address_;  // by base in the owner's context
   // Contexts, pinned memory and streams the constructor took, released in reverse order: by
