@@ -36,7 +36,8 @@ CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, TenantLog
       stats_(stats),
       log_(log),
       complete_(std::move(complete)),
-      max_in_flight_(max_in_flight) {}
+      max_in_flight_(max_in_flight),
+      fill_owners_(engine.outlives_its_completions()) {}
 
 Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq,
                                                 bool& over_limit) {
@@ -194,8 +195,11 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
   if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
   batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
-                    planned->bytes, cookie, from.send->device, to.recv->device, from.send,
-                    to.recv});
+                    planned->bytes, cookie, from.send->device, to.recv->device});
+  if (fill_owners_) {
+    batch_.back().src_owner = from.send;
+    batch_.back().dst_owner = to.recv;
+  }
   return std::nullopt;
 }
 

@@ -135,6 +135,8 @@ class CollectiveScheduler final : public Poller {
   CompleteFn complete_;
   RemoteNodes* remote_ = nullptr;
   uint64_t max_in_flight_;
+  // Copies hand the engine their buffers' owners only where it needs them (see CopyRequest).
+  bool fill_owners_;
   uint64_t collectives_in_flight_ = 0;
   // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
   // index and a stale or unknown cookie is recognised; slots are reused, never freed.

@@ -39,7 +39,9 @@ struct CopyRequest {
   int dst_device = kHostMemory;
   // What keeps src and dst mapped. An engine that reports a copy failed before the hardware
   // let go of it (a timed-out DMA) holds these until it really ended, so that it never writes
-  // into memory released or reused meanwhile.
+  // into memory released or reused meanwhile. Filled only for such engines
+  // (Engine::outlives_its_completions): until a copy completes its collective holds the buffers
+  // anyway, and each owner copied costs a locked reference count twice per copy.
   std::shared_ptr<const void> src_owner = {};
   std::shared_ptr<const void> dst_owner = {};
 };
@@ -125,6 +127,9 @@ class Engine {
   // True while copies are in flight whose completion no fd will signal: the progress loop then
   // keeps polling instead of sleeping.
   virtual bool needs_polling() const { return false; }
+  // Whether a copy may still touch its memory after the engine reported it (then CopyRequest's
+  // owners must be filled).
+  virtual bool outlives_its_completions() const { return false; }
 
   // Host memory the engine will copy from or to: pinned if the engine needs it (DMA); the
   // returned handle unpins it when the last copy is dropped. The host engine needs nothing.

@@ -56,6 +56,8 @@ class HsaEngine final : public Engine {
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
   bool needs_polling() const override { return !in_flight_.empty(); }
+  // A timed-out copy is reported failed while its DMA may still run (see quarantined_).
+  bool outlives_its_completions() const override { return true; }
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
   void write_device_word(int device, std::byte* address, uint32_t value) override;
