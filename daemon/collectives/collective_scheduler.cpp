@@ -154,11 +154,12 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
                                                            uint32_t rank) {
   batch_.clear();
   std::optional<PlanError> bad;
+  ArrivedRank& arrived = c.ranks.at(rank);
   for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
     const uint32_t j = it->first;
     if (!it->second.request) continue;
-    bad = add_pair(comm, c, rank, j);
-    if (!bad && j != rank) bad = add_pair(comm, c, j, rank);
+    bad = add_pair(comm, c, rank, arrived, j, it->second);
+    if (!bad && j != rank) bad = add_pair(comm, c, j, it->second, rank, arrived);
   }
   // Copies already tagged must run (and complete) even when a later pair disagreed.
   if (!batch_.empty()) {
@@ -170,11 +171,10 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
 }
 
 std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
-                                                       uint32_t src, uint32_t dst) {
+                                                       uint32_t src, ArrivedRank& from_rank,
+                                                       uint32_t dst, ArrivedRank& to_rank) {
   // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
   if (!comm.is_local(dst)) return std::nullopt;
-  ArrivedRank& from_rank = c.ranks.at(src);
-  ArrivedRank& to_rank = c.ranks.at(dst);
   const ValidatedRequest& from = *from_rank.request;
   const ValidatedRequest& to = *to_rank.request;
   auto pair = plan_pair(from.args, src, to.args, dst);

@@ -114,7 +114,8 @@ class CollectiveScheduler final : public Poller {
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
   // found instead, after issuing what came before it.
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
-  std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src, uint32_t dst);
+  std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src,
+                                    ArrivedRank& from_rank, uint32_t dst, ArrivedRank& to_rank);
   void fail(Collective& c, ErrorCode code, const std::string& why);
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
