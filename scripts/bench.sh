@@ -32,7 +32,8 @@ for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
 echo "## Machine"
 echo "- $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "- $(uname -sr), $(g++ --version | head -1), $(mpirun --version 2>/dev/null | head -1)"
-echo "- irisd $(git describe --always --dirty 2>/dev/null || echo "(bundle)"), host engine with $workers worker threads"
+# The binary's own build, not this checkout's: a bundle may come from another commit.
+echo "- $("$daemon_bin" --version), host engine with $workers worker threads"
 echo
 echo "## Ring round trip (no-op submitted, completion seen by the client) against the floor"
 echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores)"

@@ -27,9 +27,7 @@ namespace {
 constexpr auto kAttachTimeout = std::chrono::milliseconds(10000);
 // Session calls on the attach connection: a GPU import in irisd can take a while.
 constexpr auto kSessionCallTimeout = std::chrono::milliseconds(30000);
-}  // namespace
 
-namespace {
 // An environment variable holding a whole number of `unit`; nullopt when unset or empty.
 // Throws iris::Error naming it when it holds anything else.
 std::optional<unsigned long long> env_number(const char* name, const char* unit) {
