@@ -42,6 +42,10 @@ struct Limits {
   // otherwise (told to them at attach; 0: they fail with daemon_gone at once); also how long a
   // communicator resumed after a restart waits for its other ranks before it fails as peer_lost.
   uint32_t resume_window_ms = 60000;
+  // Communicators across nodes, with a resume window: what one keeps of the data it sent another
+  // node until that node's ranks completed the collective (what that node needs again should its
+  // irisd restart).
+  uint64_t resume_keep_bytes = 4ull << 30;
 };
 
 struct Config {

@@ -114,13 +114,9 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
                             const std::vector<uint64_t>& completed_after) {
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
-  if (nodes && resume_seq != 0)
-    throw Error(ErrorCode::kInvalidArgument,
-                "communicators across nodes do not resume after a restart of irisd yet: create "
-                "it anew");
   if (nodes) {
     layout = scale_out_.check_layout(std::move(nodes->addresses), std::move(nodes->node_of_rank),
-                                     std::move(nodes->secret), nranks, rank);
+                                     std::move(nodes->secret), nranks, rank, resume_seq != 0);
   }
   const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume_seq, completed_after);
   if (layout) {
@@ -177,6 +173,7 @@ void Runtime::release_graph_plan(uint64_t session_id, uint32_t plan_slot) {
 
 void Runtime::mark_all_stopped() {
   completer_.stop();
+  scale_out_.stop();
   for (Session* s : sessions_.list()) s->mark_daemon_stopped();
 }
 

@@ -213,7 +213,9 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->key = key;
   joined->nranks = nranks;
   joined->rank = rank;
-  joined->across_nodes = init->node_addresses_size() > 0;
+  joined->node_addresses.assign(init->node_addresses().begin(), init->node_addresses().end());
+  joined->node_of_rank.assign(init->node_of_rank().begin(), init->node_of_rank().end());
+  joined->secret = init->secret();
   joined->id = session_call(request, "communicator init").comm_id();
   std::lock_guard lock(comms_mutex_);
   std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "client/gpu/gpu_registration_cache.hpp"
@@ -43,7 +44,10 @@ struct CommRank {
   uint32_t rank = 0;
   std::atomic<uint64_t> id{0};
   std::atomic<uint64_t> next_seq{1};  // the next collective's sequence number
-  bool across_nodes = false;          // does not resume after a restart of irisd (yet)
+  // A communicator across nodes: its layout as the job passed it, passed again on resuming.
+  std::vector<std::string> node_addresses;
+  std::vector<uint32_t> node_of_rank;
+  std::string secret;
   std::atomic<bool> destroyed{false};
 };
 

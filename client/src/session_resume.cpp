@@ -230,7 +230,7 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
   }
   std::map<uint64_t, uint64_t> ids;  // the previous irisd's id -> the new one
   for (const auto& comm : comms) {
-    if (comm->destroyed || comm->across_nodes) continue;
+    if (comm->destroyed) continue;
     const uint64_t old_id = comm->id.load();
     const uint64_t next = comm->next_seq.load();
     // The collectives this rank submitted that irisd had not completed.
@@ -250,6 +250,9 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
     init->set_key(comm->key);
     init->set_nranks(comm->nranks);
     init->set_rank(comm->rank);
+    for (const std::string& address : comm->node_addresses) init->add_node_addresses(address);
+    for (uint32_t node : comm->node_of_rank) init->add_node_of_rank(node);
+    init->set_secret(comm->secret);
     init->set_resume_seq(resume_seq);
     for (uint64_t seq = resume_seq + 1; seq < next; ++seq) {
       if (unfinished.count(seq) != 0) continue;
@@ -287,8 +290,8 @@ void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
           shm::is_point_to_point(entry.opcode)
               ? "irisd restarted while this send or receive was in flight; it does not resume (its "
                 "peer's side may have completed): exchange again"
-              : "irisd restarted while this collective was in flight, and its communicator does "
-                "not resume (it spans nodes, or was destroyed)";
+              : "irisd restarted while this collective was in flight, and its communicator was "
+                "destroyed";
       char* text = view.failures[slot].text;
       const std::size_t n = std::min(why.size(), shm::kFailureTextBytes - 1);
       std::memcpy(text, why.data(), n);

@@ -375,7 +375,9 @@ void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
   stats_.count_collective(reference ? static_cast<uint32_t>(reference->kind) : 0,
                           c.error == ErrorCode::kOk ? Outcome::kCompleted : Outcome::kFailed,
                           reference ? block_bytes(*reference) : 0, static_cast<uint64_t>(micros));
-  comm.in_flight.erase(c.seq);  // destroys c
+  const uint64_t seq = c.seq;
+  comm.in_flight.erase(seq);  // destroys c
+  if (comm.layout && remote_ != nullptr) remote_->retired(comm, seq);
   --collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
 }

@@ -33,6 +33,10 @@ class RemoteNodes {
                                                 uint32_t rank) = 0;
   // The communicator broke here (a local rank died or left): the other nodes are told.
   virtual void broke_here(Communicator& comm, const std::string& why) = 0;
+  // Collective `seq` retired here: every rank of this node is done with it.
+  virtual void retired(Communicator& comm, uint64_t seq) = 0;
+  // The communicator is gone from this node.
+  virtual void forget(const Communicator& comm) = 0;
 };
 
 class CollectiveScheduler final : public Poller {
@@ -58,6 +62,10 @@ class CollectiveScheduler final : public Poller {
                      std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
                      const std::string& why = {});
   void set_remote_nodes(RemoteNodes* remote) { remote_ = remote; }
+  // The registry drops `comm`: what the other nodes' part keeps for it goes too.
+  void forget_comm(const Communicator& comm) {
+    if (comm.layout && remote_ != nullptr) remote_->forget(comm);
+  }
   // Where the communicators' parts (registry, graph plans, scale-out) log what a tenant causes.
   TenantLog& log() { return log_; }
 

@@ -63,6 +63,19 @@ struct Communicator {
     for (const auto& m : members) n += m.has_value() ? 1 : 0;
     return n;
   }
+  // Whether every rank of this node has joined (all ranks, for a communicator of one node).
+  bool all_local_joined() const {
+    for (uint32_t r = 0; r < nranks; ++r)
+      if (is_local(r) && !members[r]) return false;
+    return true;
+  }
+  // Whether every rank of this node completed collective `seq` under the previous irisd.
+  bool all_local_done_before_restart(uint64_t seq) const {
+    if (!resumed) return false;
+    for (uint32_t r = 0; r < nranks; ++r)
+      if (is_local(r) && !done_before_restart(r, seq)) return false;
+    return true;
+  }
 };
 
 }  // namespace iris::daemon

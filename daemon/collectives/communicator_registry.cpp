@@ -104,7 +104,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     comm->next_seq[rank] = resume_seq;
     comm->resumed_from[rank] = resume_seq;
     comm->resumed_done[rank] = {completed_after.begin(), completed_after.end()};
-    if (comm->joined() == nranks) comm->resume_deadline.reset();
+    if (comm->all_local_joined()) comm->resume_deadline.reset();
     scheduler_.resumed_rank(*comm, rank);
   }
   scheduler_.log().log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
@@ -148,6 +148,7 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
   }
   scheduler_.break_comm(comm, ErrorCode::kPeerLost, "every rank left the communicator");
   if (comm.in_flight.empty()) {
+    scheduler_.forget_comm(comm);
     comms_.erase(it);
     count();
   }
@@ -162,7 +163,7 @@ void CommunicatorRegistry::expire_resumes() {
     comm->resume_deadline.reset();
     std::string missing;
     for (uint32_t r = 0; r < comm->nranks; ++r)
-      if (!comm->members[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (comm->is_local(r) && !comm->members[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     scheduler_.break_comm(*comm, ErrorCode::kPeerLost,
                           "rank(s) " + missing + " of communicator '" + comm->key +
                               "' did not come back within " +

@@ -1,7 +1,6 @@
 #include "daemon/scaleout/scale_out.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -37,33 +36,12 @@ v1::NodeMessage envelope(const Communicator& comm) {
   return m;
 }
 
-// Host memory holding one node's data for another, pinned for the engine (whole pages: what
-// the GPU runtimes pin). Throws iris::Error when it cannot be had.
-struct StagedData {
-  StagedData(Engine& engine, uint64_t n) : bytes(n) {
-    constexpr uint64_t kPage = 4096;
-    const uint64_t size = std::max<uint64_t>(kPage, (n + kPage - 1) / kPage * kPage);
-    data = static_cast<std::byte*>(std::aligned_alloc(kPage, size));
-    if (data == nullptr)
-      throw Error(ErrorCode::kLimitExceeded, "cannot allocate " + std::to_string(size) +
-                                                 " bytes to stage another node's data");
-    try {
-      pin = engine.prepare_host_memory(data, size);
-    } catch (...) {
-      std::free(data);
-      throw;
-    }
-  }
-  ~StagedData() {
-    pin.reset();  // unpinned before it is freed
-    std::free(data);
-  }
-  StagedData(const StagedData&) = delete;
-  StagedData& operator=(const StagedData&) = delete;
-  uint64_t bytes;
-  std::byte* data = nullptr;
-  std::shared_ptr<void> pin;
-};
+// Collectives of one rank that a rejoining node may say completed there and never reached this
+// node, looked at per rank (bounds the work a forged rejoin can cause).
+constexpr uint64_t kMaxLostScan = 4096;
+// Collectives a rank may arrive at out of order ahead of the oldest one not heard of yet.
+constexpr std::size_t kMaxHeardAhead = 65536;
+constexpr int kMaxSeqsPerDone = 512;
 }  // namespace
 
 template <typename... Args>
@@ -101,7 +79,7 @@ const std::string& ScaleOut::address() { return worker().address(); }
 std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string> addresses,
                                                          std::vector<uint32_t> node_of_rank,
                                                          std::string secret, uint32_t nranks,
-                                                         uint32_t rank) {
+                                                         uint32_t rank, bool resuming) {
   auto bad = [](const std::string& what) {
     throw Error(ErrorCode::kInvalidArgument, "multi-node communicator: " + what);
   };
@@ -128,13 +106,14 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
   if (std::find(used.begin(), used.end(), false) != used.end()) bad("a node holds no rank");
   const std::string& mine = address();
   std::optional<uint32_t> my_node;
+  if (resuming) my_node = node_of_rank[rank];
   for (uint32_t n = 0; n < addresses.size(); ++n) {
     if (addresses[n].empty() || addresses[n].size() > kMaxAddressBytes)
       bad("node " + std::to_string(n) + "'s address is empty or too long");
     for (uint32_t m = 0; m < n; ++m)
       if (addresses[m] == addresses[n])
         bad("nodes " + std::to_string(m) + " and " + std::to_string(n) + " have the same address");
-    if (addresses[n] == mine) my_node = n;
+    if (!resuming && addresses[n] == mine) my_node = n;
   }
   if (!my_node)
     bad("none of the addresses is this node's irisd: pass each node's node_address() (from a "
@@ -147,6 +126,7 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
     bad("rank " + std::to_string(rank) + " is placed on node " +
         std::to_string(node_of_rank[rank]) + " but attached to node " + std::to_string(*my_node) +
         "'s irisd");
+  if (resuming) addresses[*my_node] = mine;  // the previous irisd's address named this node
   auto layout = std::make_shared<NodeLayout>();
   layout->addresses = std::move(addresses);
   layout->node_of_rank = std::move(node_of_rank);
@@ -156,30 +136,71 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
 }
 
 void ScaleOut::joined(Communicator& comm) {
-  if (states_.count(comm.id) != 0) return;
   const NodeLayout& layout = *comm.layout;
-  CommState state;
-  state.peers.resize(layout.nodes());
-  state.joined.assign(layout.nodes(), false);
-  state.sent.assign(comm.nranks, 0);
-  state.received.assign(comm.nranks, 0);
-  state.joined[layout.my_node] = true;
-  for (uint32_t n = 0; n < layout.nodes(); ++n)
-    if (n != layout.my_node) state.peers[n] = worker().connect(layout.addresses[n]);
-  states_.emplace(comm.id, std::move(state));
-  by_key_[comm.key] = comm.id;
-  // Joins that came before this node's first rank.
-  for (auto it = pending_joins_.begin(); it != pending_joins_.end();) {
-    if (it->key == comm.key && it->nranks == comm.nranks &&
-        same_secret(it->secret, layout.secret)) {
-      note_join(comm, it->node);
-      it = pending_joins_.erase(it);
-    } else {
-      ++it;
+  auto it = states_.find(comm.id);
+  if (it == states_.end()) {
+    CommState state(config_.limits.resume_keep_bytes);
+    state.peers.resize(layout.nodes());
+    state.joined.assign(layout.nodes(), false);
+    state.sent.assign(comm.nranks, 0);
+    state.received.assign(comm.nranks, 0);
+    state.heard.resize(comm.nranks);
+    state.away_until.resize(layout.nodes());
+    state.away_why.resize(layout.nodes());
+    state.epoch.assign(layout.nodes(), 0);
+    state.joined[layout.my_node] = true;
+    if (comm.resumed) {
+      // Every node had joined before the restart; each is held until it answers the rejoin.
+      state.joined.assign(layout.nodes(), true);
+      const auto deadline = std::chrono::steady_clock::now() +
+                            std::chrono::milliseconds(config_.limits.resume_window_ms);
+      for (uint32_t n = 0; n < layout.nodes(); ++n) {
+        if (n == layout.my_node) continue;
+        state.away_until[n] = deadline;
+        state.away_why[n] = "it did not answer this node's rejoin after this node's irisd restarted";
+      }
+      tend_ = true;
+    }
+    for (uint32_t n = 0; n < layout.nodes(); ++n)
+      if (n != layout.my_node) state.peers[n] = worker().connect(layout.addresses[n]);
+    it = states_.emplace(comm.id, std::move(state)).first;
+    by_key_[comm.key] = comm.id;
+    if (!comm.resumed) {
+      // Joins that came before this node's first rank.
+      for (auto p = pending_joins_.begin(); p != pending_joins_.end();) {
+        if (p->key == comm.key && p->nranks == comm.nranks &&
+            same_secret(p->secret, layout.secret)) {
+          note_join(comm, p->node);
+          p = pending_joins_.erase(p);
+        } else {
+          ++p;
+        }
+      }
+      v1::NodeMessage m = envelope(comm);
+      m.mutable_join()->set_node(layout.my_node);
+      send_to_nodes(comm, m.SerializeAsString());
+      return;
     }
   }
+  // A resumed communicator rejoins once every rank of this node is back: the other nodes need
+  // what each completed to know what to send again.
+  if (!comm.resumed || it->second.rejoined || !comm.all_local_joined()) return;
+  it->second.rejoined = true;
   v1::NodeMessage m = envelope(comm);
-  m.mutable_join()->set_node(layout.my_node);
+  v1::NodeRejoin& rejoin = *m.mutable_rejoin();
+  rejoin.set_node(layout.my_node);
+  rejoin.set_address(address());
+  for (uint32_t r = 0; r < comm.nranks; ++r) {
+    if (!comm.is_local(r)) continue;
+    v1::ResumedRank& rank = *rejoin.add_ranks();
+    rank.set_rank(r);
+    rank.set_resume_seq(comm.resumed_from[r]);
+    for (uint64_t seq : comm.resumed_done[r]) rank.add_completed_seqs(seq);
+  }
+  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+                       "scale-out: communicator '{}' resumed here; asking its other nodes for "
+                       "what its ranks still need",
+                       comm.key);
   send_to_nodes(comm, m.SerializeAsString());
 }
 
@@ -210,8 +231,58 @@ void ScaleOut::send_to_nodes(Communicator& comm, const std::string& header) {
 }
 
 bool ScaleOut::poll() {
-  const bool worked = worker_ && worker_->progress();
-  return apply_parked_breaks() || worked;
+  if (!worker_) return false;
+  const bool worked = worker_->progress();
+  const bool tended = tend_nodes();
+  return apply_parked_breaks() || tended || worked;
+}
+
+bool ScaleOut::tend_nodes() {
+  if (!tend_) return false;
+  tend_ = false;
+  bool worked = false;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<uint64_t, std::string>> expired;
+  for (auto& [id, state] : states_) {
+    Communicator* comm = comms_.find(id);
+    if (comm == nullptr || !comm->layout) continue;
+    const uint32_t me = comm->layout->my_node;
+    for (std::size_t first = 0; first < state.retired.size(); first += kMaxSeqsPerDone) {
+      v1::NodeMessage m = envelope(*comm);
+      v1::NodeDone& done = *m.mutable_done();
+      done.set_node(me);
+      for (std::size_t i = first; i < std::min(state.retired.size(), first + kMaxSeqsPerDone); ++i)
+        done.add_seqs(state.retired[i]);
+      const std::string header = m.SerializeAsString();
+      for (uint32_t n = 0; n < state.peers.size(); ++n)
+        if (n != me && !state.away_until[n])
+          worker().send(state.peers[n], header, nullptr, 0, [](ErrorCode, const std::string&) {});
+      worked = true;
+    }
+    state.retired.clear();
+    for (uint32_t n = 0; n < state.away_until.size(); ++n) {
+      if (!state.away_until[n]) continue;
+      if (now < *state.away_until[n]) {
+        tend_ = true;
+        continue;
+      }
+      state.away_until[n].reset();
+      expired.emplace_back(id, "node " + std::to_string(n) + "'s irisd of communicator '" +
+                                   comm->key + "' went away (" + state.away_why[n] +
+                                   ") and did not come back within " +
+                                   std::to_string(config_.limits.resume_window_ms) +
+                                   " ms (--resume-window-ms); create a new communicator once it "
+                                   "is back");
+    }
+  }
+  for (const auto& [id, why] : expired) {
+    if (Communicator* comm = comms_.find(id)) {
+      warn("{}", why);
+      scheduler_.break_comm(*comm, ErrorCode::kPeerLost, why);
+      worked = true;
+    }
+  }
+  return worked;
 }
 
 // Parked breaks wait on arrivals or their deadline: the loop keeps turning meanwhile.
@@ -269,9 +340,8 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     if (problem) {
       a.set_error_code(static_cast<uint32_t>(problem->code));
       a.set_why(problem->message);
-      ++state_it->second.sent[rank];
-      worker().send(state.peers[n], m.SerializeAsString(), nullptr, 0,
-                    [](ErrorCode, const std::string&) {});
+      ++state.sent[rank];
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, 0);
       continue;
     }
     const RankArgs& args = arrived.request->args;
@@ -297,41 +367,76 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     a.set_data_offset(lo);
     a.set_data_bytes(hi - lo);
     const uint64_t cookie = scheduler_.begin_network(comm, c, rank);
-    ++state_it->second.sent[rank];
-    auto sent = [this, cookie](ErrorCode code, const std::string& why) {
-      scheduler_.end_network(cookie, code, why);
-    };
+    ++state.sent[rank];
     const std::shared_ptr<MappedBuffer>& from = arrived.request->send;
-    if (hi == lo || from->device == kHostMemory) {
-      worker().send(state.peers[n], m.SerializeAsString(), hi > lo ? from->base + lo : nullptr,
-                    hi - lo, std::move(sent));
+    if (hi == lo) {
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, cookie);
       continue;
     }
-    // GPU memory: the copy engines stage it into pinned host memory, which UCX sends.
+    if (from->device == kHostMemory && !keeping()) {
+      worker().send(state.peers[n], m.SerializeAsString(), from->base + lo, hi - lo,
+                    [this, cookie](ErrorCode code, const std::string& why) {
+                      scheduler_.end_network(cookie, code, why);
+                    });
+      continue;
+    }
+    // GPU memory goes through pinned host memory, which UCX sends; with a resume window host
+    // memory does too: the copy is what this node keeps for node n (KeptArrivals).
     std::shared_ptr<StagedData> staged;
     try {
       staged = std::make_shared<StagedData>(engine_, hi - lo);
     } catch (const Error& e) {
-      sent(e.code(), e.message());
+      scheduler_.end_network(cookie, e.code(), e.message());
       continue;
     }
     scheduler_.stage_copy(
         CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
                     staged},
-        [this, peer = state.peers[n], header = m.SerializeAsString(), staged,
-         sent = std::move(sent)](ErrorCode code) mutable {
+        [this, comm_id = comm.id, n, seq = c.seq, rank, header = m.SerializeAsString(), staged,
+         cookie](ErrorCode code) mutable {
           if (code != ErrorCode::kOk)
-            return sent(code, "copying its GPU data into host memory failed on the copy engine");
-          worker().send(peer, std::move(header), staged->data, staged->bytes,
-                        [staged, sent = std::move(sent)](ErrorCode c, const std::string& why) {
-                          sent(c, why);
-                        });
+            return scheduler_.end_network(
+                cookie, code, "copying its data into host memory failed on the copy engine");
+          send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
         });
   }
   return problem;
 }
 
+void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
+                             std::string header, std::shared_ptr<StagedData> data,
+                             uint64_t cookie) {
+  auto end = [this, cookie](ErrorCode code, const std::string& why) {
+    if (cookie != 0) scheduler_.end_network(cookie, code, why);
+  };
+  auto it = states_.find(comm_id);
+  if (it == states_.end()) return end(ErrorCode::kPeerLost, "its communicator is gone");
+  CommState& state = it->second;
+  const bool keep = keeping();
+  if (keep) state.kept.keep({node, seq, rank, header, data});
+  if (state.away_until[node]) return end(ErrorCode::kOk, {});  // kept; sent when it is back
+  const UcxWorker::PeerId peer = state.peers[node];
+  const void* bytes = data ? data->data : nullptr;
+  const std::size_t size = data ? data->bytes : 0;
+  worker().send(peer, std::move(header), bytes, size,
+                [this, end, comm_id, node, peer, keep, data](ErrorCode code,
+                                                             const std::string& why) {
+                  // A node the transfer failed to is held (its irisd may be restarting), and
+                  // what it missed is kept for it; a node that came back since is not.
+                  if (code == ErrorCode::kPeerLost && keep) {
+                    Communicator* comm = comms_.find(comm_id);
+                    auto state = states_.find(comm_id);
+                    if (comm != nullptr && state != states_.end() &&
+                        state->second.peers[node] == peer)
+                      hold(*comm, state->second, node, "a transfer to it failed: " + why);
+                    code = ErrorCode::kOk;
+                  }
+                  end(code, why);
+                });
+}
+
 void ScaleOut::broke_here(Communicator& comm, const std::string& why) {
+  if (stopping_) return;  // its ranks resume with the next irisd: the other nodes hold this one
   v1::NodeMessage m = envelope(comm);
   m.mutable_broken()->set_why(why);
   if (auto it = states_.find(comm.id); it != states_.end()) {
@@ -342,6 +447,21 @@ void ScaleOut::broke_here(Communicator& comm, const std::string& why) {
     }
   }
   send_to_nodes(comm, m.SerializeAsString());
+}
+
+void ScaleOut::retired(Communicator& comm, uint64_t seq) {
+  // Stopping, collectives fail only because the sessions end here: their ranks resume them.
+  if (!keeping() || stopping_) return;
+  auto it = states_.find(comm.id);
+  if (it == states_.end()) return;
+  it->second.retired.push_back(seq);
+  it->second.retired_here.insert(seq);
+  tend_ = true;
+}
+
+void ScaleOut::forget(const Communicator& comm) {
+  states_.erase(comm.id);
+  if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm.id) by_key_.erase(k);
 }
 
 Communicator* ScaleOut::authenticated(const std::string& key, const std::string& secret,
@@ -376,10 +496,19 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
          m.key().substr(0, 64));
     return;
   }
+  auto state_it = states_.find(comm->id);
+  if (state_it == states_.end()) return;
+  CommState& state = state_it->second;
+  const uint32_t nodes = comm->layout->nodes();
   switch (m.kind_case()) {
-    case v1::NodeMessage::kJoin:
-      note_join(*comm, m.join().node());
+    case v1::NodeMessage::kJoin: {
+      const uint32_t node = m.join().node();
+      note_join(*comm, node);
+      // A node this resumed one waits for answers its rejoin.
+      if (node < nodes && node != comm->layout->my_node && state.away_until[node])
+        answered(*comm, state, node);
       break;
+    }
     case v1::NodeMessage::kBroken: {
       const v1::NodeBroken& b = m.broken();
       ParkedBreak parked{
@@ -396,14 +525,147 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
       break;
     }
     case v1::NodeMessage::kArrival:
-      handle_arrival(*comm, m.arrival(), payload);
+      handle_arrival(*comm, state, m.arrival(), payload);
+      break;
+    case v1::NodeMessage::kDone: {
+      const v1::NodeDone& done = m.done();
+      if (done.node() >= nodes || done.node() == comm->layout->my_node) break;
+      for (int i = 0; i < std::min(done.seqs_size(), kMaxSeqsPerDone); ++i)
+        state.kept.release(done.node(), done.seqs(i));
+      break;
+    }
+    case v1::NodeMessage::kRejoin:
+      handle_rejoin(*comm, state, m.rejoin());
       break;
     default:
       warn("dropped a message of unknown kind for communicator '{}'", comm->key);
   }
 }
 
-void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
+void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::NodeRejoin& rejoin) {
+  const NodeLayout& layout = *comm.layout;
+  const uint32_t n = rejoin.node();
+  if (n >= layout.nodes() || n == layout.my_node || rejoin.address().empty() ||
+      rejoin.address().size() > kMaxAddressBytes) {
+    warn("communicator '{}': dropped a rejoin naming node {} (not another node of it, or no "
+         "address)",
+         comm.key, n);
+    return;
+  }
+  // What each of its ranks completed under its previous irisd.
+  std::map<uint32_t, const v1::ResumedRank*> ranks;
+  for (const v1::ResumedRank& r : rejoin.ranks()) {
+    if (r.rank() >= comm.nranks || layout.node_of_rank[r.rank()] != n ||
+        r.completed_seqs_size() > 1024) {
+      warn("communicator '{}': dropped node {}'s rejoin (rank {} is not its, or names too many "
+           "collectives)",
+           comm.key, n, r.rank());
+      return;
+    }
+    ranks[r.rank()] = &r;
+  }
+  auto completed_by = [&](uint32_t rank, uint64_t seq) {
+    auto it = ranks.find(rank);
+    if (it == ranks.end()) return false;
+    const v1::ResumedRank& r = *it->second;
+    return seq < r.resume_seq() || std::find(r.completed_seqs().begin(), r.completed_seqs().end(),
+                                             seq) != r.completed_seqs().end();
+  };
+  auto completed_there = [&](uint64_t seq) {
+    for (uint32_t r = 0; r < comm.nranks; ++r)
+      if (layout.node_of_rank[r] == n && !completed_by(r, seq)) return false;
+    return true;
+  };
+  UcxWorker::PeerId peer;
+  try {
+    peer = worker().connect(rejoin.address());
+  } catch (const Error& e) {
+    warn("communicator '{}': node {} came back at an address UCX cannot use: {}", comm.key, n,
+         e.message());
+    return;
+  }
+  state.peers[n] = peer;
+  state.joined[n] = true;
+  state.away_until[n].reset();
+  // Arrivals from its previous irisd still landing will not be used: its ranks send them again.
+  ++state.epoch[n];
+  for (auto it = state.landing.begin(); it != state.landing.end();) {
+    if (layout.node_of_rank[it->first] == n) {
+      state.heard[it->first].erase(it->second);
+      it = state.landing.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::optional<uint64_t> lost;
+  std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(n, completed_there, lost);
+  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+                       "scale-out: node {} of communicator '{}' came back after its irisd "
+                       "restarted; sending it again {} arrivals its ranks still need",
+                       n, comm.key, again.size());
+  if (lost) {
+    scheduler_.break_comm(
+        comm, ErrorCode::kPeerLost,
+        "node " + std::to_string(n) + " of communicator '" + comm.key +
+            "' came back after its irisd restarted, but this node no longer kept what it sent "
+            "there for collective " + std::to_string(*lost) +
+            " (over --resume-keep-bytes); create a new communicator to go on");
+    return;
+  }
+  for (KeptArrivals::Arrival& a : again)
+    worker().send(peer, std::move(a.header), a.data ? a.data->data : nullptr,
+                  a.data ? a.data->bytes : 0,
+                  [data = a.data](ErrorCode, const std::string&) {});
+  // A rank that completed a collective there whose arrival never came here: its data went down
+  // with that irisd (between leaving it and reaching this node), and nobody can send it again.
+  for (const auto& [rank, r] : ranks) {
+    SeqSet& heard = state.heard[rank];
+    std::vector<uint64_t> candidates;
+    for (uint64_t seq = heard.below(); seq < r->resume_seq() && candidates.size() < kMaxLostScan;
+         ++seq)
+      candidates.push_back(seq);
+    candidates.insert(candidates.end(), r->completed_seqs().begin(), r->completed_seqs().end());
+    for (uint64_t seq : candidates) {
+      if (seq == 0 || heard.contains(seq) || state.retired_here.contains(seq) ||
+          comm.all_local_done_before_restart(seq))
+        continue;
+      heard.insert(seq);
+      ++state.received[rank];
+      scheduler_.arrive_remote(comm, rank, seq, std::nullopt, ErrorCode::kPeerLost,
+                               "it completed on its node, whose irisd then died before the "
+                               "rank's data reached this node: nothing can send it again");
+    }
+  }
+  v1::NodeMessage answer = envelope(comm);
+  answer.mutable_join()->set_node(layout.my_node);
+  worker().send(peer, answer.SerializeAsString(), nullptr, 0,
+                [](ErrorCode, const std::string&) {});
+}
+
+void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
+  state.away_until[node].reset();
+  std::optional<uint64_t> lost;
+  std::vector<KeptArrivals::Arrival> again =
+      state.kept.to_send_again(node, [](uint64_t) { return false; }, lost);
+  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+                       "scale-out: node {} of resumed communicator '{}' answered; sending it {} "
+                       "arrivals held meanwhile",
+                       node, comm.key, again.size());
+  if (lost) {
+    scheduler_.break_comm(comm, ErrorCode::kPeerLost,
+                          "what this node held for node " + std::to_string(node) +
+                              " of communicator '" + comm.key +
+                              "' while it waited for its answer went over --resume-keep-bytes; "
+                              "create a new communicator to go on");
+    return;
+  }
+  for (KeptArrivals::Arrival& a : again)
+    worker().send(state.peers[node], std::move(a.header), a.data ? a.data->data : nullptr,
+                  a.data ? a.data->bytes : 0,
+                  [data = a.data](ErrorCode, const std::string&) {});
+}
+
+void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::NodeArrival& a,
                               UcxWorker::Payload& payload) {
   const uint32_t rank = a.rank();
   if (rank >= comm.nranks || comm.is_local(rank) || a.seq() == 0) {
@@ -411,6 +673,28 @@ void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
          comm.key, rank, a.seq());
     return;
   }
+  SeqSet& heard = state.heard[rank];
+  if (heard.contains(a.seq()) || comm.all_local_done_before_restart(a.seq())) {
+    // Sent again after a restart (of that node's irisd or this one's): heard of already, or no
+    // rank here needs it any more. Its data is taken (a refused one would fail the sender's
+    // send) and dropped; a collective already retired here is told again (NodeDone).
+    if (comm.all_local_done_before_restart(a.seq()) || state.retired_here.contains(a.seq())) {
+      state.retired.push_back(a.seq());
+      tend_ = true;
+    }
+    if (payload.bytes() > 0 && payload.bytes() <= config_.limits.max_buffer_bytes) {
+      auto sink = std::make_shared<std::vector<std::byte>>(payload.bytes());
+      payload.receive_into(sink->data(), [sink](ErrorCode, const std::string&) {});
+    }
+    return;
+  }
+  if (heard.above() >= kMaxHeardAhead) {
+    warn("communicator '{}': dropped rank {}'s arrival at seq {}: {} of its collectives came "
+         "before one it has not arrived at yet",
+         comm.key, rank, a.seq(), heard.above());
+    return;
+  }
+  heard.insert(a.seq());
   // Counted when it reaches the scheduler: a parked break waits for it (ParkedBreak).
   auto count_received = [this, id = comm.id, rank] {
     if (auto state = states_.find(id); state != states_.end()) ++state->second.received[rank];
@@ -469,10 +753,27 @@ void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
   const uint64_t comm_id = comm.id;
   const std::string key = comm.key;
   const uint64_t seq = a.seq();
-  auto arrive = [this, comm_id, key, rank, seq, args = std::move(args), buffer, count_received](
-                    ErrorCode code, const std::string& why) mutable {
+  const uint32_t node = comm.layout->node_of_rank[rank];
+  const uint64_t epoch = state.epoch[node];
+  state.landing.emplace(rank, seq);
+  auto arrive = [this, comm_id, key, rank, seq, node, epoch, args = std::move(args), buffer,
+                 count_received](ErrorCode code, const std::string& why) mutable {
     Communicator* c = comms_.find(comm_id);
     if (c == nullptr || c->key != key) return;  // left meanwhile
+    auto state = states_.find(comm_id);
+    if (state != states_.end()) {
+      // Its node came back since: it sends this arrival again (handle_rejoin).
+      if (state->second.epoch[node] != epoch) return;
+      state->second.landing.erase({rank, seq});
+    }
+    if (code != ErrorCode::kOk && keeping() && state != states_.end()) {
+      // Its node's irisd likely died mid-transfer: held, and the arrival comes again when the
+      // node is back (or the communicator fails at the end of the window).
+      state->second.heard[rank].erase(seq);
+      hold(*c, state->second, node,
+           "rank " + std::to_string(rank) + "'s data did not arrive: " + why);
+      return;
+    }
     count_received();
     if (code != ErrorCode::kOk) {
       scheduler_.arrive_remote(*c, rank, seq, std::nullopt, code,
@@ -485,7 +786,7 @@ void ScaleOut::handle_arrival(Communicator& comm, const v1::NodeArrival& a,
 }
 
 void ScaleOut::on_peer_failed(UcxWorker::PeerId peer, const std::string& why) {
-  std::vector<uint64_t> affected;
+  std::vector<std::pair<uint64_t, uint32_t>> affected;  // (communicator, node)
   for (auto it = states_.begin(); it != states_.end();) {
     const Communicator* comm = comms_.find(it->first);
     if (comm == nullptr || !comm->layout) {
@@ -494,18 +795,35 @@ void ScaleOut::on_peer_failed(UcxWorker::PeerId peer, const std::string& why) {
     }
     for (uint32_t n = 0; n < it->second.peers.size(); ++n)
       if (n != comm->layout->my_node && it->second.peers[n] == peer) {
-        affected.push_back(it->first);
+        affected.emplace_back(it->first, n);
         break;
       }
     ++it;
   }
-  for (uint64_t id : affected) {
+  for (const auto& [id, node] : affected) {
     Communicator* comm = comms_.find(id);
-    scheduler_.break_comm(*comm, ErrorCode::kPeerLost,
-                          "another node's irisd of communicator '" + comm->key +
-                              "' is unreachable (" + why +
-                              "); create a new communicator once it is back");
+    if (!keeping()) {
+      scheduler_.break_comm(*comm, ErrorCode::kPeerLost,
+                            "another node's irisd of communicator '" + comm->key +
+                                "' is unreachable (" + why +
+                                "); create a new communicator once it is back");
+      continue;
+    }
+    hold(*comm, states_.at(id), node, why);
   }
+}
+
+void ScaleOut::hold(const Communicator& comm, CommState& state, uint32_t node,
+                    const std::string& why) {
+  // Its irisd may be restarting: held for the resume window (tend_nodes), what it misses kept.
+  if (state.away_until[node]) return;
+  state.away_until[node] = std::chrono::steady_clock::now() +
+                           std::chrono::milliseconds(config_.limits.resume_window_ms);
+  state.away_why[node] = why;
+  tend_ = true;
+  warn("node {} of communicator '{}' is unreachable ({}): holding it for up to {} ms while its "
+       "irisd restarts",
+       node, comm.key, why, config_.limits.resume_window_ms);
 }
 
 }  // namespace iris::daemon

@@ -1,11 +1,16 @@
 // Communicators across nodes: three irisd daemons with their own sockets stand in for three
 // nodes (UCX between them over its loopback transports: TCP, shared memory), real rank processes
 // attached to each. Every collective byte for byte with odd sizes and in place, 2+2+2 and
-// uneven 1+2+3 ranks; a node's daemon SIGKILLed mid-collective fails the other nodes' ranks
-// with peer_lost instead of hanging them; a wrong secret and a layout this node is not in are
-// refused.
+// uneven 1+2+3 ranks; a node's irisd restarted under a running job resumes it exactly once; a
+// node's daemon SIGKILLed for good fails the other nodes' ranks with peer_lost after the resume
+// window instead of hanging them; a wrong secret and a layout this node is not in are refused.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <random>
 #include <sstream>
 
 #include "iris/error_code.hpp"
@@ -19,10 +24,10 @@ struct Job {
   std::vector<std::string> addresses;  // hex, by node
 };
 
-Job start_nodes(uint32_t count) {
+Job start_nodes(uint32_t count, const std::vector<std::string>& irisd_args = {}) {
   Job job;
   for (uint32_t n = 0; n < count; ++n) {
-    job.nodes.push_back(std::make_unique<DaemonProcess>());
+    job.nodes.push_back(std::make_unique<DaemonProcess>(irisd_args));
     const ProgramResult r = run_program(
         {rank_program_path(), "--socket", job.nodes.back()->socket(), "--mode", "node-address"});
     EXPECT_EQ(r.exit_code, 0) << r.output << job.nodes.back()->log();
@@ -120,8 +125,11 @@ INSTANTIATE_TEST_SUITE_P(Nodes, ScaleOut,
                                            Placement{"interleaved", {2, 0, 1, 0, 2, 1}}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Node 2's irisd dies and does not come back: the other nodes hold it for the resume window
+// (2 s here), then fail their ranks with peer_lost; node 2's ranks, past the same window, get
+// daemon_gone.
 TEST(ScaleOutFaults, ANodeKilledMidCollectiveFailsTheOtherNodesRanksWithPeerLost) {
-  Job job = start_nodes(3);
+  Job job = start_nodes(3, {"--resume-window-ms", "2000"});
   const std::vector<uint32_t> placement = {0, 0, 1, 1, 2, 2};
   // Every rank runs a long sweep; node 2's daemon dies under it.
   const std::vector<pid_t> ranks = spawn_ranks(job, placement,
@@ -143,6 +151,50 @@ TEST(ScaleOutFaults, ANodeKilledMidCollectiveFailsTheOtherNodesRanksWithPeerLost
         << "rank " << r << " should end with " << to_string(want) << "\n"
         << logs(job);
   }
+  EXPECT_NE(job.nodes[0]->log().find("holding it for up to 2000 ms"), std::string::npos)
+      << logs(job);
+  EXPECT_NE(job.nodes[0]->log().find("did not come back within 2000 ms"), std::string::npos)
+      << logs(job);
+}
+
+// A node's irisd killed (SIGKILL) or stopped (SIGTERM) at random moments under a job whose ranks
+// alternate between two nodes, and started again at once: the other node holds it, each sends
+// again what the other's ranks still need, duplicates are dropped, and every collective of every
+// rank completes once with every byte checked (send buffers scribbled over the moment wait()
+// returns, so a copy run again after a rank completed would show).
+TEST(ScaleOutResume, AJobAcrossNodesComesThroughRestartsOfANodesIrisd) {
+  Job job = start_nodes(2, {"--resume-window-ms", "60000"});
+  const std::vector<uint32_t> placement = {0, 1, 0, 1};
+  const uint64_t seed = fresh_seed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const std::string stop = job.nodes[0]->directory() + "/stop";
+  const std::vector<pid_t> ranks = spawn_ranks(
+      job, placement,
+      {"--key", "resumed", "--collective", "mixed", "--max-bytes", "1048576", "--iterations",
+       "1000000", "--inflight", "2", "--seed", std::to_string(seed), "--stop-file", stop});
+  std::mt19937_64 random(seed);
+  auto pause = [&](int lo_ms, int hi_ms) {
+    ::usleep(1000 * std::uniform_int_distribution<int>(lo_ms, hi_ms)(random));
+  };
+  pause(300, 300);
+  for (int k = 0; k < 8; ++k) {
+    pause(50, 400);
+    if (k % 4 == 3)
+      job.nodes[1]->stop();
+    else
+      job.nodes[1]->kill();
+    pause(0, 100);
+    job.nodes[1]->start();
+  }
+  pause(300, 300);
+  const int fd = ::open(stop.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  for (uint32_t r = 0; r < ranks.size(); ++r)
+    EXPECT_EQ(wait_for(ranks[r]), 0) << "rank " << r << " (seed " << seed << ")\n" << logs(job);
+  // Node 0 held node 1 and sent it again what it needed.
+  EXPECT_NE(job.nodes[0]->log().find("came back after its irisd restarted"), std::string::npos)
+      << logs(job);
 }
 
 TEST(ScaleOutTrust, WrongSecretAndForeignLayoutsAreRefused) {
