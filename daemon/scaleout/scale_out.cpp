@@ -42,6 +42,8 @@ constexpr uint64_t kMaxLostScan = 4096;
 // Collectives a rank may arrive at out of order ahead of the oldest one not heard of yet.
 constexpr std::size_t kMaxHeardAhead = 65536;
 constexpr int kMaxSeqsPerDone = 512;
+// A node a resumed communicator could not connect to (UcxWorker::failed says so for it).
+constexpr UcxWorker::PeerId kNoPeer = UINT32_MAX;
 }  // namespace
 
 template <typename... Args>
@@ -52,7 +54,12 @@ void ScaleOut::warn(fmt::format_string<Args...> format, Args&&... args) {
 
 ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler,
                    CommunicatorRegistry& comms, Engine& engine, ProgressLoop& loop)
-    : config_(config), scheduler_(scheduler), comms_(comms), engine_(engine), loop_(loop) {
+    : config_(config),
+      scheduler_(scheduler),
+      comms_(comms),
+      engine_(engine),
+      loop_(loop),
+      book_(config.socket_path + ".nodes") {
   scheduler_.set_remote_nodes(this);
 }
 
@@ -76,7 +83,8 @@ UcxWorker& ScaleOut::worker() {
 
 const std::string& ScaleOut::address() { return worker().address(); }
 
-std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string> addresses,
+std::shared_ptr<const NodeLayout> ScaleOut::check_layout(const std::string& key,
+                                                         std::vector<std::string> addresses,
                                                          std::vector<uint32_t> node_of_rank,
                                                          std::string secret, uint32_t nranks,
                                                          uint32_t rank, bool resuming) {
@@ -126,7 +134,10 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(std::vector<std::string
     bad("rank " + std::to_string(rank) + " is placed on node " +
         std::to_string(node_of_rank[rank]) + " but attached to node " + std::to_string(*my_node) +
         "'s irisd");
-  if (resuming) addresses[*my_node] = mine;  // the previous irisd's address named this node
+  if (resuming) {
+    book_.update(key, secret, addresses);
+    addresses[*my_node] = mine;  // the previous irisd's address named this node
+  }
   auto layout = std::make_shared<NodeLayout>();
   layout->addresses = std::move(addresses);
   layout->node_of_rank = std::move(node_of_rank);
@@ -161,8 +172,18 @@ void ScaleOut::joined(Communicator& comm) {
       }
       tend_ = true;
     }
-    for (uint32_t n = 0; n < layout.nodes(); ++n)
-      if (n != layout.my_node) state.peers[n] = worker().connect(layout.addresses[n]);
+    for (uint32_t n = 0; n < layout.nodes(); ++n) {
+      if (n == layout.my_node) continue;
+      try {
+        state.peers[n] = worker().connect(layout.addresses[n]);
+      } catch (const Error& e) {
+        if (!comm.resumed) throw;
+        // Held like the others: it may be restarting too, and rejoins here when it is back.
+        state.peers[n] = kNoPeer;
+        state.away_why[n] = "this node's irisd restarted and could not reach it (" +
+                            e.message() + ")";
+      }
+    }
     it = states_.emplace(comm.id, std::move(state)).first;
     by_key_[comm.key] = comm.id;
     if (!comm.resumed) {
@@ -461,6 +482,8 @@ void ScaleOut::retired(Communicator& comm, uint64_t seq) {
 
 void ScaleOut::forget(const Communicator& comm) {
   states_.erase(comm.id);
+  // Stopping, the ranks resume with the next irisd, which needs what moved.
+  if (!stopping_) book_.forget(comm.key, comm.layout->secret);
   if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm.id) by_key_.erase(k);
 }
 
@@ -587,6 +610,7 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   state.peers[n] = peer;
   state.joined[n] = true;
   state.away_until[n].reset();
+  book_.learned(comm.key, layout.secret, n, rejoin.address());
   // Arrivals from its previous irisd still landing will not be used: its ranks send them again.
   ++state.epoch[n];
   for (auto it = state.landing.begin(); it != state.landing.end();) {

@@ -34,6 +34,7 @@
 #include "daemon/config.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/scaleout/kept_arrivals.hpp"
+#include "daemon/scaleout/node_address_book.hpp"
 #include "daemon/scaleout/seq_set.hpp"
 #include "daemon/scaleout/ucx_worker.hpp"
 
@@ -56,8 +57,10 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   // Checks the layout a rank passed at init (addresses from node_address() of each node's
   // irisd, the node of every rank, the secret) and finds this daemon in it. A rank `resuming`
   // after irisd restarted passes the previous irisd's address for this node: its node is the
-  // rank's, and this irisd's address takes its place. Throws iris::Error naming what is wrong.
-  std::shared_ptr<const NodeLayout> check_layout(std::vector<std::string> addresses,
+  // rank's, and this irisd's address takes its place, and other nodes' take the addresses they
+  // rejoined with since (NodeAddressBook). Throws iris::Error naming what is wrong.
+  std::shared_ptr<const NodeLayout> check_layout(const std::string& key,
+                                                 std::vector<std::string> addresses,
                                                  std::vector<uint32_t> node_of_rank,
                                                  std::string secret, uint32_t nranks,
                                                  uint32_t rank, bool resuming);
@@ -148,6 +151,7 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   Engine& engine_;
   ProgressLoop& loop_;
   std::unique_ptr<UcxWorker> worker_;
+  NodeAddressBook book_;
   std::unordered_map<uint64_t, CommState> states_;    // by communicator id
   std::unordered_map<std::string, uint64_t> by_key_;  // multi-node communicators here
   std::deque<PendingJoin> pending_joins_;
