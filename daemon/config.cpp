@@ -94,8 +94,8 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--resume-keep-bytes", c.limits.resume_keep_bytes,
                  "per communicator across nodes: what it keeps of the data it sent another node "
                  "until that node completed the collective, so that the node can resume after its "
-                 "irisd restarts")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 44))
+                 "irisd restarts (0: nothing kept, and a node that goes away fails them at once)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 44))
       ->capture_default_str();
   app.add_option("--max-graph-plans-per-uid", c.limits.max_graph_plans_per_uid,
                  "collectives captured in CUDA graphs that one user's sessions may hold")

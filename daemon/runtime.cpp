@@ -115,9 +115,9 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
   if (nodes) {
-    layout = scale_out_.check_layout(key, std::move(nodes->addresses),
-                                     std::move(nodes->node_of_rank),
-                                     std::move(nodes->secret), nranks, rank, resume_seq != 0);
+    layout =
+        scale_out_.check_layout(key, std::move(nodes->addresses), std::move(nodes->node_of_rank),
+                                std::move(nodes->secret), nranks, rank, resume_seq != 0);
   }
   const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume_seq, completed_after);
   if (layout) {

@@ -5,6 +5,8 @@
 # all-gather and all-to-all, 64 B to --max-bytes per rank). MPI ranks yield when idle, so that
 # the daemons get the cores. A sanity figure: UCX runs over loopback TCP and shared memory here.
 #   scripts/bench-scale-out.sh [max_bytes]
+# IRISD_ARGS adds flags to the daemons (IRISD_ARGS="--resume-window-ms 0": without the copies
+# kept for a node's restart).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 max=${1:-16777216}
@@ -15,7 +17,7 @@ source scripts/lib/node_daemons.sh
 cleanup() { stop_node_daemons; rm -rf "$run"; }
 trap cleanup EXIT
 start_node_daemons "$bin/daemon/irisd" "$run" 3
-echo "- $(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1), UCX $(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')"
+echo "- irisd ${IRISD_ARGS:-(defaults)}, $(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1), UCX $(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')"
 mpi=(mpirun --oversubscribe -np 6 --mca mpi_yield_when_idle 1)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 list=$(IFS=,; echo "${node_sockets[*]}")

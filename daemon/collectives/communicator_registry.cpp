@@ -53,7 +53,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
                       (resuming ? "was created anew since irisd restarted, so this rank cannot "
                                   "resume in it: use another key for new jobs"
                                 : "is resuming after irisd restarted (its ranks are coming back): "
-                                  "use another key") );
+                                  "use another key"));
     if (comm->nranks != nranks)
       throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
                                                   std::to_string(comm->nranks) +
@@ -163,7 +163,8 @@ void CommunicatorRegistry::expire_resumes() {
     comm->resume_deadline.reset();
     std::string missing;
     for (uint32_t r = 0; r < comm->nranks; ++r)
-      if (comm->is_local(r) && !comm->members[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      if (comm->is_local(r) && !comm->members[r])
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     scheduler_.break_comm(*comm, ErrorCode::kPeerLost,
                           "rank(s) " + missing + " of communicator '" + comm->key +
                               "' did not come back within " +

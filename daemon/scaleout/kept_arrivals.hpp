@@ -25,8 +25,8 @@ class KeptArrivals {
   struct Arrival {
     uint32_t node = 0;  // the node it was sent to
     uint64_t seq = 0;
-    uint32_t rank = 0;   // the rank of this node that arrived
-    std::string header;  // the NodeMessage as sent
+    uint32_t rank = 0;                 // the rank of this node that arrived
+    std::string header;                // the NodeMessage as sent
     std::shared_ptr<StagedData> data;  // its data, or null when it had none
   };
   static constexpr std::size_t kMaxArrivals = 65536;

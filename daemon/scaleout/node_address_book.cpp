@@ -77,10 +77,9 @@ void NodeAddressBook::learned(const std::string& key, const std::string& secret,
                               const std::string& address) {
   entries_[{name(key, secret), node}] = {next_order_++, address};
   while (entries_.size() > kMaxEntries)
-    entries_.erase(std::min_element(entries_.begin(), entries_.end(), [](const auto& a,
-                                                                        const auto& b) {
-      return a.second.first < b.second.first;
-    }));
+    entries_.erase(std::min_element(
+        entries_.begin(), entries_.end(),
+        [](const auto& a, const auto& b) { return a.second.first < b.second.first; }));
   save();
 }
 
@@ -107,9 +106,10 @@ void NodeAddressBook::save() const {
   const std::string temporary = path_ + ".new";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    spdlog::warn("scale-out: cannot write {} (other nodes' new addresses): a restart of this "
-                 "irisd will not find nodes that restarted before it",
-                 temporary);
+    spdlog::warn(
+        "scale-out: cannot write {} (other nodes' new addresses): a restart of this "
+        "irisd will not find nodes that restarted before it",
+        temporary);
     return;
   }
   std::string text;

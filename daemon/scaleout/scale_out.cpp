@@ -168,7 +168,8 @@ void ScaleOut::joined(Communicator& comm) {
       for (uint32_t n = 0; n < layout.nodes(); ++n) {
         if (n == layout.my_node) continue;
         state.away_until[n] = deadline;
-        state.away_why[n] = "it did not answer this node's rejoin after this node's irisd restarted";
+        state.away_why[n] =
+            "it did not answer this node's rejoin after this node's irisd restarted";
       }
       tend_ = true;
     }
@@ -180,8 +181,8 @@ void ScaleOut::joined(Communicator& comm) {
         if (!comm.resumed) throw;
         // Held like the others: it may be restarting too, and rejoins here when it is back.
         state.peers[n] = kNoPeer;
-        state.away_why[n] = "this node's irisd restarted and could not reach it (" +
-                            e.message() + ")";
+        state.away_why[n] =
+            "this node's irisd restarted and could not reach it (" + e.message() + ")";
       }
     }
     it = states_.emplace(comm.id, std::move(state)).first;
@@ -401,8 +402,9 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
                     });
       continue;
     }
-    // GPU memory goes through pinned host memory, which UCX sends; with a resume window host
-    // memory does too: the copy is what this node keeps for node n (KeptArrivals).
+    // GPU memory goes through pinned host memory, which UCX sends. With a resume window, host
+    // memory is copied too (what this node keeps for node n, KeptArrivals), but sent from the
+    // rank's buffer meanwhile, so the copy adds no latency.
     std::shared_ptr<StagedData> staged;
     try {
       staged = std::make_shared<StagedData>(engine_, hi - lo);
@@ -410,16 +412,51 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
       scheduler_.end_network(cookie, e.code(), e.message());
       continue;
     }
+    const std::string header = m.SerializeAsString();
+    if (from->device != kHostMemory) {
+      scheduler_.stage_copy(
+          CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
+                      staged},
+          [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged,
+           cookie](ErrorCode code) mutable {
+            if (code != ErrorCode::kOk)
+              return scheduler_.end_network(
+                  cookie, code, "copying its data into host memory failed on the copy engine");
+            send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
+          });
+      continue;
+    }
+    // Whichever of the send and the copy ends second sends the copy, when the send did not reach
+    // node n (it was away, or the transfer failed): a node that came back meanwhile still gets it.
+    struct HostSend {
+      bool sent = false;
+      bool reached = false;
+      bool copied = false;
+    };
+    auto progress = std::make_shared<HostSend>();
+    const uint64_t copy_cookie = scheduler_.begin_network(comm, c, rank);
     scheduler_.stage_copy(
         CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
                     staged},
-        [this, comm_id = comm.id, n, seq = c.seq, rank, header = m.SerializeAsString(), staged,
-         cookie](ErrorCode code) mutable {
+        [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged, copy_cookie,
+         progress](ErrorCode code) {
           if (code != ErrorCode::kOk)
-            return scheduler_.end_network(
-                cookie, code, "copying its data into host memory failed on the copy engine");
-          send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
+            return scheduler_.end_network(copy_cookie, code,
+                                          "copying its data for another node failed on the engine");
+          if (auto it = states_.find(comm_id); it != states_.end())
+            it->second.kept.keep({n, seq, rank, header, staged});
+          progress->copied = true;
+          scheduler_.end_network(copy_cookie, ErrorCode::kOk, {});
+          if (progress->sent && !progress->reached)
+            send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
         });
+    send_or_hold(comm.id, n, header, from->base + lo, hi - lo, from, cookie,
+                 [this, comm_id = comm.id, n, header, staged, progress](bool reached) {
+                   progress->sent = true;
+                   progress->reached = reached;
+                   if (!reached && progress->copied)
+                     send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
+                 });
   }
   return problem;
 }
@@ -427,33 +464,40 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
 void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
                              std::string header, std::shared_ptr<StagedData> data,
                              uint64_t cookie) {
-  auto end = [this, cookie](ErrorCode code, const std::string& why) {
+  if (keeping())
+    if (auto it = states_.find(comm_id); it != states_.end())
+      it->second.kept.keep({node, seq, rank, header, data});
+  send_or_hold(comm_id, node, std::move(header), data ? data->data : nullptr,
+               data ? data->bytes : 0, data, cookie, {});
+}
+
+void ScaleOut::send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
+                            std::size_t size, std::shared_ptr<const void> owner, uint64_t cookie,
+                            std::function<void(bool reached)> after) {
+  auto end = [this, cookie, after](ErrorCode code, const std::string& why, bool reached) {
     if (cookie != 0) scheduler_.end_network(cookie, code, why);
+    if (after) after(reached);
   };
   auto it = states_.find(comm_id);
-  if (it == states_.end()) return end(ErrorCode::kPeerLost, "its communicator is gone");
+  if (it == states_.end()) return end(ErrorCode::kPeerLost, "its communicator is gone", true);
   CommState& state = it->second;
-  const bool keep = keeping();
-  if (keep) state.kept.keep({node, seq, rank, header, data});
-  if (state.away_until[node]) return end(ErrorCode::kOk, {});  // kept; sent when it is back
+  if (state.away_until[node]) return end(ErrorCode::kOk, {}, false);  // kept; sent when back
   const UcxWorker::PeerId peer = state.peers[node];
-  const void* bytes = data ? data->data : nullptr;
-  const std::size_t size = data ? data->bytes : 0;
-  worker().send(peer, std::move(header), bytes, size,
-                [this, end, comm_id, node, peer, keep, data](ErrorCode code,
-                                                             const std::string& why) {
-                  // A node the transfer failed to is held (its irisd may be restarting), and
-                  // what it missed is kept for it; a node that came back since is not.
-                  if (code == ErrorCode::kPeerLost && keep) {
-                    Communicator* comm = comms_.find(comm_id);
-                    auto state = states_.find(comm_id);
-                    if (comm != nullptr && state != states_.end() &&
-                        state->second.peers[node] == peer)
-                      hold(*comm, state->second, node, "a transfer to it failed: " + why);
-                    code = ErrorCode::kOk;
-                  }
-                  end(code, why);
-                });
+  const bool keep = keeping();
+  worker().send(
+      peer, std::move(header), bytes, size,
+      [this, end, comm_id, node, peer, keep, owner](ErrorCode code, const std::string& why) {
+        // A node the transfer failed to is held (its irisd may be restarting), and
+        // what it missed is kept for it; a node that came back since is not.
+        if (code == ErrorCode::kPeerLost && keep) {
+          Communicator* comm = comms_.find(comm_id);
+          auto state = states_.find(comm_id);
+          if (comm != nullptr && state != states_.end() && state->second.peers[node] == peer)
+            hold(*comm, state->second, node, "a transfer to it failed: " + why);
+          return end(ErrorCode::kOk, {}, false);
+        }
+        end(code, why, true);
+      });
 }
 
 void ScaleOut::broke_here(Communicator& comm, const std::string& why) {
@@ -570,9 +614,10 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   const uint32_t n = rejoin.node();
   if (n >= layout.nodes() || n == layout.my_node || rejoin.address().empty() ||
       rejoin.address().size() > kMaxAddressBytes) {
-    warn("communicator '{}': dropped a rejoin naming node {} (not another node of it, or no "
-         "address)",
-         comm.key, n);
+    warn(
+        "communicator '{}': dropped a rejoin naming node {} (not another node of it, or no "
+        "address)",
+        comm.key, n);
     return;
   }
   // What each of its ranks completed under its previous irisd.
@@ -580,9 +625,10 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   for (const v1::ResumedRank& r : rejoin.ranks()) {
     if (r.rank() >= comm.nranks || layout.node_of_rank[r.rank()] != n ||
         r.completed_seqs_size() > 1024) {
-      warn("communicator '{}': dropped node {}'s rejoin (rank {} is not its, or names too many "
-           "collectives)",
-           comm.key, n, r.rank());
+      warn(
+          "communicator '{}': dropped node {}'s rejoin (rank {} is not its, or names too many "
+          "collectives)",
+          comm.key, n, r.rank());
       return;
     }
     ranks[r.rank()] = &r;
@@ -632,14 +678,14 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
         comm, ErrorCode::kPeerLost,
         "node " + std::to_string(n) + " of communicator '" + comm.key +
             "' came back after its irisd restarted, but this node no longer kept what it sent "
-            "there for collective " + std::to_string(*lost) +
+            "there for collective " +
+            std::to_string(*lost) +
             " (over --resume-keep-bytes); create a new communicator to go on");
     return;
   }
   for (KeptArrivals::Arrival& a : again)
     worker().send(peer, std::move(a.header), a.data ? a.data->data : nullptr,
-                  a.data ? a.data->bytes : 0,
-                  [data = a.data](ErrorCode, const std::string&) {});
+                  a.data ? a.data->bytes : 0, [data = a.data](ErrorCode, const std::string&) {});
   // A rank that completed a collective there whose arrival never came here: its data went down
   // with that irisd (between leaving it and reaching this node), and nobody can send it again.
   for (const auto& [rank, r] : ranks) {
@@ -662,15 +708,14 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   }
   v1::NodeMessage answer = envelope(comm);
   answer.mutable_join()->set_node(layout.my_node);
-  worker().send(peer, answer.SerializeAsString(), nullptr, 0,
-                [](ErrorCode, const std::string&) {});
+  worker().send(peer, answer.SerializeAsString(), nullptr, 0, [](ErrorCode, const std::string&) {});
 }
 
 void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
   state.away_until[node].reset();
   std::optional<uint64_t> lost;
-  std::vector<KeptArrivals::Arrival> again =
-      state.kept.to_send_again(node, [](uint64_t) { return false; }, lost);
+  std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(
+      node, [](uint64_t) { return false; }, lost);
   scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
                        "scale-out: node {} of resumed communicator '{}' answered; sending it {} "
                        "arrivals held meanwhile",
@@ -685,8 +730,7 @@ void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
   }
   for (KeptArrivals::Arrival& a : again)
     worker().send(state.peers[node], std::move(a.header), a.data ? a.data->data : nullptr,
-                  a.data ? a.data->bytes : 0,
-                  [data = a.data](ErrorCode, const std::string&) {});
+                  a.data ? a.data->bytes : 0, [data = a.data](ErrorCode, const std::string&) {});
 }
 
 void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::NodeArrival& a,
@@ -713,9 +757,10 @@ void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::No
     return;
   }
   if (heard.above() >= kMaxHeardAhead) {
-    warn("communicator '{}': dropped rank {}'s arrival at seq {}: {} of its collectives came "
-         "before one it has not arrived at yet",
-         comm.key, rank, a.seq(), heard.above());
+    warn(
+        "communicator '{}': dropped rank {}'s arrival at seq {}: {} of its collectives came "
+        "before one it has not arrived at yet",
+        comm.key, rank, a.seq(), heard.above());
     return;
   }
   heard.insert(a.seq());
@@ -841,13 +886,14 @@ void ScaleOut::hold(const Communicator& comm, CommState& state, uint32_t node,
                     const std::string& why) {
   // Its irisd may be restarting: held for the resume window (tend_nodes), what it misses kept.
   if (state.away_until[node]) return;
-  state.away_until[node] = std::chrono::steady_clock::now() +
-                           std::chrono::milliseconds(config_.limits.resume_window_ms);
+  state.away_until[node] =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(config_.limits.resume_window_ms);
   state.away_why[node] = why;
   tend_ = true;
-  warn("node {} of communicator '{}' is unreachable ({}): holding it for up to {} ms while its "
-       "irisd restarts",
-       node, comm.key, why, config_.limits.resume_window_ms);
+  warn(
+      "node {} of communicator '{}' is unreachable ({}): holding it for up to {} ms while its "
+      "irisd restarts",
+      node, comm.key, why, config_.limits.resume_window_ms);
 }
 
 }  // namespace iris::daemon

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -41,7 +42,7 @@
 namespace iris::v1 {
 class NodeArrival;
 class NodeRejoin;
-}
+}  // namespace iris::v1
 
 namespace iris::daemon {
 
@@ -62,8 +63,8 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   std::shared_ptr<const NodeLayout> check_layout(const std::string& key,
                                                  std::vector<std::string> addresses,
                                                  std::vector<uint32_t> node_of_rank,
-                                                 std::string secret, uint32_t nranks,
-                                                 uint32_t rank, bool resuming);
+                                                 std::string secret, uint32_t nranks, uint32_t rank,
+                                                 bool resuming);
   // A local rank joined the multi-node communicator `comm`: on its first, connect to its other
   // nodes and tell them; a resumed one, once every local rank is back, rejoins them.
   void joined(Communicator& comm);
@@ -103,7 +104,7 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
     KeptArrivals kept;              // with a resume window only
     std::vector<uint64_t> retired;  // collectives retired here, to tell the other nodes
     SeqSet retired_here;            // every collective retired here
-    bool rejoined = false;           // a resumed communicator's NodeRejoin went out
+    bool rejoined = false;          // a resumed communicator's NodeRejoin went out
   };
   // Another node's break, applied once the arrivals its ranks sent before it have come in (they
   // may still be landing: their data moves after their header), or at `deadline`.
@@ -134,11 +135,20 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   // `cookie` (0: none) ends once it has left this node, or is kept while the node is away.
   void send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
                      std::string header, std::shared_ptr<StagedData> data, uint64_t cookie);
+  // Sends `header` and `size` bytes at `bytes` to `node` unless it is away; `owner` keeps them
+  // alive until the send ends. A transfer that fails to a node (with a resume window) holds the
+  // node and counts as ended. Then `cookie` (0: none) ends, and `after` learns whether the
+  // message reached the node.
+  void send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
+                    std::size_t size, std::shared_ptr<const void> owner, uint64_t cookie,
+                    std::function<void(bool reached)> after);
   // Node `node` went away (`why`): held for the resume window.
   void hold(const Communicator& comm, CommState& state, uint32_t node, const std::string& why);
   // Held nodes past their deadline fail their communicators; retired collectives are told.
   bool tend_nodes();
-  bool keeping() const { return config_.limits.resume_window_ms > 0; }
+  bool keeping() const {
+    return config_.limits.resume_window_ms > 0 && config_.limits.resume_keep_bytes > 0;
+  }
   void send_to_nodes(Communicator& comm, const std::string& header_for_all);
   // Applies the parked breaks that may go now; true when one did.
   bool apply_parked_breaks();
