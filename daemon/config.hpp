@@ -44,7 +44,7 @@ struct Limits {
   uint32_t resume_window_ms = 60000;
   // Communicators across nodes, with a resume window: what one keeps of the data it sent another
   // node until that node's ranks completed the collective (what that node needs again should its
-  // irisd restart).
+  // irisd restart). 0: nothing kept, and a node that goes away fails them at once.
   uint64_t resume_keep_bytes = 4ull << 30;
 };
 

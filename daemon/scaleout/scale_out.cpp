@@ -42,6 +42,10 @@ constexpr uint64_t kMaxLostScan = 4096;
 // Collectives a rank may arrive at out of order ahead of the oldest one not heard of yet.
 constexpr std::size_t kMaxHeardAhead = 65536;
 constexpr int kMaxSeqsPerDone = 512;
+// Retired collectives told to the other nodes in one NodeDone while collectives flow.
+constexpr std::size_t kDoneBatch = 32;
+// Host data up to this size is copied for keeping on the progress thread, not the engine.
+constexpr uint64_t kCopiedHereBytes = 64 * 1024;
 // A node a resumed communicator could not connect to (UcxWorker::failed says so for it).
 constexpr UcxWorker::PeerId kNoPeer = UINT32_MAX;
 }  // namespace
@@ -255,11 +259,11 @@ void ScaleOut::send_to_nodes(Communicator& comm, const std::string& header) {
 bool ScaleOut::poll() {
   if (!worker_) return false;
   const bool worked = worker_->progress();
-  const bool tended = tend_nodes();
+  const bool tended = tend_nodes(false);
   return apply_parked_breaks() || tended || worked;
 }
 
-bool ScaleOut::tend_nodes() {
+bool ScaleOut::tend_nodes(bool idle) {
   if (!tend_) return false;
   tend_ = false;
   bool worked = false;
@@ -269,7 +273,11 @@ bool ScaleOut::tend_nodes() {
     Communicator* comm = comms_.find(id);
     if (comm == nullptr || !comm->layout) continue;
     const uint32_t me = comm->layout->my_node;
-    for (std::size_t first = 0; first < state.retired.size(); first += kMaxSeqsPerDone) {
+    // Told in batches while collectives flow, and before the loop sleeps.
+    if (!idle && !state.retired.empty() && state.retired.size() < kDoneBatch) tend_ = true;
+    for (std::size_t first = 0;
+         (idle || state.retired.size() >= kDoneBatch) && first < state.retired.size();
+         first += kMaxSeqsPerDone) {
       v1::NodeMessage m = envelope(*comm);
       v1::NodeDone& done = *m.mutable_done();
       done.set_node(me);
@@ -281,7 +289,7 @@ bool ScaleOut::tend_nodes() {
           worker().send(state.peers[n], header, nullptr, 0, [](ErrorCode, const std::string&) {});
       worked = true;
     }
-    state.retired.clear();
+    if (idle || state.retired.size() >= kDoneBatch) state.retired.clear();
     for (uint32_t n = 0; n < state.away_until.size(); ++n) {
       if (!state.away_until[n]) continue;
       if (now < *state.away_until[n]) {
@@ -308,7 +316,10 @@ bool ScaleOut::tend_nodes() {
 }
 
 // Parked breaks wait on arrivals or their deadline: the loop keeps turning meanwhile.
-bool ScaleOut::try_enter_sleep() { return parked_breaks_.empty() && (!worker_ || worker_->arm()); }
+bool ScaleOut::try_enter_sleep() {
+  if (tend_nodes(true)) return false;  // told what retired: poll once more
+  return parked_breaks_.empty() && (!worker_ || worker_->arm());
+}
 
 bool ScaleOut::apply_parked_breaks() {
   bool applied = false;
@@ -424,6 +435,12 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
                   cookie, code, "copying its data into host memory failed on the copy engine");
             send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
           });
+      continue;
+    }
+    if (hi - lo <= kCopiedHereBytes) {
+      // Small: copied here at once (the engine's round trip would cost more than the copy).
+      std::memcpy(staged->data, from->base + lo, hi - lo);
+      send_and_keep(comm.id, n, c.seq, rank, header, std::move(staged), cookie);
       continue;
     }
     // Whichever of the send and the copy ends second sends the copy, when the send did not reach

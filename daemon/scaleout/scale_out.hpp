@@ -144,8 +144,9 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
                     std::function<void(bool reached)> after);
   // Node `node` went away (`why`): held for the resume window.
   void hold(const Communicator& comm, CommState& state, uint32_t node, const std::string& why);
-  // Held nodes past their deadline fail their communicators; retired collectives are told.
-  bool tend_nodes();
+  // Held nodes past their deadline fail their communicators; retired collectives are told (in
+  // batches, or all of them when the loop is `idle`).
+  bool tend_nodes(bool idle);
   bool keeping() const {
     return config_.limits.resume_window_ms > 0 && config_.limits.resume_keep_bytes > 0;
   }
