@@ -5,7 +5,8 @@
 # installed in it, booted with systemd-nspawn. Inside, a 2-rank job (tests' iris-test-rank, all six
 # collectives, every byte checked) runs while irisd is SIGKILLed (`systemctl kill -s KILL`;
 # Restart= brings it back), SIGSTOPped (the watchdog kills it and systemd restarts it) and
-# reloaded (`systemctl reload` changes the log level), under the unit's hardening; the job must
+# reloaded (`systemctl reload` changes the log level) and upgraded (the package installed again
+# with dpkg: its scripts `systemctl try-restart` irisd), under the unit's hardening; the job must
 # finish well and `iris-ctl status` must show its sessions resumed.
 # Needs root, systemd-nspawn and debootstrap (installed with apt-get when missing) and Debian's
 # mirror; says why and skips (exit 0) where it cannot run.
@@ -69,6 +70,10 @@ sed -i 's/^log-level = .*/log-level = "debug"/' /etc/irisd/irisd.toml
 systemctl reload irisd
 sleep 1
 journalctl -u irisd --no-pager | grep -q "SIGHUP: log level info -> debug" && say "reload: log level changed" || say "reload: log level NOT changed"
+p=\$(systemctl show -p MainPID --value irisd)
+DEBIAN_FRONTEND=noninteractive dpkg -i /ci/$(basename "$deb") >/ci/upgrade.log 2>&1
+up \$p && say "after the package upgrade: restarted" || say "after the package upgrade: NOT restarted"
+sleep 1
 touch /ci/stop
 wait \$pid0; r0=\$?
 wait \$pid1; r1=\$?
@@ -101,13 +106,15 @@ echo "check-systemd: what the job inside saw:"
 cat "$root/ci/result" 2>/dev/null || { tail -30 "$root/ci/boot.log"; exit 1; }
 fail=0
 for want in "started: yes" "after systemctl kill -s KILL: restarted" \
-  "after SIGSTOP: restarted by the watchdog" "reload: log level changed" "ranks: 0 0" "done"; do
+  "after SIGSTOP: restarted by the watchdog" "reload: log level changed" \
+  "after the package upgrade: restarted" "ranks: 0 0" "done"; do
   grep -qx "$want" "$root/ci/result" || { echo "check-systemd: expected '$want'"; fail=1; }
 done
 resumed=$(sed -n 's/^sessions_resumed: //p' "$root/ci/result")
 [ "${resumed:-0}" -ge 2 ] || { echo "check-systemd: expected the job's 2 sessions resumed, got '$resumed'"; fail=1; }
 if [ $fail -ne 0 ]; then
   tail -40 "$root/ci/irisd.journal" 2>/dev/null
+  tail -20 "$root/ci/upgrade.log" 2>/dev/null
   cat "$root/ci/rank0.log" "$root/ci/rank1.log" 2>/dev/null
   exit 1
 fi

@@ -3,13 +3,14 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
-#                                 pytorch,p2p,resume,cpu,compare (default: all). shared: small
+#                                 pytorch,p2p,resume,nodes,cpu,compare (default: all). shared: small
 #                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
 #                                 on this host's CPU cores against Open MPI (host engine, no GPU).
 #                                 compare runs scripts/bench-compare.sh (CPU only) between the bundle
-#                                 .gpu-old, when there is one, and .gpu.
+#                                 .gpu-old, when there is one, and .gpu. nodes: two irisd as two
+#                                 nodes, restarted one at a time under a job on CUDA tensors.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,nodes,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -134,6 +135,52 @@ if want resume; then
       --restarts 5 >"$out/resume_$engine.md" 2>&1
   done
 fi
+nodes_rc=skipped
+if want nodes; then
+  # Across nodes through restarts: two irisd (cuda engine) stand in for two nodes, the job of
+  # tests/python/gpu/scale_out_gpu.py (CUDA tensors, host-blocking and stream-ordered, every
+  # element checked) runs while node 1's irisd is SIGKILLed and started again 3 times, then node
+  # 0's twice, one at a time, 2 s apart.
+  nrun=$(mktemp -d /tmp/irisd-nodes-XXXXXX)
+  node_pids=()
+  start_node() {
+    "$bin/irisd" --socket "$nrun/node$1.sock" --engine cuda >>"$nrun/node$1.log" 2>&1 &
+    node_pids[$1]=$!
+    sleep 1
+  }
+  start_node 0
+  start_node 1
+  env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" \
+    IRIS_SOCKETS="$nrun/node0.sock,$nrun/node1.sock" timeout 400 \
+    python3 tests/python/gpu/scale_out_gpu.py --rounds 600 >"$out/nodes_restart.txt" 2>&1 &
+  job=$!
+  # Restarts start once both ranks attached (importing torch takes seconds).
+  for _ in $(seq 600); do
+    [ "$(cat "$nrun"/node*.log | grep -c "attached:")" -ge 2 ] && break
+    sleep 0.1
+  done
+  sleep 1
+  restarts=0
+  for n in 1 1 1 0 0; do
+    kill -0 "$job" 2>/dev/null || break
+    kill -9 "${node_pids[$n]}"
+    wait "${node_pids[$n]}" 2>/dev/null
+    start_node "$n"
+    restarts=$((restarts + 1))
+    sleep 1
+  done
+  wait "$job"
+  nodes_rc=$?
+  kill "${node_pids[@]}" 2>/dev/null
+  wait "${node_pids[@]}" 2>/dev/null
+  cp "$nrun/node0.log" "$out/nodes_node0.log"
+  cp "$nrun/node1.log" "$out/nodes_node1.log"
+  {
+    echo "restarts after the job attached: $restarts"
+    echo "rejoins seen: $(cat "$nrun"/node*.log | grep -c "came back after its irisd restarted")"
+    echo "sessions resumed: $(cat "$nrun"/node*.log | grep -c "resumed session")"
+  } >>"$out/nodes_restart.txt"
+fi
 if want cpu; then
   BENCH_BUNDLE=.gpu timeout 1200 scripts/bench.sh 4 $((1 << 20)) >"$out/cpu_bench.md" 2>&1
 fi
@@ -175,5 +222,8 @@ fi
 if want resume; then
   echo "-- FSDP2 through irisd restarts (exit $resume_rc)"; grep -E "^FSDP2|^step|Error|failures" "$out/fsdp_restarts.txt" | tail -5
   echo "-- resume time"; cat "$out/resume_cuda.md" "$out/resume_host.md"
+fi
+if want nodes; then
+  echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"
 fi
 if want compare && [ -d .gpu-old ]; then echo "-- .gpu-old against .gpu"; cat "$out/compare.md"; fi

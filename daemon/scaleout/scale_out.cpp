@@ -705,11 +705,19 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
                   a.data ? a.data->bytes : 0, [data = a.data](ErrorCode, const std::string&) {});
   // A rank that completed a collective there whose arrival never came here: its data went down
   // with that irisd (between leaving it and reaching this node), and nobody can send it again.
+  // After a restart here, every rank of this node completed what came before its own first
+  // collective here: nothing before the earliest of those is needed.
+  uint64_t needed_from = 1;
+  if (comm.resumed) {
+    needed_from = UINT64_MAX;
+    for (uint32_t r = 0; r < comm.nranks; ++r)
+      if (comm.is_local(r)) needed_from = std::min(needed_from, comm.resumed_from[r]);
+  }
   for (const auto& [rank, r] : ranks) {
     SeqSet& heard = state.heard[rank];
     std::vector<uint64_t> candidates;
-    for (uint64_t seq = heard.below(); seq < r->resume_seq() && candidates.size() < kMaxLostScan;
-         ++seq)
+    for (uint64_t seq = std::max(heard.below(), needed_from);
+         seq < r->resume_seq() && candidates.size() < kMaxLostScan; ++seq)
       candidates.push_back(seq);
     candidates.insert(candidates.end(), r->completed_seqs().begin(), r->completed_seqs().end());
     for (uint64_t seq : candidates) {
