@@ -178,16 +178,40 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
     ::usleep(1000 * std::uniform_int_distribution<int>(lo_ms, hi_ms)(random));
   };
   pause(300, 300);
+  // Rejoins node n has seen (of the other node, after its restarts).
+  auto rejoins_seen = [&](uint32_t n) {
+    const std::string log = job.nodes[n]->log();
+    std::size_t count = 0;
+    for (auto at = log.find("came back after its irisd restarted"); at != std::string::npos;
+         at = log.find("came back after its irisd restarted", at + 1))
+      ++count;
+    return count;
+  };
   // Node 1 three times, then node 0 three times (a rolling restart: node 0's ranks still hold
-  // node 1's first address), and again.
+  // node 1's first address), and again. One node at a time, as docs/OPERATIONS.md says: before
+  // the other node's turn, the node restarted last has rejoined it (two nodes restarting at once
+  // cannot find each other).
+  std::size_t seen_before = 0;  // by the other node, before this turn's last restart
   for (int k = 0; k < 12; ++k) {
-    DaemonProcess& node = *job.nodes[(k / 3) % 2 == 0 ? 1 : 0];
+    const uint32_t n = (k / 3) % 2 == 0 ? 1 : 0;
+    DaemonProcess& node = *job.nodes[n];
+    if (k > 0 && k % 3 == 0) {
+      const uint32_t other = 1 - n;  // restarted last; node n must have seen it come back
+      bool back = false;
+      for (int i = 0; i < 3000 && !back; ++i) {
+        back = rejoins_seen(n) > seen_before;
+        if (!back) ::usleep(10 * 1000);
+      }
+      ASSERT_TRUE(back) << "node " << other << " did not rejoin node " << n << " within 30 s\n"
+                        << logs(job);
+    }
     pause(50, 400);
     if (k % 4 == 3)
       node.stop();
     else
       node.kill();
     pause(0, 100);
+    if (k % 3 == 2) seen_before = rejoins_seen(1 - n);
     node.start();
   }
   pause(300, 300);
