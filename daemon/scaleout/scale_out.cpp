@@ -267,17 +267,16 @@ bool ScaleOut::tend_nodes(bool idle) {
   if (!tend_) return false;
   tend_ = false;
   bool worked = false;
-  const auto now = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> now;  // read once, only with a node held
   std::vector<std::pair<uint64_t, std::string>> expired;
   for (auto& [id, state] : states_) {
     Communicator* comm = comms_.find(id);
     if (comm == nullptr || !comm->layout) continue;
     const uint32_t me = comm->layout->my_node;
-    // Told in batches while collectives flow, and before the loop sleeps.
-    if (!idle && !state.retired.empty() && state.retired.size() < kDoneBatch) tend_ = true;
-    for (std::size_t first = 0;
-         (idle || state.retired.size() >= kDoneBatch) && first < state.retired.size();
-         first += kMaxSeqsPerDone) {
+    // Told in batches while collectives flow, and all before the loop sleeps.
+    const bool tell = !state.retired.empty() && (idle || state.retired.size() >= kDoneBatch);
+    if (!tell && !state.retired.empty()) tend_ = true;
+    for (std::size_t first = 0; tell && first < state.retired.size(); first += kMaxSeqsPerDone) {
       v1::NodeMessage m = envelope(*comm);
       v1::NodeDone& done = *m.mutable_done();
       done.set_node(me);
@@ -289,10 +288,11 @@ bool ScaleOut::tend_nodes(bool idle) {
           worker().send(state.peers[n], header, nullptr, 0, [](ErrorCode, const std::string&) {});
       worked = true;
     }
-    if (idle || state.retired.size() >= kDoneBatch) state.retired.clear();
+    if (tell) state.retired.clear();
     for (uint32_t n = 0; n < state.away_until.size(); ++n) {
       if (!state.away_until[n]) continue;
-      if (now < *state.away_until[n]) {
+      if (!now) now = std::chrono::steady_clock::now();
+      if (*now < *state.away_until[n]) {
         tend_ = true;
         continue;
       }
@@ -684,25 +684,12 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
       ++it;
     }
   }
-  std::optional<uint64_t> lost;
-  std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(n, completed_there, lost);
+  const std::optional<std::size_t> sent = send_again(comm, state, n, completed_there);
+  if (!sent) return;
   scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
                        "scale-out: node {} of communicator '{}' came back after its irisd "
                        "restarted; sending it again {} arrivals its ranks still need",
-                       n, comm.key, again.size());
-  if (lost) {
-    scheduler_.break_comm(
-        comm, ErrorCode::kPeerLost,
-        "node " + std::to_string(n) + " of communicator '" + comm.key +
-            "' came back after its irisd restarted, but this node no longer kept what it sent "
-            "there for collective " +
-            std::to_string(*lost) +
-            " (over --resume-keep-bytes); create a new communicator to go on");
-    return;
-  }
-  for (KeptArrivals::Arrival& a : again)
-    worker().send(peer, std::move(a.header), a.data ? a.data->data : nullptr,
-                  a.data ? a.data->bytes : 0, [data = a.data](ErrorCode, const std::string&) {});
+                       n, comm.key, *sent);
   // A rank that completed a collective there whose arrival never came here: its data went down
   // with that irisd (between leaving it and reaching this node), and nobody can send it again.
   // After a restart here, every rank of this node completed what came before its own first
@@ -738,24 +725,33 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
 
 void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
   state.away_until[node].reset();
-  std::optional<uint64_t> lost;
-  std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(
-      node, [](uint64_t) { return false; }, lost);
+  const std::optional<std::size_t> sent =
+      send_again(comm, state, node, [](uint64_t) { return false; });
+  if (!sent) return;
   scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
                        "scale-out: node {} of resumed communicator '{}' answered; sending it {} "
                        "arrivals held meanwhile",
-                       node, comm.key, again.size());
+                       node, comm.key, *sent);
+}
+
+std::optional<std::size_t> ScaleOut::send_again(Communicator& comm, CommState& state, uint32_t node,
+                                                const std::function<bool(uint64_t)>& completed) {
+  std::optional<uint64_t> lost;
+  std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(node, completed, lost);
   if (lost) {
-    scheduler_.break_comm(comm, ErrorCode::kPeerLost,
-                          "what this node held for node " + std::to_string(node) +
-                              " of communicator '" + comm.key +
-                              "' while it waited for its answer went over --resume-keep-bytes; "
-                              "create a new communicator to go on");
-    return;
+    scheduler_.break_comm(
+        comm, ErrorCode::kPeerLost,
+        "node " + std::to_string(node) + " of communicator '" + comm.key + "' needs " +
+            (*lost == 0 ? std::string("collectives") : "collective " + std::to_string(*lost)) +
+            " again after a restart, but this node no longer kept what it "
+            "sent there (over --resume-keep-bytes); create a new communicator "
+            "to go on");
+    return std::nullopt;
   }
   for (KeptArrivals::Arrival& a : again)
     worker().send(state.peers[node], std::move(a.header), a.data ? a.data->data : nullptr,
                   a.data ? a.data->bytes : 0, [data = a.data](ErrorCode, const std::string&) {});
+  return again.size();
 }
 
 void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::NodeArrival& a,

@@ -130,6 +130,11 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   void handle_rejoin(Communicator& comm, CommState& state, const v1::NodeRejoin& rejoin);
   // Node `node` answered this resumed node's rejoin: what was kept for it goes now.
   void answered(Communicator& comm, CommState& state, uint32_t node);
+  // Sends node `node` again what was kept for it, but for the collectives `completed` says every
+  // rank of it completed; how many went. Null when one it needs was dropped over the bound: the
+  // communicator is then failed (peer_lost).
+  std::optional<std::size_t> send_again(Communicator& comm, CommState& state, uint32_t node,
+                                        const std::function<bool(uint64_t)>& completed);
   // Sends a local rank's arrival (header, and data when not null) to `node`; with a resume
   // window it is kept until that node completed the collective, and held while the node is away.
   // `cookie` (0: none) ends once it has left this node, or is kept while the node is away.

@@ -89,6 +89,15 @@ std::string logs(const Job& job) {
   return out;
 }
 
+// What a node's log says it sent again at each rejoin of the other node (one entry a rejoin).
+std::vector<uint64_t> sent_again_per_rejoin(const std::string& log) {
+  const std::string line = "came back after its irisd restarted; sending it again ";
+  std::vector<uint64_t> counts;
+  for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1))
+    counts.push_back(std::stoull(log.substr(at + line.size(), 20)));
+  return counts;
+}
+
 struct Placement {
   const char* name;
   std::vector<uint32_t> node_of_rank;
@@ -179,14 +188,7 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
   };
   pause(300, 300);
   // Rejoins node n has seen (of the other node, after its restarts).
-  auto rejoins_seen = [&](uint32_t n) {
-    const std::string log = job.nodes[n]->log();
-    std::size_t count = 0;
-    for (auto at = log.find("came back after its irisd restarted"); at != std::string::npos;
-         at = log.find("came back after its irisd restarted", at + 1))
-      ++count;
-    return count;
-  };
+  auto rejoins_seen = [&](uint32_t n) { return sent_again_per_rejoin(job.nodes[n]->log()).size(); };
   // Node 1 three times, then node 0 three times (a rolling restart: node 0's ranks still hold
   // node 1's first address), and again. One node at a time, as docs/OPERATIONS.md says: before
   // the other node's turn, the node restarted last has rejoined it (two nodes restarting at once
@@ -225,15 +227,9 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
   // ranks came back never does.)
   uint64_t sent_again = 0;
   for (uint32_t n = 0; n < 2; ++n) {
-    const std::string log = job.nodes[n]->log();
-    uint64_t rejoins = 0;
-    for (auto at = log.find("came back after its irisd restarted; sending it again ");
-         at != std::string::npos;
-         at = log.find("came back after its irisd restarted; sending it again ", at + 1)) {
-      ++rejoins;
-      sent_again += std::stoull(log.substr(at + 54, 12));
-    }
-    EXPECT_GE(rejoins, 1u) << "node " << n << "\n" << logs(job);
+    const std::vector<uint64_t> rejoins = sent_again_per_rejoin(job.nodes[n]->log());
+    EXPECT_GE(rejoins.size(), 1u) << "node " << n << "\n" << logs(job);
+    for (uint64_t count : rejoins) sent_again += count;
   }
   EXPECT_GT(sent_again, 0u) << logs(job);
 }
