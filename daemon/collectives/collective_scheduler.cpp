@@ -153,6 +153,8 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
 std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
                                                            uint32_t rank) {
   batch_.clear();
+  now_.clear();
+  now_budget_ = engine_.copy_now_budget();
   std::optional<PlanError> bad;
   ArrivedRank& arrived = c.ranks.at(rank);
   for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
@@ -161,12 +163,16 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     bad = add_pair(comm, c, rank, arrived, j, it->second);
     if (!bad && j != rank) bad = add_pair(comm, c, j, it->second, rank, arrived);
   }
-  // Copies already tagged must run (and complete) even when a later pair disagreed.
+  // Copies already planned must run (and complete) even when a later pair disagreed. The
+  // engine's share first, so that its workers start while this thread copies its own.
+  if (!batch_.empty() || !now_.empty())
+    trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
+          batch_.size() + now_.size(), now_.size());
   if (!batch_.empty()) {
-    trace(comm, "seq {}: rank {} starts {} copies", c.seq, rank, batch_.size());
     engine_.submit(batch_);
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
+  if (!now_.empty()) engine_.copy_now(now_);
   return bad;
 }
 
@@ -189,17 +195,29 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
                          std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
                          " needs"};
   const std::size_t device = device_slot(from.send->device, to.recv->device);
-  const uint64_t cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
+  CopyRequest copy{from.send->base + planned->src_offset,
+                   to.recv->base + planned->dst_offset,
+                   planned->bytes,
+                   0,
+                   from.send->device,
+                   to.recv->device};
+  // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
+  if (planned->bytes <= now_budget_) {
+    now_budget_ -= planned->bytes;
+    now_.push_back(copy);
+    count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, planned->bytes, false);
+    return std::nullopt;
+  }
+  copy.cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
   add_from_loop(stats_.devices[device].copies_in_flight, 1);
   ++from_rank.copies_touching;
   if (dst != src) ++to_rank.copies_touching;
   ++c.total_in_flight;
-  batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
-                    planned->bytes, cookie, from.send->device, to.recv->device});
   if (fill_owners_) {
-    batch_.back().src_owner = from.send;
-    batch_.back().dst_owner = to.recv;
+    copy.src_owner = from.send;
+    copy.dst_owner = to.recv;
   }
+  batch_.push_back(std::move(copy));
   return std::nullopt;
 }
 
@@ -211,19 +229,24 @@ void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorC
   engine_.submit(std::span<const CopyRequest>(&copy, 1));
 }
 
-void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
+void CollectiveScheduler::count_copy(std::size_t slot, ErrorCode code, TransferPath path,
+                                     uint64_t bytes, bool was_in_flight) {
   DeviceCounters& device = stats_.devices[slot];
-  add_from_loop(device.copies_in_flight, -1);
+  if (was_in_flight) add_from_loop(device.copies_in_flight, -1);
   add_from_loop(device.copies_total, 1);
-  if (completion.code == ErrorCode::kOk) {
+  if (code == ErrorCode::kOk) {
     device.failing_streak.store(0, std::memory_order_relaxed);
-    auto& by_path = completion.path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
-                                                                 : device.compute_unit_bytes_total;
-    add_from_loop(by_path, static_cast<int64_t>(completion.bytes));
+    auto& by_path = path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
+                                                      : device.compute_unit_bytes_total;
+    add_from_loop(by_path, static_cast<int64_t>(bytes));
   } else {
     add_from_loop(device.copy_errors_total, 1);
     add_from_loop(device.failing_streak, 1);
   }
+}
+
+void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
+  count_copy(slot, completion.code, completion.path, completion.bytes, true);
 }
 
 bool CollectiveScheduler::poll() {

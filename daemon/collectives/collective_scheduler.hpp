@@ -111,7 +111,9 @@ class CollectiveScheduler final : public Poller {
   // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
   void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
              bool over_limit, ErrorCode error, const std::string& why);
-  // A finished engine copy in its device's counters.
+  // A finished copy in its device's counters (`was_in_flight`: counted in flight until now).
+  void count_copy(std::size_t device_slot, ErrorCode code, TransferPath path, uint64_t bytes,
+                  bool was_in_flight);
   void count_copy(std::size_t device_slot, const CopyCompletion& completion);
   // A copy or network transfer ended: its ranks may complete, or the collective fails.
   void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
@@ -120,7 +122,8 @@ class CollectiveScheduler final : public Poller {
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
-  // found instead, after issuing what came before it.
+  // found instead, after issuing what came before it. Copies within the engine's copy_now_budget
+  // are done before it returns, untracked; the others complete through poll().
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
   std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src,
                                     ArrivedRank& from_rank, uint32_t dst, ArrivedRank& to_rank);
@@ -167,7 +170,9 @@ class CollectiveScheduler final : public Poller {
     std::size_t device;
   };
   std::unordered_map<uint64_t, Staging> staging_;
-  std::vector<CopyRequest> batch_;
+  std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
+  std::vector<CopyRequest> now_;    // and those it copies at once (Engine::copy_now)
+  uint64_t now_budget_ = 0;
   std::vector<CopyCompletion> completions_;
 };
 

@@ -2,6 +2,8 @@
 // the checks every GPU engine runs on what a client exported before it opens anything.
 #include "daemon/engines/engine.hpp"
 
+#include <stdexcept>
+
 #include "iris/error.hpp"
 #include "iris/shared/checked_range.hpp"
 
@@ -36,6 +38,10 @@ ImportedMemory Engine::import_device_memory(const DeviceBufferExport&) {
               "the '" + description().name +
                   "' engine cannot use GPU buffers: run irisd with --engine hsa (AMD) or "
                   "--engine cuda (NVIDIA) on a GPU node");
+}
+
+void Engine::copy_now(std::span<const CopyRequest>) {
+  throw std::logic_error("the '" + description().name + "' engine copies nothing synchronously");
 }
 
 void Engine::write_device_word(int, std::byte*, uint32_t) {

@@ -1,5 +1,8 @@
 // Ring round trip: a no-op submitted through the session ring until its completion is visible to
 // the client, against a real irisd (started here). Reports p50/p99 per round trip as counters.
+// Beside it, a one-rank 64 B all-gather: the same trip plus what the collective path adds in irisd
+// (validation, matching, the copy, its completion), measurable on two cores, where runs of several
+// ranks would measure the sharing of cores instead.
 // Beside it, the floor any such round trip has on the machine: a cache-line handoff there and
 // back between two threads on two cores (one writes a line, the other spins until it sees it and
 // answers in another line), so that a run gives irisd's round trip as a ratio to the floor.
@@ -41,6 +44,28 @@ void BM_RingRoundTrip(benchmark::State& state) {
   state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
 }
 BENCHMARK(BM_RingRoundTrip)->MinTime(2.0)->UseRealTime();
+
+void BM_OneRankAllGather(benchmark::State& state) {
+  iris::testing::DaemonProcess daemon;
+  iris::ClientOptions options;
+  options.socket_path = daemon.socket();
+  auto client = iris::Client::connect(options);
+  auto comm = iris::Communicator::init(client, "ring-bench", 1, 0);
+  auto send = client.allocate(64);
+  auto recv = client.allocate(64);
+  for (int i = 0; i < 1000; ++i) comm.all_gather(send.data(), recv.data(), 64).wait();
+  std::vector<double> ns;
+  ns.reserve(1 << 20);
+  for (auto _ : state) {
+    const auto start = std::chrono::steady_clock::now();
+    comm.all_gather(send.data(), recv.data(), 64).wait();
+    ns.push_back(
+        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
+  }
+  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
+  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+}
+BENCHMARK(BM_OneRankAllGather)->MinTime(2.0)->UseRealTime();
 
 void pin_to(std::thread::native_handle_type thread, unsigned core) {
   cpu_set_t set;

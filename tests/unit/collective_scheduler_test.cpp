@@ -145,6 +145,46 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
             1u);
 }
 
+// Copies within the engine's copy_now budget (16 bytes a submission here) are done before
+// arrive() returns and tracked by nothing: with 8-byte blocks the last rank's arrival copies two
+// of its five blocks at once and hands three to the workers. Rank 0, whose every copy was done at
+// once, completes inside that arrival; ranks 1 and 2 only once the workers' copies land. The
+// counters still see every copy, none of them left in flight.
+TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
+  arrive(0, 1, 8);  // its own block: copied at once
+  EXPECT_EQ(recv[0][0], std::byte(0));
+  EXPECT_FALSE(copies_in_flight());
+  arrive(1, 1, 8);  // 1->0, 0->1 at once (16 bytes); 1->1 to the workers
+  arrive(2, 1, 8);  // 2->0, 0->2 at once; 2->1, 1->2, 2->2 to the workers
+  EXPECT_EQ(completions.size(), 1u);
+  EXPECT_EQ(completions.count(0), 1u) << "rank 0's blocks all landed at once";
+  drain_until(kRanks);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 8);
+  }
+  const DeviceCounters& host = stats.devices[device_slot(kHostMemory, kHostMemory)];
+  EXPECT_EQ(host.copies_total.load(), kRanks * kRanks);
+  EXPECT_EQ(host.compute_unit_bytes_total.load(), kRanks * kRanks * 8);
+  EXPECT_EQ(host.copies_in_flight.load(), 0u);
+  EXPECT_TRUE(comm.in_flight.empty());
+}
+
+// A collective whose copies all fit the budget completes inside the last arrival, with no engine
+// completion at all.
+TEST_F(Scheduler, ACollectiveOfSmallBlocksCompletesInsideTheLastArrival) {
+  for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 1, 2);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 2);
+  }
+  EXPECT_TRUE(comm.in_flight.empty());
+  std::vector<CopyCompletion> none;
+  EXPECT_EQ(engine->poll(none), 0u);
+}
+
 // An engine that copies only when told to, one copy at a time, in an order the test picks: the
 // threaded host engine cannot show a completion order deterministically.
 class SteppedEngine final : public Engine {

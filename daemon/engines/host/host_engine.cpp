@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -42,23 +43,13 @@ HostEngine::~HostEngine() {
 }
 
 void HostEngine::submit(std::span<const CopyRequest> copies) {
-  // What runs here is bounded per submission, not per copy: the many blocks of one arrival at a
-  // large collective (2n - 1 of them) would otherwise serialize on this thread while the workers
-  // idle. The workers' share is queued first, so that they wake while this thread copies its own.
-  inline_now_.clear();
-  uint64_t inline_left = options_.inline_bytes;
   std::size_t queued = 0;
   {
-    std::unique_lock lock(queue_mutex_, std::defer_lock);
+    std::lock_guard lock(queue_mutex_);
     for (const CopyRequest& copy : copies) {
-      if (copy.bytes <= inline_left) {
-        inline_left -= copy.bytes;
-        inline_now_.push_back(&copy);
-        continue;
-      }
-      const uint64_t chunks = (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes;
+      const uint64_t chunks =
+          std::max<uint64_t>(1, (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
       auto* job = new Job{copy.cookie, copy.bytes, {chunks}};
-      if (!lock.owns_lock()) lock.lock();
       for (uint64_t i = 0; i < chunks; ++i) {
         const uint64_t offset = i * options_.chunk_bytes;
         const uint64_t n = std::min(options_.chunk_bytes, copy.bytes - offset);
@@ -72,11 +63,11 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
   } else if (queued > 1) {
     queue_cv_.notify_all();
   }
-  for (const CopyRequest* copy : inline_now_) {
-    if (copy->bytes != 0) std::memcpy(copy->dst, copy->src, copy->bytes);
-    inline_done_.push_back(
-        {copy->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, copy->bytes});
-  }
+}
+
+void HostEngine::copy_now(std::span<const CopyRequest> copies) {
+  for (const CopyRequest& copy : copies)
+    if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
 }
 
 void HostEngine::worker_main() {
@@ -108,8 +99,6 @@ void HostEngine::finish_chunk(Job* job) {
 
 std::size_t HostEngine::poll(std::vector<CopyCompletion>& out) {
   const std::size_t before = out.size();
-  out.insert(out.end(), inline_done_.begin(), inline_done_.end());
-  inline_done_.clear();
   if (done_pending_.exchange(false, std::memory_order_acquire)) {
     std::lock_guard lock(done_mutex_);
     out.insert(out.end(), done_.begin(), done_.end());

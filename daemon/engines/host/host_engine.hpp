@@ -1,7 +1,7 @@
 // Host engine: worker threads that memcpy between shared-memory buffers. Each worker stands for
-// one copy engine. Large copies are cut into chunks that all workers share; a submission's first
-// copies, up to `inline_bytes` in all, run on the submitting thread, where waking a worker would
-// cost more than the copy itself.
+// one copy engine. Large copies are cut into chunks that all workers share. Small ones, up to
+// `inline_bytes` of a submission, the caller copies itself with copy_now(): waking a worker and
+// retiring its completion would cost more than the copy.
 #pragma once
 
 #include <atomic>
@@ -22,6 +22,8 @@ class HostEngine final : public Engine {
 
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override;
+  uint64_t copy_now_budget() const override { return options_.inline_bytes; }
+  void copy_now(std::span<const CopyRequest> copies) override;
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
 
@@ -40,8 +42,6 @@ class HostEngine final : public Engine {
   EngineDescription description_;
   EngineOptions options_;
   net::Fd event_fd_;
-  std::vector<CopyCompletion> inline_done_;     // touched by the submitting thread only
-  std::vector<const CopyRequest*> inline_now_;  // submit()'s copies for this thread (reused)
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
