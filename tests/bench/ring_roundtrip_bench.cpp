@@ -2,10 +2,11 @@
 // the client, against a real irisd (started here). Reports p50/p99 per round trip as counters.
 // Beside it, a one-rank 64 B all-gather: the same trip plus what the collective path adds in irisd
 // (validation, matching, the copy, its completion), measurable on two cores, where runs of several
-// ranks would measure the sharing of cores instead.
-// Beside it, the floor any such round trip has on the machine: a cache-line handoff there and
-// back between two threads on two cores (one writes a line, the other spins until it sees it and
-// answers in another line), so that a run gives irisd's round trip as a ratio to the floor.
+// ranks would measure the sharing of cores instead. irisd runs with --log-level warn, as
+// scripts/bench.sh runs it (tests start it with debug logs, whose per-collective trace lines would
+// be measured too). And the floor any such round trip has on the machine: a cache-line handoff
+// there and back between two threads on two cores (one writes a line, the other spins until it sees
+// it and answers in another line), so that a run gives irisd's round trip as a ratio to the floor.
 #include <benchmark/benchmark.h>
 #include <pthread.h>
 #include <sched.h>
@@ -27,7 +28,7 @@ double percentile(std::vector<double>& v, double p) {
 }
 
 void BM_RingRoundTrip(benchmark::State& state) {
-  iris::testing::DaemonProcess daemon;
+  iris::testing::DaemonProcess daemon({"--log-level", "warn"});
   iris::ClientOptions options;
   options.socket_path = daemon.socket();
   auto client = iris::Client::connect(options);
@@ -46,7 +47,7 @@ void BM_RingRoundTrip(benchmark::State& state) {
 BENCHMARK(BM_RingRoundTrip)->MinTime(2.0)->UseRealTime();
 
 void BM_OneRankAllGather(benchmark::State& state) {
-  iris::testing::DaemonProcess daemon;
+  iris::testing::DaemonProcess daemon({"--log-level", "warn"});
   iris::ClientOptions options;
   options.socket_path = daemon.socket();
   auto client = iris::Client::connect(options);
