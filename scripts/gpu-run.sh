@@ -82,14 +82,21 @@ if want pytorch; then
   pyenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
          PYTHONPATH="$PWD/client/python")
   pytorch_rc=0
+  # Ranks sharing the GPU wait on the host by default; the stream-ordered path runs too.
   for alloc in caching expandable iris-pool torch-pool; do
     "${pyenv[@]}" timeout 300 python3 tests/python/gpu/torch_backend_test.py --alloc "$alloc" \
       >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   done
+  "${pyenv[@]}" IRIS_TORCH_SHARED_GPU=stream timeout 300 python3 \
+    tests/python/gpu/torch_backend_test.py --alloc caching >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   for pool in iris-pool torch-pool; do
     "${pyenv[@]}" timeout 300 python3 tests/python/gpu/fsdp_train_test.py --steps 50 \
       --pool "$pool" >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   done
+  "${pyenv[@]}" IRIS_TORCH_SHARED_GPU=stream timeout 300 python3 \
+    tests/python/gpu/fsdp_train_test.py --steps 50 >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
+  # FSDP2 steps of ranks sharing the GPU: irisd (host and stream) against gloo.
+  "${pyenv[@]}" timeout 400 python3 tests/bench/gpu/fsdp_step_bench.py >"$out/fsdp_step.md" 2>&1
   # Functional collectives and torch.compile (eager and compiled, FSDP2 compiled).
   "${pyenv[@]}" timeout 400 python3 tests/python/gpu/functional_compile_test.py \
     >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
@@ -213,6 +220,7 @@ if want pytorch; then
   echo "-- examples/fsdp_train.py (torchrun, 2 ranks)"; grep -E "^step|Error" "$out/fsdp_example.txt"
   echo "-- across nodes"; tail -3 "$out/scale_out_gpu.txt"
   echo "-- per-call host cost"; cat "$out/call_overhead.txt"
+  echo "-- FSDP2 step, ranks sharing the GPU"; cat "$out/fsdp_step.md"
 fi
 if want p2p; then
   echo "-- point to point: pipelining (exit $p2p_rc)"; grep -E "^(torch point|pipelining)|Error" "$out/pipeline.txt"

@@ -38,6 +38,12 @@ def rank_main(rank, store, sockets, queue):
         group = dist.distributed_c10d._get_default_group()
         assert isinstance(group, backend.IrisProcessGroup), type(group)
         assert (group.nodes is not None) == (len(sockets) > 1), "nodes found wrongly"
+        # No CUDA here, so no two ranks share a GPU; a bad setting of the shared-GPU mode is named.
+        assert group.waits_on_host is False, "ranks without a GPU found sharing one"
+        os.environ["IRIS_TORCH_SHARED_GPU"] = "sometimes"
+        expect_error("IRIS_TORCH_SHARED_GPU=sometimes", backend._shared_gpu_mode,
+                     ["IRIS_TORCH_SHARED_GPU", "host", "stream"])
+        del os.environ["IRIS_TORCH_SHARED_GPU"]
         assert dist.get_rank() == rank and dist.get_world_size() == 2
 
         t = torch.arange(6, dtype=torch.float32) + 100 * rank

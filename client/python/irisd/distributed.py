@@ -22,11 +22,22 @@ torch.distributed.pipelining's schedules use (sends and receives run on streams 
 a batch's sends and receives never wait for each other, whatever their order); a receive from
 any source is refused (irisd matches a receive with the sends of one named rank).
 
+Ranks that share one GPU (several processes on one device, as `torchrun --nproc-per-node 2` on a
+workstation with one GPU) take turns on it: the GPU runs one process's work at a time, so a
+stream of one rank waiting for irisd's copies holds the GPU from the others (hundreds of
+microseconds a collective). For such ranks each collective instead waits on the host, as gloo's
+do: the caller's stream is synchronized, irisd copies while the ranks' streams are idle, and the
+call returns once the data is there. $IRIS_TORCH_SHARED_GPU says what they do: "host" (the
+default) or "stream" (ordered on streams as on separate GPUs). Sends and receives stay on
+streams (two ranks exchanging would otherwise wait for each other), and so does everything under
+CUDA graph capture.
+
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
 errors), and work.wait() raises it too once the collective has completed."""
 
 import collections
+import os
 import secrets
 import threading
 from datetime import timedelta
@@ -100,6 +111,35 @@ def _op_of(opts):
     return getattr(op, "op", op)
 
 
+class _OnHost:
+    """Where the collectives of ranks sharing a GPU are ordered: `stream` (the caller's) is
+    synchronized before irisd is called, and irisd's call waited for on the host."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+
+def _shared_gpu_mode():
+    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+    if mode not in ("host", "stream"):
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
+                                 f"IRIS_TORCH_SHARED_GPU={mode!r}: say \"host\" (collectives of "
+                                 "ranks sharing a GPU wait on the host) or \"stream\"")
+    return mode
+
+
+def _ranks_share_a_gpu(store, rank, size):
+    """Whether two ranks of the group use one GPU (their current devices' UUIDs, through the
+    store); False without CUDA."""
+    uuid = ""
+    if torch.cuda.is_available():
+        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid",
+                           torch.cuda.current_device()))
+    store.set(f"iris/gpu/{rank}", uuid)
+    uuids = [store.get(f"iris/gpu/{r}").decode() for r in range(size)]
+    return bool(uuid) and len(set(uuids)) < size
+
+
 class Work(dist.Work):
     """An irisd collective on the group's stream: wait() orders the caller's current stream
     after it (the host does not wait), synchronize() waits on the host."""
@@ -147,9 +187,13 @@ class IrisProcessGroup(dist.ProcessGroup):
             store.set("iris/secret", secrets.token_bytes(32))
         key = store.get("iris/key").decode()
         self._client = client()
+        self._engine = self._client.engine  # asked once: a call into libiris
         # The NodeSet when the group's ranks use several irisd daemons, else None.
         self.nodes = _nodes_of_group(self._client, store, rank, size)
         self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
+        mode = _shared_gpu_mode()
+        # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
+        self.waits_on_host = mode == "host" and _ranks_share_a_gpu(store, rank, size)
         self._streams = {}
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
@@ -193,11 +237,16 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     # Ordering.
     def _stream(self, device, purpose="collectives"):
-        """The group's stream for `purpose` on `device`: collectives, sends or receives."""
-        stream = self._streams.get((device, purpose))
-        if stream is None:
-            stream = self._streams[(device, purpose)] = torch.cuda.Stream(device)
-        return stream
+        """The group's stream for `purpose` on `device` (collectives, sends or receives), and the
+        event that orders it after the caller's stream."""
+        found = self._streams.get((device, purpose))
+        if found is None:
+            # One event, recorded again for every call: a wait already enqueued keeps the point
+            # it was recorded at, so reuse is safe, and no event is made per call (as
+            # Stream.wait_stream does).
+            found = self._streams[(device, purpose)] = (torch.cuda.Stream(device),
+                                                        torch.cuda.Event())
+        return found
 
     def _raise_failures(self, block):
         """Raises the first failure among the requests issued so far that have completed (all
@@ -226,8 +275,13 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._check_engine()
         self._raise_failures(block=False)
         current = torch.cuda.current_stream(device)
-        stream = self._stream(device, purpose)
-        stream.wait_stream(current)
+        if (self.waits_on_host and purpose == "collectives"
+                and not torch.cuda.is_current_stream_capturing()):
+            body(_OnHost(current))  # the torch ops on the current stream, irisd's calls waited for
+            return Work(self, current.record_event(), result if result is not None else tensors)
+        stream, after_current = self._stream(device, purpose)
+        after_current.record(current)
+        stream.wait_event(after_current)
         if torch_ops:
             with torch.cuda.stream(stream):
                 requests = body(stream)
@@ -246,11 +300,20 @@ class IrisProcessGroup(dist.ProcessGroup):
         stream (on the group's stream, waited for, when that is the legacy default stream)."""
         self._check_engine()
         stream = torch.cuda.current_stream(tensor.device)
-        if stream.cuda_stream == 0:
+        if stream.cuda_stream == 0 or self.waits_on_host:
             self._run(tensor.device, [], False, body)
             return
         self._raise_failures(block=False)
         self._pending.extend(r for r in body(stream) if r is not None)
+
+    def _submit(self, order, call, *args):
+        """irisd's `call` on `order`: a stream it is ordered on (returns its Request), or _OnHost
+        (waits for the stream's work before and for irisd's after; returns None)."""
+        if isinstance(order, _OnHost):
+            order.stream.synchronize()
+            call(*args).wait()
+            return None
+        return call(*args, stream=order)
 
     # The collectives, as torch.distributed calls them.
     def _allgather_base(self, output, input, opts=None):
@@ -264,7 +327,8 @@ class IrisProcessGroup(dist.ProcessGroup):
                          lambda s: [self.all_gather_flat(src, dst, s)], [output], False)
 
     def all_gather_flat(self, src, dst, stream):
-        return self.comm.all_gather(self._mem(src), self._mem(dst), _nbytes(src), stream=stream)
+        return self._submit(stream, self.comm.all_gather, self._mem(src), self._mem(dst),
+                            _nbytes(src))
 
     def allgather(self, output_lists, inputs, opts=None):
         if inputs[0].device.type == "cpu":
@@ -292,14 +356,13 @@ class IrisProcessGroup(dist.ProcessGroup):
         recv_counts = _split_bytes(output, output_split_sizes, self._size, name, "output")
         if not input_split_sizes and not output_split_sizes:
             def body(stream):
-                return [self.comm.all_to_all(self._mem(src), self._mem(dst), _nbytes(src) // self._size,
-                                             stream=stream)]
+                return [self._submit(stream, self.comm.all_to_all, self._mem(src),
+                                     self._mem(dst), _nbytes(src) // self._size)]
         else:
             def body(stream):
-                return [self.comm.all_to_all_v(self._mem(src), send_counts,
-                                               _displacements(send_counts), self._mem(dst),
-                                               recv_counts, _displacements(recv_counts),
-                                               stream=stream)]
+                return [self._submit(stream, self.comm.all_to_all_v, self._mem(src),
+                                     send_counts, _displacements(send_counts), self._mem(dst),
+                                     recv_counts, _displacements(recv_counts))]
         return self._run(input.device, [input, output], _async(opts), body, [output], False)
 
     def alltoall(self, outputs, inputs, opts=None):
@@ -317,10 +380,9 @@ class IrisProcessGroup(dist.ProcessGroup):
         def body(stream):
             send = torch.cat([t.reshape(-1) for t in inputs])
             recv = torch.empty(sum(t.numel() for t in outputs), dtype=dtype, device=device)
-            request = self.comm.all_to_all_v(self._mem(send), send_counts,
-                                             _displacements(send_counts), self._mem(recv),
-                                             recv_counts, _displacements(recv_counts),
-                                             stream=stream)
+            request = self._submit(stream, self.comm.all_to_all_v, self._mem(send), send_counts,
+                                   _displacements(send_counts), self._mem(recv), recv_counts,
+                                   _displacements(recv_counts))
             at = 0
             for o in outputs:
                 o.copy_(recv[at:at + o.numel()].view_as(o))
@@ -335,8 +397,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             return self._gloo.broadcast(tensors, opts)
         t = _flat(tensors[0], "broadcast", "tensor")
         return self._run(t.device, [tensors[0]], _async(opts),
-                         lambda s: [self.comm.broadcast(self._mem(t), _nbytes(t), opts.rootRank,
-                                                       stream=s)],
+                         lambda s: [self._submit(s, self.comm.broadcast, self._mem(t),
+                                                 _nbytes(t), opts.rootRank)],
                          tensors, False)
 
     def gather(self, output_lists, inputs, opts=None):
@@ -354,8 +416,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             gathered = None
             if self._rank == root:
                 gathered = torch.empty(self._size * src.numel(), dtype=src.dtype, device=src.device)
-            request = self.comm.gather(self._mem(src), self._mem(gathered), _nbytes(src), root,
-                                       stream=stream)
+            request = self._submit(stream, self.comm.gather, self._mem(src),
+                                   self._mem(gathered), _nbytes(src), root)
             if gathered is not None:
                 _copy_out(gathered, outs)
             return [request]
@@ -375,8 +437,8 @@ class IrisProcessGroup(dist.ProcessGroup):
 
         def body(stream):
             send = torch.cat([t.reshape(-1) for t in ins]) if self._rank == root else None
-            return [self.comm.scatter(self._mem(send), self._mem(dst), _nbytes(dst), root,
-                                      stream=stream)]
+            return [self._submit(stream, self.comm.scatter, self._mem(send), self._mem(dst),
+                                 _nbytes(dst), root)]
 
         return self._run(dst.device, [outputs[0], *ins], _async(opts), body, outputs)
 
@@ -396,8 +458,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         """irisd's all-to-all brings every rank's block for this rank together; the sum (or
         other reduction) is the only work on the GPU's cores."""
         blocks = torch.empty_like(src)
-        request = self.comm.all_to_all(self._mem(src), self._mem(blocks), _nbytes(dst),
-                                       stream=stream)
+        request = self._submit(stream, self.comm.all_to_all, self._mem(src), self._mem(blocks),
+                               _nbytes(dst))
         _reduce(blocks.view(self._size, -1), op, dst, self._size, name)
         return request
 
@@ -449,8 +511,8 @@ class IrisProcessGroup(dist.ProcessGroup):
             gathered = None
             if self._rank == root:
                 gathered = torch.empty(self._size * t.numel(), dtype=t.dtype, device=t.device)
-            request = self.comm.gather(self._mem(t), self._mem(gathered), _nbytes(t), root,
-                                       stream=stream)
+            request = self._submit(stream, self.comm.gather, self._mem(t), self._mem(gathered),
+                                   _nbytes(t), root)
             if gathered is not None:
                 _reduce(gathered.view(self._size, -1), op, t, self._size, name)
             return [request]
@@ -508,12 +570,12 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def _end_coalescing(self, device):
         tensors, self._coalescing = self._coalescing, None
-        receives = self._stream(device, "receives")
-        receives.wait_stream(self._stream(device, "sends"))
+        receives = self._stream(device, "receives")[0]
+        receives.wait_stream(self._stream(device, "sends")[0])
         return Work(self, receives.record_event(), tensors)
 
     def _check_engine(self):
-        if self._client.engine != "cuda":
+        if self._engine != "cuda":
             raise irisd.IrisError.of(irisd.ErrorCode.UNAVAILABLE,
                                  f"irisd runs the {self._client.engine} engine; CUDA tensors need "
                                  "its cuda engine (irisd --engine cuda)")

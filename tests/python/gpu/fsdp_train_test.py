@@ -210,7 +210,9 @@ def main():
     for line in failures[:20]:
         print(line)
     r = results[0]
-    print(f"FSDP2 on irisd ({args.pool}): 2 ranks, {args.steps} steps, {r['modules']} FSDP modules, "
+    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+    print(f"FSDP2 on irisd ({args.pool}, shared GPU: {mode}): 2 ranks, {args.steps} steps, "
+          f"{r['modules']} FSDP modules, "
           f"{r['all_gathers']} all-gathers and {r['reduce_scatters']} reduce-scatters per rank "
           f"through irisd; loss {ref_losses[0]:.4f} -> {ref_losses[-1]:.4f}; max parameter "
           f"difference to the single-process reference {worst:.2e}; "

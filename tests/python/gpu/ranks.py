@@ -1,5 +1,5 @@
 """Runs a function as N ranks (spawned processes) of one torch.distributed job on the one GPU,
-with the "cpu:gloo,cuda:irisd" backend; used by the GPU-host Python tests here. Needs IRIS_SOCKET
+with the "cpu:gloo,cuda:irisd" backend (or another one named); used by the GPU-host Python tests here. Needs IRIS_SOCKET
 (an irisd with the cuda engine) and the iris package importable."""
 import faulthandler
 import multiprocessing as mp
@@ -9,7 +9,7 @@ import tempfile
 import traceback
 
 
-def _child(fn, rank, nranks, store_path, args, queue):
+def _child(fn, rank, nranks, store_path, args, queue, backend):
     faulthandler.enable()  # a crash in native code still says where
     try:
         import torch
@@ -18,8 +18,8 @@ def _child(fn, rank, nranks, store_path, args, queue):
         import irisd.distributed  # noqa: F401  registers the backend
 
         torch.cuda.set_device(0)
-        dist.init_process_group("cpu:gloo,cuda:irisd", init_method=f"file://{store_path}",
-                                rank=rank, world_size=nranks)
+        dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
+                                world_size=nranks)
         result = fn(rank, nranks, *args)
         dist.barrier()
         dist.destroy_process_group()
@@ -28,7 +28,7 @@ def _child(fn, rank, nranks, store_path, args, queue):
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run(fn, nranks=2, args=(), timeout=600):
+def run(fn, nranks=2, args=(), timeout=600, backend="cpu:gloo,cuda:irisd"):
     """fn(rank, nranks, *args) in each rank; returns the results by rank, or exits with the
     failures printed."""
     ctx = mp.get_context("spawn")
@@ -36,7 +36,7 @@ def run(fn, nranks=2, args=(), timeout=600):
     store = tempfile.NamedTemporaryFile(prefix="iris-ranks-", delete=False)
     store.close()
     os.unlink(store.name)
-    procs = [ctx.Process(target=_child, args=(fn, r, nranks, store.name, args, queue))
+    procs = [ctx.Process(target=_child, args=(fn, r, nranks, store.name, args, queue, backend))
              for r in range(nranks)]
     for p in procs:
         p.start()

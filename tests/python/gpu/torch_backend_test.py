@@ -1,7 +1,8 @@
 """The torch.distributed backend "irisd" on the GPU host: two ranks on the one GPU, every op
 against a reference computed locally with torch (each rank can make every rank's input), random
 and odd sizes, several dtypes, blocking and async, on the current stream and on a side stream,
-with tensors from the allocator named by --alloc. Then (caching allocator) memory PyTorch frees
+with tensors from the allocator named by --alloc. The two ranks share the GPU, so their
+collectives wait on the host ($IRIS_TORCH_SHARED_GPU=stream: ordered on streams instead). Then (caching allocator) memory PyTorch frees
 is released in irisd: 30 rounds of fresh 256 MiB tensors leave neither registrations nor VRAM
 behind. Exits non-zero on any mismatch.
     python3 tests/python/gpu/torch_backend_test.py --alloc caching|expandable|iris-pool|torch-pool
@@ -37,6 +38,10 @@ def rank_main(rank, nranks, alloc, seed):
         pool = torch.cuda.MemPool()
     rng = random.Random(seed)  # the same draws on every rank
     failures, checked = [], 0
+    # Both ranks share the one GPU: their collectives wait on the host unless told otherwise.
+    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+    if dist.distributed_c10d._get_default_group().waits_on_host != (mode == "host"):
+        failures.append(f"IRIS_TORCH_SHARED_GPU={mode}: the group's waits_on_host is wrong")
 
     def tensor_alloc():
         return torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext()
@@ -262,7 +267,8 @@ def main():
         most, now, lost = results[0]["registrations"]
         extra = (f"; fresh 256 MiB tensors x30: at most {most} registrations held, {now} at the "
                  f"end, {lost} GiB VRAM not back")
-    print(f"torch backend ({args.alloc}, seed {args.seed}): {checked} checks, "
+    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+    print(f"torch backend ({args.alloc}, shared GPU: {mode}, seed {args.seed}): {checked} checks, "
           f"{len(failures)} failures{extra}")
     sys.exit(1 if failures else 0)
 
