@@ -10,6 +10,6 @@ rm -rf .gpu
   build/tests/gpu/iris-gpu-bench build/tests/gpu/iris-gpu-signal-probe \
   build/tests/bench/iris-bench-ring build/tests/bench/iris-collective-sweep \
   build/tests/bench/iris-bench-resume build/tests/bench/iris-bench-mpi \
-  build/tests/bench/iris-bench-memcpy \
+  build/tests/bench/iris-bench-memcpy build/tests/bench/iris-scale-out-bench \
   build/client/libiris.so.0 \
   "$(ldconfig -p | awk '/libucp\.so\.0 / {print $NF; exit}')"  # irisd loads it at run time

@@ -5,7 +5,8 @@
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
 #                                 pytorch,p2p,resume,nodes,cpu,compare (default: all). shared: small
 #                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
-#                                 on this host's CPU cores against Open MPI (host engine, no GPU).
+#                                 on this host's CPU cores against Open MPI (host engine, no GPU),
+#                                 and scripts/bench-scale-out.sh (3 daemons as 3 nodes).
 #                                 compare runs scripts/bench-compare.sh (CPU only) between the bundle
 #                                 .gpu-old, when there is one, and .gpu. nodes: two irisd as two
 #                                 nodes, restarted one at a time under a job on CUDA tensors.
@@ -190,6 +191,8 @@ if want nodes; then
 fi
 if want cpu; then
   BENCH_BUNDLE=.gpu timeout 1200 scripts/bench.sh 4 $((1 << 20)) >"$out/cpu_bench.md" 2>&1
+  # Across nodes: three host-engine daemons as three nodes, against Open MPI.
+  BENCH_BUNDLE=.gpu timeout 300 scripts/bench-scale-out.sh $((1 << 20)) >"$out/cpu_scale_out.md" 2>&1
 fi
 if want compare && [ -d .gpu-old ]; then
   timeout 900 scripts/bench-compare.sh .gpu-old .gpu 5 >"$out/compare.md" 2>&1
@@ -209,7 +212,10 @@ fi
 if want shared; then
   for n in 2 3 8; do echo "-- $n ranks sharing the GPU"; cat "$out/bench_shared$n.md"; done
 fi
-if want cpu; then echo "-- host engine on this host's CPU against Open MPI"; cat "$out/cpu_bench.md"; fi
+if want cpu; then
+  echo "-- host engine on this host's CPU against Open MPI"; cat "$out/cpu_bench.md"
+  echo "-- across nodes (3 daemons on this host) against Open MPI"; cat "$out/cpu_scale_out.md"
+fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi

@@ -4,16 +4,23 @@ waited) while timing, then synchronized; one rank. Three ways in: the ctypes bin
 registered by hand (register_tensor), the same on tensors never registered (libiris's first-use
 registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "irisd"
 backend (async_op=True, so both are enqueue-only), with NCCL's backend through the same call as
-the baseline. Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY
-and torch with CUDA.
-    python3 tests/bench/gpu/call_overhead.py"""
+the baseline. Then where the backend's time goes: the group's own method called directly (what
+torch.distributed's wrapper adds is the difference), and with --profile a cProfile of the
+backend's calls (its own overhead inflates every figure; read the order, not the values).
+Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY and torch with CUDA.
+    python3 tests/bench/gpu/call_overhead.py [--profile]"""
+import cProfile
+import pstats
+import sys
 import tempfile
 import time
+from datetime import timedelta
 
 import irisd
 import irisd.distributed
 import torch
 import torch.distributed as dist
+from torch._C import _distributed_c10d as c10d  # the options types, in every torch version
 
 CALLS, BYTES = 2000, 4096
 
@@ -54,4 +61,18 @@ with tempfile.NamedTemporaryFile() as store:
               lambda: dist.all_gather_into_tensor(v, u, async_op=True), stream)
         timed("torch.distributed backend nccl (baseline), all_gather_into_tensor",
               lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=True), stream)
+        with tempfile.NamedTemporaryFile() as own_store:
+            iris_group = irisd.distributed.IrisProcessGroup(dist.FileStore(own_store.name, 1), 0,
+                                                            1, timedelta(seconds=60))
+        opts = c10d.AllgatherOptions()
+        timed("the irisd group's _allgather_base, called directly",
+              lambda: iris_group._allgather_base(v, u, opts), stream)
+        if "--profile" in sys.argv:
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(CALLS):
+                dist.all_gather_into_tensor(v, u, async_op=True)
+            profile.disable()
+            stream.synchronize()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(18)
     dist.destroy_process_group()
