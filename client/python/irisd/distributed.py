@@ -68,7 +68,8 @@ def _nbytes(t):
     return t.numel() * t.element_size()
 
 
-def _flat(t, op, what):
+def _checked(t, op, what):
+    """`t` itself, once it is a contiguous CUDA tensor: irisd needs only its address and size."""
     if t.device.type != "cuda":
         raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{op}: {what} is on {t.device}; the irisd backend takes CUDA tensors "
@@ -76,6 +77,12 @@ def _flat(t, op, what):
     if not t.is_contiguous():
         raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
                              f"{op}: {what} is not contiguous; pass tensor.contiguous()")
+    return t
+
+
+def _flat(t, op, what):
+    """`t` checked as _checked does, as one dimension (for the calls that reshape it)."""
+    t = _checked(t, op, what)
     return t.view(-1) if t.dim() != 1 else t
 
 
@@ -289,7 +296,9 @@ class IrisProcessGroup(dist.ProcessGroup):
             requests = body(stream)
         for t in tensors:
             t.record_stream(stream)  # the allocator must not reuse them before the stream
-        self._pending.extend(r for r in requests if r is not None)
+        for r in requests:
+            if r is not None:
+                self._pending.append(r)
         event = stream.record_event()
         if not async_op:
             current.wait_event(event)
@@ -320,7 +329,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         if input.device.type == "cpu":
             return self._gloo._allgather_base(output, input, opts or c10d.AllgatherOptions())
         name = "all_gather_into_tensor"
-        src, dst = _flat(input, name, "input"), _flat(output, name, "output")
+        src, dst = _checked(input, name, "input"), _checked(output, name, "output")
         self._check(dst.numel() == src.numel() * self._size and dst.dtype == src.dtype, name,
                     f"output must hold {self._size} x {src.numel()} {src.dtype} elements")
         return self._run(input.device, [input, output], _async(opts),
@@ -351,7 +360,7 @@ class IrisProcessGroup(dist.ProcessGroup):
             return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes,
                                             opts or c10d.AllToAllOptions())
         name = "all_to_all_single"
-        src, dst = _flat(input, name, "input"), _flat(output, name, "output")
+        src, dst = _checked(input, name, "input"), _checked(output, name, "output")
         send_counts = _split_bytes(input, input_split_sizes, self._size, name, "input")
         recv_counts = _split_bytes(output, output_split_sizes, self._size, name, "output")
         if not input_split_sizes and not output_split_sizes:
@@ -395,7 +404,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         opts = opts or c10d.BroadcastOptions()
         if tensors[0].device.type == "cpu":
             return self._gloo.broadcast(tensors, opts)
-        t = _flat(tensors[0], "broadcast", "tensor")
+        t = _checked(tensors[0], "broadcast", "tensor")
         return self._run(t.device, [tensors[0]], _async(opts),
                          lambda s: [self._submit(s, self.comm.broadcast, self._mem(t),
                                                  _nbytes(t), opts.rootRank)],
