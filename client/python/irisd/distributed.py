@@ -137,14 +137,15 @@ def _shared_gpu_mode():
 
 def _ranks_share_a_gpu(store, rank, size):
     """Whether two ranks of the group use one GPU (their current devices' UUIDs, through the
-    store); False without CUDA."""
+    store); False without CUDA, or with a torch that reports no UUID (a device index would not
+    do: ranks with their own CUDA_VISIBLE_DEVICES all see device 0)."""
     uuid = ""
     if torch.cuda.is_available():
         uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid",
-                           torch.cuda.current_device()))
+                           ""))
     store.set(f"iris/gpu/{rank}", uuid)
     uuids = [store.get(f"iris/gpu/{r}").decode() for r in range(size)]
-    return bool(uuid) and len(set(uuids)) < size
+    return all(uuids) and len(set(uuids)) < size
 
 
 class Work(dist.Work):
@@ -187,6 +188,7 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
+        mode = _shared_gpu_mode()  # a bad setting is refused before anything is made
         self._rank, self._size = rank, size
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         if rank == 0:
@@ -198,7 +200,6 @@ class IrisProcessGroup(dist.ProcessGroup):
         # The NodeSet when the group's ranks use several irisd daemons, else None.
         self.nodes = _nodes_of_group(self._client, store, rank, size)
         self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
-        mode = _shared_gpu_mode()
         # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
         self.waits_on_host = mode == "host" and _ranks_share_a_gpu(store, rank, size)
         self._streams = {}
