@@ -153,53 +153,32 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
 std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
                                                            uint32_t rank) {
   batch_.clear();
-  batch_ends_.clear();
+  now_.clear();
+  now_budget_ = engine_.copy_now_budget();
   std::optional<PlanError> bad;
   ArrivedRank& arrived = c.ranks.at(rank);
-  uint64_t bytes = 0;
   for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
     const uint32_t j = it->first;
     if (!it->second.request) continue;
-    bad = add_pair(comm, rank, arrived, j, it->second, bytes);
-    if (!bad && j != rank) bad = add_pair(comm, j, it->second, rank, arrived, bytes);
+    bad = add_pair(comm, c, rank, arrived, j, it->second);
+    if (!bad && j != rank) bad = add_pair(comm, c, j, it->second, rank, arrived);
   }
-  // Copies already planned must run (and complete) even when a later pair disagreed.
-  if (batch_.empty()) return bad;
-  // All at once on this thread, or all to the engine: an arrival with more than the budget (the
-  // last ranks' at a large collective) would otherwise keep its first copies on this one thread
-  // while the engine's workers share the rest, and this thread's share grows with the ranks.
-  const uint64_t budget = engine_.copy_now_budget();
-  const bool now = budget != 0 && bytes <= budget;
-  trace(comm, "seq {}: rank {} starts {} copies ({} bytes) {}", c.seq, rank, batch_.size(), bytes,
-        now ? "at once" : "on the engine");
-  if (now) {
-    engine_.copy_now(batch_);
-    for (std::size_t i = 0; i < batch_.size(); ++i)
-      count_copy(batch_ends_[i].device, ErrorCode::kOk, TransferPath::kComputeUnits,
-                 batch_[i].bytes, false);
-    return bad;
+  // Copies already planned must run (and complete) even when a later pair disagreed. The
+  // engine's share first, so that its workers start while this thread copies its own.
+  if (!batch_.empty() || !now_.empty())
+    trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
+          batch_.size() + now_.size(), now_.size());
+  if (!batch_.empty()) {
+    engine_.submit(batch_);
+    batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
-  for (std::size_t i = 0; i < batch_.size(); ++i) {
-    const PairEnds& ends = batch_ends_[i];
-    CopyRequest& copy = batch_[i];
-    copy.cookie = add_tag(CopyTag{&comm, &c, ends.src, ends.dst, ends.device});
-    add_from_loop(stats_.devices[ends.device].copies_in_flight, 1);
-    ++ends.from->copies_touching;
-    if (ends.dst != ends.src) ++ends.to->copies_touching;
-    ++c.total_in_flight;
-    if (fill_owners_) {
-      copy.src_owner = ends.from->request->send;
-      copy.dst_owner = ends.to->request->recv;
-    }
-  }
-  engine_.submit(batch_);
-  batch_.clear();  // its requests hold the buffers: only the engine may keep them now
+  if (!now_.empty()) engine_.copy_now(now_);
   return bad;
 }
 
-std::optional<PlanError> CollectiveScheduler::add_pair(const Communicator& comm, uint32_t src,
-                                                       ArrivedRank& from_rank, uint32_t dst,
-                                                       ArrivedRank& to_rank, uint64_t& bytes) {
+std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
+                                                       uint32_t src, ArrivedRank& from_rank,
+                                                       uint32_t dst, ArrivedRank& to_rank) {
   // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
   if (!comm.is_local(dst)) return std::nullopt;
   const ValidatedRequest& from = *from_rank.request;
@@ -215,11 +194,30 @@ std::optional<PlanError> CollectiveScheduler::add_pair(const Communicator& comm,
                      "rank " + std::to_string(src) + "'s data from its node does not hold the " +
                          std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
                          " needs"};
-  batch_.push_back({from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
-                    planned->bytes, 0, from.send->device, to.recv->device});
-  batch_ends_.push_back(
-      {src, dst, device_slot(from.send->device, to.recv->device), &from_rank, &to_rank});
-  bytes += planned->bytes;
+  const std::size_t device = device_slot(from.send->device, to.recv->device);
+  CopyRequest copy{from.send->base + planned->src_offset,
+                   to.recv->base + planned->dst_offset,
+                   planned->bytes,
+                   0,
+                   from.send->device,
+                   to.recv->device};
+  // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
+  if (planned->bytes <= now_budget_) {
+    now_budget_ -= planned->bytes;
+    now_.push_back(copy);
+    count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, planned->bytes, false);
+    return std::nullopt;
+  }
+  copy.cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
+  add_from_loop(stats_.devices[device].copies_in_flight, 1);
+  ++from_rank.copies_touching;
+  if (dst != src) ++to_rank.copies_touching;
+  ++c.total_in_flight;
+  if (fill_owners_) {
+    copy.src_owner = from.send;
+    copy.dst_owner = to.recv;
+  }
+  batch_.push_back(std::move(copy));
   return std::nullopt;
 }
 

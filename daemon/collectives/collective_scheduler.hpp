@@ -122,13 +122,11 @@ class CollectiveScheduler final : public Poller {
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
-  // found instead, after issuing what came before it. When they are no more bytes than the
-  // engine's copy_now_budget they are all done before it returns, untracked; else all complete
-  // through poll().
+  // found instead, after issuing what came before it. Copies within the engine's copy_now_budget
+  // are done before it returns, untracked; the others complete through poll().
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
-  // Plans the copy from `src` to `dst` into batch_ (adding its size to `bytes`), if any.
-  std::optional<PlanError> add_pair(const Communicator& comm, uint32_t src, ArrivedRank& from_rank,
-                                    uint32_t dst, ArrivedRank& to_rank, uint64_t& bytes);
+  std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src,
+                                    ArrivedRank& from_rank, uint32_t dst, ArrivedRank& to_rank);
   void fail(Collective& c, ErrorCode code, const std::string& why);
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
@@ -172,16 +170,9 @@ class CollectiveScheduler final : public Poller {
     std::size_t device;
   };
   std::unordered_map<uint64_t, Staging> staging_;
-  // start_copies' copies, and for each the ranks and counters it touches.
-  struct PairEnds {
-    uint32_t src;
-    uint32_t dst;
-    std::size_t device;
-    ArrivedRank* from;
-    ArrivedRank* to;
-  };
-  std::vector<CopyRequest> batch_;
-  std::vector<PairEnds> batch_ends_;
+  std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
+  std::vector<CopyRequest> now_;    // and those it copies at once (Engine::copy_now)
+  uint64_t now_budget_ = 0;
   std::vector<CopyCompletion> completions_;
 };
 

@@ -132,8 +132,7 @@ class Engine {
   virtual bool outlives_its_completions() const { return false; }
   // Copies cheaper to do on the calling thread at once than to hand over (the host engine's
   // memcpy of small blocks costs less than waking a worker and retiring its completion later):
-  // the most bytes a submission may have to go to copy_now(); 0 where there are none (GPU
-  // engines).
+  // how many bytes of one submission may go to copy_now(); 0 where there are none (GPU engines).
   virtual uint64_t copy_now_budget() const { return 0; }
   // Copies `copies` before returning; no completion comes for them. Callers keep each
   // submission's within copy_now_budget(); an engine whose budget is 0 throws std::logic_error.
@@ -153,7 +152,7 @@ class Engine {
 struct EngineOptions {
   std::string kind = "auto";  // auto | hsa | cuda | host
   uint32_t workers = 2;       // host engine: worker threads, each one "engine"
-  // Host engine: a submission's copies run on the caller (copy_now) when their total is this
+  // Host engine: a submission's copies run on the caller (copy_now) while their total stays this
   // small.
   uint64_t inline_bytes = 256 * 1024;
   uint64_t chunk_bytes = 1 << 20;  // host engine: large copies split into chunks this big

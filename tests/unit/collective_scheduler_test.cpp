@@ -145,31 +145,28 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
             1u);
 }
 
-// An arrival whose copies come to at most the engine's copy_now budget (16 bytes here) is copied
-// before arrive() returns, tracked by nothing; a larger one goes to the workers whole. With
-// 4-byte blocks the first two arrivals (4 and 12 bytes) are copied at once; the third (five
-// blocks, 20 bytes) all goes to the workers, and no rank completes before those land. The
-// counters see every copy either way, none left in flight.
-TEST_F(Scheduler, AnArrivalWithinTheBudgetIsCopiedAtOnceALargerOneAllOnTheWorkers) {
-  arrive(0, 1, 4);
-  arrive(1, 1, 4);
-  for (uint64_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(recv[0][4 + i], std::byte(37 + i)) << "rank 1's block reached rank 0 at once";
-    EXPECT_EQ(recv[1][i], std::byte(i)) << "rank 0's block reached rank 1 at once";
-  }
+// Copies within the engine's copy_now budget (16 bytes a submission here) are done before
+// arrive() returns and tracked by nothing: with 8-byte blocks the last rank's arrival copies two
+// of its five blocks at once and hands three to the workers. Rank 0, whose every copy was done at
+// once, completes inside that arrival; ranks 1 and 2 only once the workers' copies land. The
+// counters still see every copy, none of them left in flight.
+TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
+  arrive(0, 1, 8);  // its own block: copied at once
+  EXPECT_EQ(recv[0][0], std::byte(0));
   EXPECT_FALSE(copies_in_flight());
-  arrive(2, 1, 4);
-  EXPECT_TRUE(completions.empty()) << "every rank has a worker's copy still to land";
-  EXPECT_TRUE(copies_in_flight());
+  arrive(1, 1, 8);  // 1->0, 0->1 at once (16 bytes); 1->1 to the workers
+  arrive(2, 1, 8);  // 2->0, 0->2 at once; 2->1, 1->2, 2->2 to the workers
+  EXPECT_EQ(completions.size(), 1u);
+  EXPECT_EQ(completions.count(0), 1u) << "rank 0's blocks all landed at once";
   drain_until(kRanks);
   ASSERT_EQ(completions.size(), kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) {
     EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 4);
+    expect_gathered(r, 8);
   }
   const DeviceCounters& host = stats.devices[device_slot(kHostMemory, kHostMemory)];
   EXPECT_EQ(host.copies_total.load(), kRanks * kRanks);
-  EXPECT_EQ(host.compute_unit_bytes_total.load(), kRanks * kRanks * 4);
+  EXPECT_EQ(host.compute_unit_bytes_total.load(), kRanks * kRanks * 8);
   EXPECT_EQ(host.copies_in_flight.load(), 0u);
   EXPECT_TRUE(comm.in_flight.empty());
 }

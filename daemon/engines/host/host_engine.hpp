@@ -1,7 +1,7 @@
 // Host engine: worker threads that memcpy between shared-memory buffers. Each worker stands for
-// one copy engine. Large copies are cut into chunks that all workers share. A submission of at
-// most `inline_bytes` the caller copies itself with copy_now(): waking a worker and retiring its
-// completions would cost more than the copies.
+// one copy engine. Large copies are cut into chunks that all workers share. Small ones, up to
+// `inline_bytes` of a submission, the caller copies itself with copy_now(): waking a worker and
+// retiring its completion would cost more than the copy.
 #pragma once
 
 #include <atomic>
