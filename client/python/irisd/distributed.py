@@ -307,7 +307,8 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def on_stream(self, tensor, body):
         """For callers that order work themselves (irisd.fsdp): body(stream) on the current
-        stream (on the group's stream, waited for, when that is the legacy default stream)."""
+        stream (on the group's stream, waited for, when that is the legacy default stream; waited
+        for on the host, as every collective, when the group's ranks share a GPU)."""
         self._check_engine()
         stream = torch.cuda.current_stream(tensor.device)
         if stream.cuda_stream == 0 or self.waits_on_host:
