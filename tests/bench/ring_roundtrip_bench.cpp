@@ -27,44 +27,51 @@ double percentile(std::vector<double>& v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1)))];
 }
 
-void BM_RingRoundTrip(benchmark::State& state) {
-  iris::testing::DaemonProcess daemon({"--log-level", "warn"});
-  iris::ClientOptions options;
-  options.socket_path = daemon.socket();
-  auto client = iris::Client::connect(options);
-  for (int i = 0; i < 1000; ++i) client.nop().wait();  // warm up: daemon spinning, pages mapped
+void report_percentiles(benchmark::State& state, std::vector<double>& ns) {
+  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
+  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+}
+
+// An irisd of its own (at --log-level warn) and a client attached to it.
+struct Attached {
+  iris::testing::DaemonProcess daemon{{"--log-level", "warn"}};
+  iris::Client client = connect(daemon);
+
+  static iris::Client connect(const iris::testing::DaemonProcess& daemon) {
+    iris::ClientOptions options;
+    options.socket_path = daemon.socket();
+    return iris::Client::connect(options);
+  }
+};
+
+// Times `round_trip` (a submission waited for) once per iteration, after 1000 untimed ones that
+// get the daemon spinning and the pages mapped.
+template <typename RoundTrip>
+void time_round_trips(benchmark::State& state, RoundTrip round_trip) {
+  for (int i = 0; i < 1000; ++i) round_trip();
   std::vector<double> ns;
   ns.reserve(1 << 20);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    client.nop().wait();
+    round_trip();
     ns.push_back(
         std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
   }
-  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
-  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+  report_percentiles(state, ns);
+}
+
+void BM_RingRoundTrip(benchmark::State& state) {
+  Attached irisd;
+  time_round_trips(state, [&] { irisd.client.nop().wait(); });
 }
 BENCHMARK(BM_RingRoundTrip)->MinTime(2.0)->UseRealTime();
 
 void BM_OneRankAllGather(benchmark::State& state) {
-  iris::testing::DaemonProcess daemon({"--log-level", "warn"});
-  iris::ClientOptions options;
-  options.socket_path = daemon.socket();
-  auto client = iris::Client::connect(options);
-  auto comm = iris::Communicator::init(client, "ring-bench", 1, 0);
-  auto send = client.allocate(64);
-  auto recv = client.allocate(64);
-  for (int i = 0; i < 1000; ++i) comm.all_gather(send.data(), recv.data(), 64).wait();
-  std::vector<double> ns;
-  ns.reserve(1 << 20);
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    comm.all_gather(send.data(), recv.data(), 64).wait();
-    ns.push_back(
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
-  }
-  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
-  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+  Attached irisd;
+  auto comm = iris::Communicator::init(irisd.client, "ring-bench", 1, 0);
+  auto send = irisd.client.allocate(64);
+  auto recv = irisd.client.allocate(64);
+  time_round_trips(state, [&] { comm.all_gather(send.data(), recv.data(), 64).wait(); });
 }
 BENCHMARK(BM_OneRankAllGather)->MinTime(2.0)->UseRealTime();
 
@@ -110,8 +117,7 @@ void BM_CacheLineRoundTrip(benchmark::State& state) {
   CPU_ZERO(&all);
   for (unsigned c = 0; c < std::thread::hardware_concurrency(); ++c) CPU_SET(c, &all);
   pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
-  state.counters["p50_us"] = percentile(ns, 0.50) / 1e3;
-  state.counters["p99_us"] = percentile(ns, 0.99) / 1e3;
+  report_percentiles(state, ns);
 }
 BENCHMARK(BM_CacheLineRoundTrip)->MinTime(1.0)->UseRealTime();
 

@@ -47,6 +47,7 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
   {
     std::lock_guard lock(queue_mutex_);
     for (const CopyRequest& copy : copies) {
+      // At least one chunk: a copy of nothing must still complete.
       const uint64_t chunks =
           std::max<uint64_t>(1, (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
       auto* job = new Job{copy.cookie, copy.bytes, {chunks}};

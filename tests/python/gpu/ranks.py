@@ -1,6 +1,6 @@
 """Runs a function as N ranks (spawned processes) of one torch.distributed job on the one GPU,
-with the "cpu:gloo,cuda:irisd" backend (or another one named); used by the GPU-host Python tests here. Needs IRIS_SOCKET
-(an irisd with the cuda engine) and the iris package importable."""
+with the "cpu:gloo,cuda:irisd" backend (or another one named); used by the GPU-host Python tests
+here. Needs IRIS_SOCKET (an irisd with the cuda engine) and the iris package importable."""
 import faulthandler
 import multiprocessing as mp
 import os

@@ -2,9 +2,9 @@
 against a reference computed locally with torch (each rank can make every rank's input), random
 and odd sizes, several dtypes, blocking and async, on the current stream and on a side stream,
 with tensors from the allocator named by --alloc. The two ranks share the GPU, so their
-collectives wait on the host ($IRIS_TORCH_SHARED_GPU=stream: ordered on streams instead). Then (caching allocator) memory PyTorch frees
-is released in irisd: 30 rounds of fresh 256 MiB tensors leave neither registrations nor VRAM
-behind. Exits non-zero on any mismatch.
+collectives wait on the host ($IRIS_TORCH_SHARED_GPU=stream: ordered on streams instead). Then
+(caching allocator) memory PyTorch frees is released in irisd: 30 rounds of fresh 256 MiB tensors
+leave neither registrations nor VRAM behind. Exits non-zero on any mismatch.
     python3 tests/python/gpu/torch_backend_test.py --alloc caching|expandable|iris-pool|torch-pool
 """
 import argparse
