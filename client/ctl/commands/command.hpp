@@ -3,7 +3,6 @@
 // Report per interval through the same printer.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -11,6 +10,12 @@
 
 #include "client/ctl/control_channel.hpp"
 #include "client/ctl/report.hpp"
+
+// CLI11 is costly to compile (about 11 s per file on 2 cores); only the commands with options
+// of their own include it.
+namespace CLI {
+class App;
+}
 
 namespace iris::ctl {
 

@@ -1,5 +1,6 @@
 #include "client/ctl/commands/stats_command.hpp"
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 
 #include "client/ctl/stats_rates.hpp"
