@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The Debian package, end to end: builds it (cpack -G DEB from a /usr-prefixed build in
-# build-deb/), installs it with apt-get, runs /usr/sbin/irisd and /usr/bin/iris-ctl status,
-# imports the Python package with the system python3, builds examples/collective_sweep against
-# the installed CMake package and runs it against the installed daemon, then removes the package
-# and checks that only its config is left, and purges it. Installing needs root (or sudo);
-# without either it builds the package and says why it stops there.
+# build-deb/, whose compiles ccache takes from build/'s where that ran first), installs it with
+# apt-get, runs /usr/sbin/irisd and /usr/bin/iris-ctl status, imports the Python package with the
+# system python3, builds examples/collective_sweep against the installed CMake package and runs
+# it against the installed daemon, then removes the package and checks that only its config is
+# left, and purges it. Installing needs root (or sudo); without either it builds the package and
+# says why it stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD

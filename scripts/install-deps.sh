@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages irisd builds and tests with; quick when all are present.
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config clang-format
+  build-essential cmake ninja-build pkg-config clang-format ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev nlohmann-json3-dev
   prometheus-cpp-dev libsystemd-dev prometheus systemd python3-yaml libucx-dev
