@@ -202,7 +202,9 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
                    from.send->device,
                    to.recv->device};
   // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
-  if (planned->bytes <= now_budget_) {
+  // Only between host memory: the progress thread cannot touch GPU memory.
+  if (planned->bytes <= now_budget_ && copy.src_device == kHostMemory &&
+      copy.dst_device == kHostMemory) {
     now_budget_ -= planned->bytes;
     now_.push_back(copy);
     count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, planned->bytes, false);

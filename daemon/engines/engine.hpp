@@ -130,13 +130,14 @@ class Engine {
   // Whether a copy may still touch its memory after the engine reported it (then CopyRequest's
   // owners must be filled).
   virtual bool outlives_its_completions() const { return false; }
-  // Copies cheaper to do on the calling thread at once than to hand over (the host engine's
-  // memcpy of small blocks costs less than waking a worker and retiring its completion later):
-  // how many bytes of one submission may go to copy_now(); 0 where there are none (GPU engines).
-  virtual uint64_t copy_now_budget() const { return 0; }
-  // Copies `copies` before returning; no completion comes for them. Callers keep each
-  // submission's within copy_now_budget(); an engine whose budget is 0 throws std::logic_error.
-  virtual void copy_now(std::span<const CopyRequest> copies);
+  // Copies between host memory cheaper to do on the calling thread at once than to hand over
+  // (a memcpy of a small block costs less than waking a host-engine worker, or a copy engine's
+  // round trip, and retiring the completion later): how many bytes of one submission's copies
+  // may go to copy_now() (`--inline-bytes`, every engine).
+  uint64_t copy_now_budget() const { return copy_now_budget_; }
+  // Copies `copies`, each between host memory, before returning; no completion comes for them.
+  // Callers keep each submission's within copy_now_budget().
+  void copy_now(std::span<const CopyRequest> copies);
 
   // Host memory the engine will copy from or to: pinned if the engine needs it (DMA); the
   // returned handle unpins it when the last copy is dropped. The host engine needs nothing.
@@ -147,13 +148,19 @@ class Engine {
   // stream memory operation on a signalling stream of that device). Throws iris::Error
   // kEngineError when the write could not be issued: the caller's stream would wait for it.
   virtual void write_device_word(int device, std::byte* address, uint32_t value);
+
+ protected:
+  explicit Engine(uint64_t copy_now_budget) : copy_now_budget_(copy_now_budget) {}
+
+ private:
+  uint64_t copy_now_budget_;
 };
 
 struct EngineOptions {
   std::string kind = "auto";  // auto | hsa | cuda | host
   uint32_t workers = 2;       // host engine: worker threads, each one "engine"
-  // Host engine: a submission's copies run on the caller (copy_now) while their total stays this
-  // small.
+  // Every engine: a submission's copies between host memory run on the caller (copy_now) while
+  // their total stays this small.
   uint64_t inline_bytes = 256 * 1024;
   uint64_t chunk_bytes = 1 << 20;  // host engine: large copies split into chunks this big
   // cuda engine: a copy at least this large is split into one piece per copy engine of its

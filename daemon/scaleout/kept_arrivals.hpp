@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "daemon/scaleout/staged_data.hpp"
+#include "daemon/scaleout/staging_pool.hpp"
 
 namespace iris::daemon {
 

@@ -61,8 +61,8 @@ ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler,
     : config_(config),
       scheduler_(scheduler),
       comms_(comms),
-      engine_(engine),
       loop_(loop),
+      staging_(engine, kStagingCachedBytes),
       book_(config.socket_path + ".nodes") {
   scheduler_.set_remote_nodes(this);
 }
@@ -418,7 +418,7 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     // rank's buffer meanwhile, so the copy adds no latency.
     std::shared_ptr<StagedData> staged;
     try {
-      staged = std::make_shared<StagedData>(engine_, hi - lo);
+      staged = staging_.take(hi - lo);
     } catch (const Error& e) {
       scheduler_.end_network(cookie, e.code(), e.message());
       continue;
@@ -831,7 +831,7 @@ void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::No
   }
   std::shared_ptr<StagedData> staged;
   try {
-    staged = std::make_shared<StagedData>(engine_, a.data_bytes());
+    staged = staging_.take(a.data_bytes());
   } catch (const Error& e) {
     count_received();
     scheduler_.arrive_remote(comm, rank, a.seq(), std::nullopt, e.code(),

@@ -37,6 +37,7 @@
 #include "daemon/scaleout/kept_arrivals.hpp"
 #include "daemon/scaleout/node_address_book.hpp"
 #include "daemon/scaleout/seq_set.hpp"
+#include "daemon/scaleout/staging_pool.hpp"
 #include "daemon/scaleout/ucx_worker.hpp"
 
 namespace iris::v1 {
@@ -164,8 +165,11 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   const Config& config_;
   CollectiveScheduler& scheduler_;
   CommunicatorRegistry& comms_;
-  Engine& engine_;
   ProgressLoop& loop_;
+  // Pinned blocks kept for reuse once released: a message's worth of blocks for a busy job's
+  // collectives, and 64 MiB pinned at most while idle.
+  static constexpr uint64_t kStagingCachedBytes = 64ull << 20;
+  StagingPool staging_;  // before worker_: what UCX still sends lives in it
   std::unique_ptr<UcxWorker> worker_;
   NodeAddressBook book_;
   std::unordered_map<uint64_t, CommState> states_;    // by communicator id

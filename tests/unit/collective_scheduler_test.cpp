@@ -189,6 +189,8 @@ TEST_F(Scheduler, ACollectiveOfSmallBlocksCompletesInsideTheLastArrival) {
 // threaded host engine cannot show a completion order deterministically.
 class SteppedEngine final : public Engine {
  public:
+  // `copy_now_budget`: bytes of a submission's copies between host memory done at once.
+  explicit SteppedEngine(uint64_t copy_now_budget = 0) : Engine(copy_now_budget) {}
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override {
     queued.insert(queued.end(), copies.begin(), copies.end());
@@ -219,6 +221,37 @@ class SteppedEngine final : public Engine {
  private:
   EngineDescription description_{"stepped", "test", {}, "", "", ""};
 };
+
+// On a GPU engine too, copies between host memory within the budget are done at once (a memcpy
+// beats a copy engine's round trip); a copy touching GPU memory still goes to the engine. Here
+// rank 1's receive buffer counts as GPU memory: the three blocks bound for it are the engine's,
+// the six others are done at once, and ranks 0 and 2 complete only once their blocks reached
+// rank 1 too.
+TEST_F(Scheduler, OnAGpuEngineOnlyCopiesBetweenHostMemoryAreDoneAtOnce) {
+  SteppedEngine stepped(1024);
+  schedule_on(stepped);
+  auto arrive_on_gpu_for = [&](uint32_t rank, uint32_t gpu_rank) {
+    ValidatedRequest p = plan(rank, 8);
+    if (rank == gpu_rank) p.recv->device = 0;
+    scheduler->arrive(comm, rank, 1, {rank, 0, 1}, std::move(p), ErrorCode::kOk);
+  };
+  for (uint32_t r = 0; r < kRanks; ++r) arrive_on_gpu_for(r, 1);
+  ASSERT_EQ(stepped.queued.size(), kRanks);
+  for (const CopyRequest& c : stepped.queued) {
+    EXPECT_EQ(c.dst_device, 0);
+    EXPECT_TRUE(c.dst >= recv[1].data() && c.dst < recv[1].data() + recv[1].size())
+        << "only copies into rank 1's GPU buffer go to the engine";
+  }
+  EXPECT_TRUE(completions.empty()) << "every rank's block still has to reach rank 1";
+  for (uint32_t r : {0u, 2u}) expect_gathered(r, 8);
+  run_all(stepped);
+  ASSERT_EQ(completions.size(), kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(completions[r], ErrorCode::kOk);
+    expect_gathered(r, 8);
+  }
+  EXPECT_TRUE(comm.in_flight.empty());
+}
 
 TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
   // Its wait() returning hands the send buffer back to the rank: no copy may still read it.

@@ -24,7 +24,7 @@ namespace {
 // one region per import, and writes done flags there.
 class PlainMemoryEngine final : public Engine {
  public:
-  PlainMemoryEngine() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  PlainMemoryEngine() : Engine(0), fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
   ~PlainMemoryEngine() override { ::close(fd_); }
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override {

@@ -29,7 +29,7 @@ class FlagWriteFailsEngine final : public Engine {
   void write_device_word(int, std::byte*, uint32_t) override {
     throw Error(ErrorCode::kEngineError, "injected: the signalling stream is broken");
   }
-  FlagWriteFailsEngine() { ::socketpair(AF_UNIX, SOCK_STREAM, 0, fd_); }
+  FlagWriteFailsEngine() : Engine(0) { ::socketpair(AF_UNIX, SOCK_STREAM, 0, fd_); }
   ~FlagWriteFailsEngine() override {
     ::close(fd_[0]);
     ::close(fd_[1]);

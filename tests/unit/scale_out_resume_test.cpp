@@ -70,10 +70,11 @@ class KeptArrivalsTest : public ::testing::Test {
     a.seq = seq;
     a.rank = rank;
     a.header = std::to_string(node) + "/" + std::to_string(seq) + "/" + std::to_string(rank);
-    if (bytes > 0) a.data = std::make_shared<StagedData>(engine, bytes);
+    if (bytes > 0) a.data = staging.take(bytes);
     return a;
   }
   HostEngine engine{EngineOptions{}, "test"};
+  StagingPool staging{engine, 0};
 };
 
 TEST_F(KeptArrivalsTest, ANodeGetsAgainWhatItsRanksDidNotCompleteAndNothingElse) {

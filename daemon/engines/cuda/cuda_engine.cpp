@@ -34,7 +34,8 @@ std::unique_ptr<CudaEngine> CudaEngine::create(const cuda::Driver& driver,
 }
 
 CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options, std::string reason)
-    : cu_(driver),
+    : Engine(options.inline_bytes),
+      cu_(driver),
       event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       split_bytes_(options.split_bytes) {
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));

@@ -18,7 +18,9 @@ struct HostEngine::Job {
 };
 
 HostEngine::HostEngine(const EngineOptions& options, std::string reason)
-    : options_(options), event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    : Engine(options.inline_bytes),
+      options_(options),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   if (options_.workers == 0) options_.workers = 1;
   if (options_.chunk_bytes == 0) options_.chunk_bytes = 1 << 20;
@@ -64,11 +66,6 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
   } else if (queued > 1) {
     queue_cv_.notify_all();
   }
-}
-
-void HostEngine::copy_now(std::span<const CopyRequest> copies) {
-  for (const CopyRequest& copy : copies)
-    if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
 }
 
 void HostEngine::worker_main() {

@@ -22,8 +22,6 @@ class HostEngine final : public Engine {
 
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override;
-  uint64_t copy_now_budget() const override { return options_.inline_bytes; }
-  void copy_now(std::span<const CopyRequest> copies) override;
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
 

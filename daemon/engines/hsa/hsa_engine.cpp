@@ -69,7 +69,8 @@ std::unique_ptr<HsaEngine> HsaEngine::create(const EngineOptions& options,
 
 HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const EngineOptions& options,
                      std::string reason)
-    : hsa_(hsa),
+    : Engine(options.inline_bytes),
+      hsa_(hsa),
       hip_(hip),
       copy_timeout_ms_(options.copy_timeout_ms),
       signals_(hsa),
