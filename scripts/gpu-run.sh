@@ -193,6 +193,9 @@ if want cpu; then
   BENCH_BUNDLE=.gpu timeout 1200 scripts/bench.sh 4 $((1 << 20)) >"$out/cpu_bench.md" 2>&1
   # Across nodes: three host-engine daemons as three nodes, against Open MPI.
   BENCH_BUNDLE=.gpu timeout 300 scripts/bench-scale-out.sh $((1 << 20)) >"$out/cpu_scale_out.md" 2>&1
+  # Like for like: Open MPI over the loopback TCP that the daemons' UCX uses on one machine.
+  MPI_OVER_TCP=1 BENCH_BUNDLE=.gpu timeout 300 scripts/bench-scale-out.sh $((1 << 16)) \
+    >"$out/cpu_scale_out_tcp.md" 2>&1
 fi
 if want compare && [ -d .gpu-old ]; then
   timeout 900 scripts/bench-compare.sh .gpu-old .gpu 5 >"$out/compare.md" 2>&1
@@ -215,6 +218,7 @@ fi
 if want cpu; then
   echo "-- host engine on this host's CPU against Open MPI"; cat "$out/cpu_bench.md"
   echo "-- across nodes (3 daemons on this host) against Open MPI"; cat "$out/cpu_scale_out.md"
+  echo "-- the same, Open MPI over loopback TCP as the daemons' UCX"; cat "$out/cpu_scale_out_tcp.md"
 fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
