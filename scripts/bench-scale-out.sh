@@ -35,7 +35,10 @@ if [ "${MPI_OVER_TCP:-0}" = 1 ]; then
   mpi+=(--mca pml ob1 --mca btl tcp,self)
   mpi_path="loopback TCP"
 fi
-echo "- $nodes irisd as $nodes nodes, $per_node ranks each; irisd ${IRISD_ARGS:-(defaults)}, $(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1) over $mpi_path, UCX $(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')"
+ucx=$(ucx_info -v 2>/dev/null | head -1 | awk '{print $3}')
+echo "- $nodes irisd as $nodes nodes, $per_node ranks each; irisd ${IRISD_ARGS:-(defaults)}," \
+  "$(uname -sr), $(nproc) cores, $(mpirun --version 2>/dev/null | head -1) over $mpi_path," \
+  "UCX ${ucx:-(version unknown: no ucx_info)}"
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
 list=$(IFS=,; echo "${node_sockets[*]}")
 "${mpi[@]}" "$bench" --sockets "$list" --min-bytes 64 \
