@@ -4,8 +4,9 @@
 // runtimes pin), and reused: pinning is a driver call each way (the CUDA engine's
 // cuMemHostRegister and cuMemHostUnregister), which made a 64-byte collective across two nodes
 // take 150-200 us on the cuda engine against 16-20 us on the host engine (H200 host, 16 cores).
-// Released blocks stay pinned, by power-of-two size, up to a bound of bytes kept; past it they
-// are unpinned and freed.
+// Blocks come in power-of-two sizes; a miss pins a slab of its size's blocks at once (up to
+// 256 KiB), and released blocks stay pinned for reuse up to a bound of bytes kept. A slab is
+// unpinned and freed with the last of its blocks.
 #pragma once
 
 #include <cstddef>
@@ -28,7 +29,8 @@ struct StagedData {
 
 class StagingPool {
  public:
-  // `max_cached_bytes`: pinned memory kept for reuse once released.
+  // `max_cached_bytes`: released blocks kept pinned for reuse up to this many bytes (a new slab's
+  // spare blocks are kept whatever the bound).
   StagingPool(Engine& engine, uint64_t max_cached_bytes);
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
@@ -38,18 +40,20 @@ class StagingPool {
   // kLimitExceeded when the memory cannot be had, or the engine's error when it cannot be pinned.
   std::shared_ptr<StagedData> take(uint64_t bytes);
 
-  // Blocks pinned so far, and bytes kept for reuse now: what tests and the pool's why-note rest on.
-  uint64_t pinned_blocks() const;
+  // Pin calls so far (one per slab), and bytes kept for reuse now.
+  uint64_t pins() const;
   uint64_t cached_bytes() const;
 
  private:
+  struct Slab;
   struct Block {
     std::byte* data = nullptr;
     uint64_t capacity = 0;
-    std::shared_ptr<void> pin;
+    std::shared_ptr<Slab> slab;  // null: none taken
   };
   struct Shared;
-  static void free_block(Block& block);
+  // A new slab of `capacity`-byte blocks, pinned. Throws iris::Error.
+  std::vector<Block> pin_slab(uint64_t capacity);
 
   std::shared_ptr<Shared> shared_;  // outlives the pool while any block is out
 };
