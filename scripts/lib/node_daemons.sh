@@ -7,7 +7,8 @@ start_node_daemons() {
   node_sockets=() node_pids=()
   for ((n = 0; n < count; n++)); do
     # shellcheck disable=SC2086
-    "$irisd" --socket "$dir/node$n.sock" --engine "${NODE_ENGINE:-host}" ${IRISD_ARGS:-} >"$dir/node$n.log" 2>&1 &
+    "$irisd" --socket "$dir/node$n.sock" --engine "${NODE_ENGINE:-host}" ${IRISD_ARGS:-} \
+      >"$dir/node$n.log" 2>&1 &
     node_pids+=($!)
     node_sockets+=("$dir/node$n.sock")
   done
