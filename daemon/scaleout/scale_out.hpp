@@ -166,8 +166,8 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   CollectiveScheduler& scheduler_;
   CommunicatorRegistry& comms_;
   ProgressLoop& loop_;
-  // Pinned blocks kept for reuse once released: a message's worth of blocks for a busy job's
-  // collectives, and 64 MiB pinned at most while idle.
+  // Released blocks kept pinned for reuse: plenty for a busy job's messages, and about 64 MiB
+  // pinned while idle (plus the unused rest of at most one slab per block size).
   static constexpr uint64_t kStagingCachedBytes = 64ull << 20;
   StagingPool staging_;  // before worker_: what UCX still sends lives in it
   std::unique_ptr<UcxWorker> worker_;

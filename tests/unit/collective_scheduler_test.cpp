@@ -101,6 +101,15 @@ class Scheduler : public ::testing::Test {
     }
   }
 
+  // Every rank completed well (else its reason is shown) and holds every rank's block.
+  void expect_every_rank_gathered(uint64_t bytes) {
+    ASSERT_EQ(completions.size(), kRanks);
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(completions[r], ErrorCode::kOk) << reasons[r];
+      expect_gathered(r, bytes);
+    }
+  }
+
   void expect_gathered(uint32_t rank, uint64_t bytes) {
     for (uint32_t src = 0; src < kRanks; ++src)
       for (uint64_t i = 0; i < bytes; ++i)
@@ -126,11 +135,7 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
   ASSERT_EQ(comm.in_flight.size(), 1u);
   arrive(1, 1, 10000);
   drain_until(kRanks);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 10000);
-  }
+  expect_every_rank_gathered(10000);
   EXPECT_TRUE(comm.in_flight.empty());
   EXPECT_EQ(stats
                 .collectives[static_cast<uint32_t>(CollectiveKind::kAllGather)]
@@ -159,11 +164,7 @@ TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
   EXPECT_EQ(completions.size(), 1u);
   EXPECT_EQ(completions.count(0), 1u) << "rank 0's blocks all landed at once";
   drain_until(kRanks);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 8);
-  }
+  expect_every_rank_gathered(8);
   const DeviceCounters& host = stats.devices[device_slot(kHostMemory, kHostMemory)];
   EXPECT_EQ(host.copies_total.load(), kRanks * kRanks);
   EXPECT_EQ(host.compute_unit_bytes_total.load(), kRanks * kRanks * 8);
@@ -175,11 +176,7 @@ TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
 // completion at all.
 TEST_F(Scheduler, ACollectiveOfSmallBlocksCompletesInsideTheLastArrival) {
   for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 1, 2);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 2);
-  }
+  expect_every_rank_gathered(2);
   EXPECT_TRUE(comm.in_flight.empty());
   std::vector<CopyCompletion> none;
   EXPECT_EQ(engine->poll(none), 0u);
@@ -245,11 +242,7 @@ TEST_F(Scheduler, OnAGpuEngineOnlyCopiesBetweenHostMemoryAreDoneAtOnce) {
   EXPECT_TRUE(completions.empty()) << "every rank's block still has to reach rank 1";
   for (uint32_t r : {0u, 2u}) expect_gathered(r, 8);
   run_all(stepped);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 8);
-  }
+  expect_every_rank_gathered(8);
   EXPECT_TRUE(comm.in_flight.empty());
 }
 
@@ -282,11 +275,7 @@ TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
                           [&](const CopyRequest& c) { return c.src == rank0_send; }));
   EXPECT_EQ(completions.count(0), 0u) << "rank 0 completed while copies still read its send buffer";
   run_where([](const CopyRequest&) { return true; });
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 64);
-  }
+  expect_every_rank_gathered(64);
 }
 
 // Copies in flight are found by cookie (a slot and its generation): a completion an engine
@@ -315,11 +304,7 @@ TEST_F(Scheduler, AStaleOrUnknownCookieCountsForNoCopy) {
   EXPECT_TRUE(completions.empty()) << "a stale completion finished a copy of seq 2";
   EXPECT_EQ(stats.devices[0].copies_total.load(), copies_before);
   run_all(stepped);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk) << reasons[r];
-    expect_gathered(r, 64);
-  }
+  expect_every_rank_gathered(64);
 }
 
 TEST_F(Scheduler, ZeroByteCollectiveCompletesEveryRank) {
@@ -359,11 +344,7 @@ TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
     for (uint32_t r = 0; r < kRanks; ++r)
       EXPECT_FALSE(c.src == send[r].data() && c.dst == recv[r].data() + r * 8);
   run_all(stepped);
-  ASSERT_EQ(completions.size(), kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, 8);
-  }
+  expect_every_rank_gathered(8);
 }
 
 TEST_F(Scheduler, SizeMismatchFailsEveryRankIncludingLateOnes) {
