@@ -10,7 +10,9 @@ different irisd daemons (one per node) make a communicator across nodes: the gro
 carries the daemons' addresses and a secret rank 0 makes (docs/SCALE-OUT.md). Collectives run on a
 stream of the group's own, ordered after the caller's current stream; a blocking call makes the
 current stream wait for it, an async one (async_op=True) returns a Work whose wait() does that,
-as NCCL's does. The host never waits for the data.
+as NCCL's does. A blocking call on a created stream goes on that stream itself (the same order,
+without the group's stream and its events: a few microseconds less of the host's time per
+call). The host never waits for the data.
 
 What irisd does on copy engines: all_gather_into_tensor, all_gather, all_to_all_single (equal
 and uneven splits), all_to_all, broadcast, gather, scatter, barrier. Reductions are irisd's
@@ -149,26 +151,33 @@ def _ranks_share_a_gpu(store, rank, size):
 
 
 class Work(dist.Work):
-    """An irisd collective on the group's stream: wait() orders the caller's current stream
-    after it (the host does not wait), synchronize() waits on the host."""
+    """An irisd collective ordered on a stream: wait() orders the caller's current stream after
+    it (the host does not wait), synchronize() waits on the host. `done` is the event recorded
+    after it, or the stream it was issued on (a blocking call issued on the caller's own
+    stream), or None (finished when the call returned)."""
 
-    def __init__(self, group, event, result):
+    def __init__(self, group, done, result):
         super().__init__()
-        self._group, self._event, self._result = group, event, result
+        self._group, self._done, self._result = group, done, result
 
     def wait(self, timeout=None):
-        if self._event is not None:
-            torch.cuda.current_stream(self._event.device).wait_event(self._event)
+        done = self._done
+        if isinstance(done, torch.cuda.Event):
+            torch.cuda.current_stream(done.device).wait_event(done)
+        elif done is not None:
+            current = torch.cuda.current_stream(done.device)
+            if current != done:
+                current.wait_stream(done)
         self._group._raise_failures(block=False)
         return True
 
     def synchronize(self):
-        if self._event is not None:
-            self._event.synchronize()
+        if self._done is not None:
+            self._done.synchronize()
         self._group._raise_failures(block=True)
 
     def is_completed(self):
-        return self._event is None or self._event.query()
+        return self._done is None or self._done.query()
 
     def is_success(self):
         return self.is_completed()
@@ -287,6 +296,13 @@ class IrisProcessGroup(dist.ProcessGroup):
                 and not torch.cuda.is_current_stream_capturing()):
             body(_OnHost(current))  # the torch ops on the current stream, irisd's calls waited for
             return Work(self, current.record_event(), result if result is not None else tensors)
+        if not async_op and purpose == "collectives" and current.cuda_stream != 0:
+            # A blocking call on a created stream: irisd's call goes on the caller's stream
+            # itself, the order the group's stream and two events would give (after the stream's
+            # work, before what follows it) without the events and the allocator's
+            # record_stream. The legacy default stream cannot order irisd's calls.
+            self._pending.extend(r for r in body(current) if r is not None)
+            return Work(self, current, result if result is not None else tensors)
         stream, after_current = self._stream(device, purpose)
         after_current.record(current)
         stream.wait_event(after_current)

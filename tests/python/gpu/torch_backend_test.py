@@ -195,6 +195,31 @@ def rank_main(rank, nranks, alloc, seed):
 
             run(mode, lambda a: dist.barrier(async_op=a))
 
+    # Blocking calls on a created stream, with nothing waited for on the host between them: the
+    # fill before each call and the sum after it are ordered with it by the stream alone. On
+    # streams (not waiting on the host) the group issues them on that stream itself: it makes
+    # no stream of its own for them.
+    fresh = dist.new_group(list(range(nranks)))
+    own = torch.cuda.Stream()
+    own.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(own), tensor_alloc():
+        x = torch.empty(1024, device="cuda")
+        out = torch.empty(nranks * 1024, device="cuda")
+        acc = torch.zeros_like(out)
+        for i in range(20):
+            x.fill_(100 * rank + i)
+            dist.all_gather_into_tensor(out, x, group=fresh)
+            acc += out
+    own.synchronize()
+    check("20 blocking all-gathers ordered by the caller's stream alone", acc,
+          torch.cat([torch.full((1024,), float(sum(100 * r + i for i in range(20))))
+                     for r in range(nranks)]))
+    streams = getattr(fresh, "_streams", None)
+    if streams is None:
+        failures.append("the new group is not the irisd group: cannot see its streams")
+    elif mode == "stream" and streams:
+        failures.append(f"blocking calls on a created stream made the group's streams {streams}")
+
     # CPU tensors go to gloo.
     cpu = torch.arange(5, dtype=torch.float32) + 10 * rank
     cpu_out = torch.empty(5 * nranks)
