@@ -3,8 +3,8 @@ iris-gpu-bench --mode submit measures the C++ one: 2000 calls enqueued on one st
 waited) while timing, then synchronized; one rank. Three ways in: the ctypes binding on tensors
 registered by hand (register_tensor), the same on tensors never registered (libiris's first-use
 registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "irisd"
-backend (async_op=True, so both are enqueue-only), with NCCL's backend through the same call as
-the baseline. Then where the backend's time goes: the group's own method called directly (what
+backend, with async_op=True and blocking (both enqueue-only: a blocking call makes the stream,
+not the host, wait), with NCCL's backend through the same calls as the baseline. Then where the backend's time goes: the group's own method called directly (what
 torch.distributed's wrapper adds is the difference), and with --profile a cProfile of the
 backend's calls (its own overhead inflates every figure; read the order, not the values).
 Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY and torch with CUDA.
@@ -57,10 +57,13 @@ with tempfile.NamedTemporaryFile() as store:
                             world_size=1)
     nccl = dist.new_group([0], backend="nccl")
     with torch.cuda.stream(stream):
-        timed("torch.distributed backend irisd, all_gather_into_tensor",
-              lambda: dist.all_gather_into_tensor(v, u, async_op=True), stream)
-        timed("torch.distributed backend nccl (baseline), all_gather_into_tensor",
-              lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=True), stream)
+        for async_op in (True, False):
+            form = "async_op=True" if async_op else "blocking"
+            timed(f"torch.distributed backend irisd, all_gather_into_tensor, {form}",
+                  lambda: dist.all_gather_into_tensor(v, u, async_op=async_op), stream)
+            timed(f"torch.distributed backend nccl (baseline), all_gather_into_tensor, {form}",
+                  lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=async_op),
+                  stream)
         with tempfile.NamedTemporaryFile() as own_store:
             iris_group = irisd.distributed.IrisProcessGroup(dist.FileStore(own_store.name, 1), 0,
                                                             1, timedelta(seconds=60))

@@ -39,6 +39,7 @@ namespace iris::cuda {
   X(cuUserObjectCreate) \
   X(cuGraphRetainUserObject) \
   X(cuMemcpyAsync) \
+  X(cuMemcpyDtoDAsync) \
   X(cuIpcGetMemHandle) \
   X(cuIpcOpenMemHandle) \
   X(cuIpcCloseMemHandle) \
