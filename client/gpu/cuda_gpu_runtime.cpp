@@ -128,11 +128,9 @@ class CudaRuntime final : public GpuRuntime {
     return value;
   }
   void copy_async(void* stream, void* dst, const void* src, std::size_t bytes) override {
-    // Device to device by name: cuMemcpyAsync would first ask the driver what both pointers are.
-    check(cu_.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst),
-                                reinterpret_cast<CUdeviceptr>(src), bytes,
-                                static_cast<CUstream>(stream)),
-          "cuMemcpyDtoDAsync (own block)");
+    check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
+                            bytes, static_cast<CUstream>(stream)),
+          "cuMemcpyAsync (own block)");
   }
   void write_value(void* stream, uint64_t address, uint32_t value) override {
     check(cu_.cuStreamWriteValue32(static_cast<CUstream>(stream), address, value,

@@ -39,7 +39,6 @@ namespace iris::cuda {
   X(cuUserObjectCreate) \
   X(cuGraphRetainUserObject) \
   X(cuMemcpyAsync) \
-  X(cuMemcpyDtoDAsync) \
   X(cuIpcGetMemHandle) \
   X(cuIpcOpenMemHandle) \
   X(cuIpcCloseMemHandle) \
