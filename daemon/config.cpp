@@ -42,7 +42,8 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option(
          "--inline-bytes", c.engine.inline_bytes,
          "every engine: a submission's copies between host memory run on the progress thread "
-         "while their total stays within this many bytes; the rest go to the engine")
+         "while their total stays within this many bytes (a larger one: up to its equal share "
+         "beside the engine's workers); the rest go to the engine")
       ->capture_default_str();
   app.add_option("--chunk-bytes", c.engine.chunk_bytes, "host engine: chunk size of large copies")
       ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 30))

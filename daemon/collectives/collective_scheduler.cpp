@@ -152,19 +152,46 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
 
 std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
                                                            uint32_t rank) {
-  batch_.clear();
-  now_.clear();
-  now_budget_ = engine_.copy_now_budget();
+  planned_.clear();
   std::optional<PlanError> bad;
   ArrivedRank& arrived = c.ranks.at(rank);
   for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
     const uint32_t j = it->first;
     if (!it->second.request) continue;
-    bad = add_pair(comm, c, rank, arrived, j, it->second);
-    if (!bad && j != rank) bad = add_pair(comm, c, j, it->second, rank, arrived);
+    bad = plan_copy(comm, rank, arrived, j, it->second);
+    if (!bad && j != rank) bad = plan_copy(comm, j, it->second, rank, arrived);
   }
-  // Copies already planned must run (and complete) even when a later pair disagreed. The
-  // engine's share first, so that its workers start while this thread copies its own.
+  // Copies already planned run (and complete) even when a later pair disagreed.
+  uint64_t total = 0;
+  for (const PairCopy& p : planned_) total += p.copy.bytes;
+  uint64_t now_left = engine_.copy_now_share(total);
+  batch_.clear();
+  now_.clear();
+  for (PairCopy& p : planned_) {
+    CopyRequest& copy = p.copy;
+    const std::size_t device = device_slot(copy.src_device, copy.dst_device);
+    // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
+    // Only between host memory: the progress thread cannot touch GPU memory.
+    if (copy.bytes <= now_left && copy.src_device == kHostMemory &&
+        copy.dst_device == kHostMemory) {
+      now_left -= copy.bytes;
+      now_.push_back(copy);
+      count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, copy.bytes, false);
+      continue;
+    }
+    copy.cookie = add_tag(CopyTag{&comm, &c, p.src, p.dst, device});
+    add_from_loop(stats_.devices[device].copies_in_flight, 1);
+    ++p.from->copies_touching;
+    if (p.dst != p.src) ++p.to->copies_touching;
+    ++c.total_in_flight;
+    if (fill_owners_) {
+      copy.src_owner = p.from->request->send;
+      copy.dst_owner = p.to->request->recv;
+    }
+    batch_.push_back(std::move(copy));
+  }
+  planned_.clear();
+  // The engine's share first, so that its workers start while this thread copies its own.
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
@@ -176,9 +203,9 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   return bad;
 }
 
-std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Collective& c,
-                                                       uint32_t src, ArrivedRank& from_rank,
-                                                       uint32_t dst, ArrivedRank& to_rank) {
+std::optional<PlanError> CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src,
+                                                        ArrivedRank& from_rank, uint32_t dst,
+                                                        ArrivedRank& to_rank) {
   // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
   if (!comm.is_local(dst)) return std::nullopt;
   const ValidatedRequest& from = *from_rank.request;
@@ -194,32 +221,10 @@ std::optional<PlanError> CollectiveScheduler::add_pair(Communicator& comm, Colle
                      "rank " + std::to_string(src) + "'s data from its node does not hold the " +
                          std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
                          " needs"};
-  const std::size_t device = device_slot(from.send->device, to.recv->device);
-  CopyRequest copy{from.send->base + planned->src_offset,
-                   to.recv->base + planned->dst_offset,
-                   planned->bytes,
-                   0,
-                   from.send->device,
-                   to.recv->device};
-  // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
-  // Only between host memory: the progress thread cannot touch GPU memory.
-  if (planned->bytes <= now_budget_ && copy.src_device == kHostMemory &&
-      copy.dst_device == kHostMemory) {
-    now_budget_ -= planned->bytes;
-    now_.push_back(copy);
-    count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, planned->bytes, false);
-    return std::nullopt;
-  }
-  copy.cookie = add_tag(CopyTag{&comm, &c, src, dst, device});
-  add_from_loop(stats_.devices[device].copies_in_flight, 1);
-  ++from_rank.copies_touching;
-  if (dst != src) ++to_rank.copies_touching;
-  ++c.total_in_flight;
-  if (fill_owners_) {
-    copy.src_owner = from.send;
-    copy.dst_owner = to.recv;
-  }
-  batch_.push_back(std::move(copy));
+  planned_.push_back(PairCopy{
+      CopyRequest{from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
+                  planned->bytes, 0, from.send->device, to.recv->device},
+      src, dst, &from_rank, &to_rank});
   return std::nullopt;
 }
 

@@ -122,11 +122,13 @@ class CollectiveScheduler final : public Poller {
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Issues the copies between `rank` and every rank already arrived; the first disagreement
-  // found instead, after issuing what came before it. Copies within the engine's copy_now_budget
-  // are done before it returns, untracked; the others complete through poll().
+  // found instead, after issuing what came before it. Copies between host memory within the
+  // engine's copy_now_share of the arrival are done before it returns, untracked; the others
+  // complete through poll().
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
-  std::optional<PlanError> add_pair(Communicator& comm, Collective& c, uint32_t src,
-                                    ArrivedRank& from_rank, uint32_t dst, ArrivedRank& to_rank);
+  // Adds the copy from `src`'s send buffer to `dst`'s receive buffer, if any, to planned_.
+  std::optional<PlanError> plan_copy(const Communicator& comm, uint32_t src, ArrivedRank& from_rank,
+                                     uint32_t dst, ArrivedRank& to_rank);
   void fail(Collective& c, ErrorCode code, const std::string& why);
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
@@ -170,9 +172,14 @@ class CollectiveScheduler final : public Poller {
     std::size_t device;
   };
   std::unordered_map<uint64_t, Staging> staging_;
+  struct PairCopy {
+    CopyRequest copy;
+    uint32_t src, dst;
+    ArrivedRank *from, *to;
+  };
+  std::vector<PairCopy> planned_;   // an arrival's copies, before they are split
   std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
   std::vector<CopyRequest> now_;    // and those it copies at once (Engine::copy_now)
-  uint64_t now_budget_ = 0;
   std::vector<CopyCompletion> completions_;
 };
 

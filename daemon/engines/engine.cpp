@@ -2,8 +2,8 @@
 // the checks every GPU engine runs on what a client exported before it opens anything.
 #include "daemon/engines/engine.hpp"
 
+#include <algorithm>
 #include <cstring>
-
 #include <stdexcept>
 
 #include "iris/error.hpp"
@@ -40,6 +40,11 @@ ImportedMemory Engine::import_device_memory(const DeviceBufferExport&) {
               "the '" + description().name +
                   "' engine cannot use GPU buffers: run irisd with --engine hsa (AMD) or "
                   "--engine cuda (NVIDIA) on a GPU node");
+}
+
+uint64_t Engine::copy_now_share(uint64_t total) const {
+  if (total <= copy_now_budget_) return total;
+  return std::min(copy_now_budget_, total / (uint64_t{copy_now_helpers_} + 1));
 }
 
 void Engine::copy_now(std::span<const CopyRequest> copies) {

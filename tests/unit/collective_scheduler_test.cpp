@@ -151,18 +151,17 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
 }
 
 // Copies within the engine's copy_now budget (16 bytes a submission here) are done before
-// arrive() returns and tracked by nothing: with 8-byte blocks the last rank's arrival copies two
-// of its five blocks at once and hands three to the workers. Rank 0, whose every copy was done at
-// once, completes inside that arrival; ranks 1 and 2 only once the workers' copies land. The
-// counters still see every copy, none of them left in flight.
+// arrive() returns and tracked by nothing: rank 0's own block at once, and every block bound
+// for rank 0 (the first of each later arrival, within its share). The ranks complete once the
+// workers' copies land; the counters still see every copy, none of them left in flight.
 TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
   arrive(0, 1, 8);  // its own block: copied at once
   EXPECT_EQ(recv[0][0], std::byte(0));
   EXPECT_FALSE(copies_in_flight());
-  arrive(1, 1, 8);  // 1->0, 0->1 at once (16 bytes); 1->1 to the workers
-  arrive(2, 1, 8);  // 2->0, 0->2 at once; 2->1, 1->2, 2->2 to the workers
-  EXPECT_EQ(completions.size(), 1u);
-  EXPECT_EQ(completions.count(0), 1u) << "rank 0's blocks all landed at once";
+  // Over the 16-byte budget, each arrival copies its share beside the 2 workers at once.
+  arrive(1, 1, 8);        // 24 bytes, a share of 8: 1->0 at once; 0->1 and 1->1 to the workers
+  arrive(2, 1, 8);        // 40 bytes, a share of 13: 2->0 at once; the four others to the workers
+  expect_gathered(0, 8);  // before any completion was polled
   drain_until(kRanks);
   expect_every_rank_gathered(8);
   const DeviceCounters& host = stats.devices[device_slot(kHostMemory, kHostMemory)];
@@ -186,8 +185,10 @@ TEST_F(Scheduler, ACollectiveOfSmallBlocksCompletesInsideTheLastArrival) {
 // threaded host engine cannot show a completion order deterministically.
 class SteppedEngine final : public Engine {
  public:
-  // `copy_now_budget`: bytes of a submission's copies between host memory done at once.
-  explicit SteppedEngine(uint64_t copy_now_budget = 0) : Engine(copy_now_budget) {}
+  // `copy_now_budget`: bytes of a submission's copies between host memory done at once;
+  // `helpers`: the threads said to share a larger submission.
+  explicit SteppedEngine(uint64_t copy_now_budget = 0, uint32_t helpers = 1)
+      : Engine(copy_now_budget, helpers) {}
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override {
     queued.insert(queued.end(), copies.begin(), copies.end());
@@ -218,6 +219,38 @@ class SteppedEngine final : public Engine {
  private:
   EngineDescription description_{"stepped", "test", {}, "", "", ""};
 };
+
+// A submission within the budget is copied at once whole; a larger one leaves the caller an
+// equal share beside the engine's helpers, never more than the budget.
+TEST(CopyNowShare, AllWithinTheBudgetThenAnEqualShareBesideTheHelpers) {
+  const SteppedEngine four_workers(256 << 10, 4);
+  EXPECT_EQ(four_workers.copy_now_share(0), 0u);
+  EXPECT_EQ(four_workers.copy_now_share(256 << 10), 256u << 10);
+  EXPECT_EQ(four_workers.copy_now_share((256 << 10) + 5), ((256u << 10) + 5) / 5);
+  EXPECT_EQ(four_workers.copy_now_share(960 << 10), 192u << 10);  // 8 ranks' last 64 KiB arrival
+  EXPECT_EQ(four_workers.copy_now_share(uint64_t{1} << 40), 256u << 10) << "capped by the budget";
+  EXPECT_EQ(SteppedEngine(0, 4).copy_now_share(4096), 0u) << "no budget, nothing at once";
+}
+
+// The third rank's arrival brings five 256-byte copies (1280 bytes) against a 1024-byte budget
+// and three helpers: one copy (its share, 320 bytes) is done at once, four go to the engine; the
+// two arrivals before fit the budget whole.
+TEST_F(Scheduler, AnArrivalOverTheBudgetCopiesOnlyItsShareAtOnce) {
+  SteppedEngine stepped(1024, 3);
+  schedule_on(stepped);
+  arrive(0, 1, 256);
+  arrive(1, 1, 256);
+  EXPECT_TRUE(stepped.queued.empty());
+  for (uint32_t r : {0u, 1u})
+    for (uint32_t src : {0u, 1u})
+      EXPECT_EQ(recv[r][src * 256 + 255], std::byte(src * 37 + 255)) << r << " from " << src;
+  arrive(2, 1, 256);
+  EXPECT_EQ(stepped.queued.size(), 4u);
+  EXPECT_TRUE(completions.empty()) << "every rank waits for a block the engine holds";
+  run_all(stepped);
+  expect_every_rank_gathered(256);
+  EXPECT_TRUE(comm.in_flight.empty());
+}
 
 // On a GPU engine too, copies between host memory within the budget are done at once (a memcpy
 // beats a copy engine's round trip); a copy touching GPU memory still goes to the engine. Here

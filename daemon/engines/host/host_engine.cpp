@@ -18,7 +18,7 @@ struct HostEngine::Job {
 };
 
 HostEngine::HostEngine(const EngineOptions& options, std::string reason)
-    : Engine(options.inline_bytes),
+    : Engine(options.inline_bytes, std::max<uint32_t>(options.workers, 1)),
       options_(options),
       event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (!event_fd_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
