@@ -125,21 +125,26 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
   check_owner();
   const auto deadline = deadline_after(resume_window + kAttachTimeout);
   wait_while_resuming(deadline);
-  try {
-    return call(request, what, fds, received);
-  } catch (const Error& e) {
-    // The connection broke under the call: if the session resumes, the call goes to the next
-    // irisd (the previous one's answer, if it made one, died with it).
-    if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
-    auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
-    // The watch may not have seen the hang-up yet.
-    for (auto pause = std::chrono::milliseconds(1);
-         up() && net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
-         pause = std::min(pause * 2, std::chrono::milliseconds(20)))
-      std::this_thread::sleep_for(pause);
-    wait_while_resuming(deadline);
-    if (!up()) throw;
-    return call(request, what, fds, received);
+  auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
+  for (;;) {
+    const uint64_t resumes = resumes_.load(std::memory_order_acquire);
+    try {
+      return call(request, what, fds, received);
+    } catch (const Error& e) {
+      // The connection broke under the call: if the session resumes, the call goes to the next
+      // irisd (the previous one's answer, if it made one, died with it), and so on while irisd
+      // keeps restarting within the deadline.
+      if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
+      // The watch may not have seen the hang-up yet.
+      for (auto pause = std::chrono::milliseconds(1);
+           up() && net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
+           pause = std::min(pause * 2, std::chrono::milliseconds(20)))
+        std::this_thread::sleep_for(pause);
+      wait_while_resuming(deadline);
+      // Only a session resumed since the call goes on: an irisd that is still there but did not
+      // answer may have done what was asked.
+      if (!up() || resumes_.load(std::memory_order_acquire) == resumes) throw;
+    }
   }
 }
 

@@ -195,6 +195,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   bool resuming() const { return link_.load(std::memory_order_acquire) == Link::kResuming; }
   enum class Link { kUp, kResuming, kGone };
   std::atomic<Link> link_{Link::kUp};
+  std::atomic<uint64_t> resumes_{0};  // sessions resumed so far (session_call retries after one)
   mutable std::mutex link_mutex_;
   mutable std::condition_variable link_changed_;
   std::string gone_why_;  // set before link_ becomes kGone
