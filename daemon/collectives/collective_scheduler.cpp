@@ -190,7 +190,6 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     }
     batch_.push_back(std::move(copy));
   }
-  planned_.clear();
   // The engine's share first, so that its workers start while this thread copies its own.
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,

@@ -130,16 +130,15 @@ class Engine {
   // Whether a copy may still touch its memory after the engine reported it (then CopyRequest's
   // owners must be filled).
   virtual bool outlives_its_completions() const { return false; }
-  // Copies between host memory cheaper to do on the calling thread at once than to hand over
+  // Copies between host memory are cheaper to do on the calling thread at once than to hand over
   // (a memcpy of a small block costs less than waking a host-engine worker, or a copy engine's
-  // round trip, and retiring the completion later): how many bytes of one submission's copies
-  // may go to copy_now() (`--inline-bytes`, every engine).
-  uint64_t copy_now_budget() const { return copy_now_budget_; }
-  // How many bytes of a submission of `total` bytes its caller copies at once: all of them while
-  // they fit the budget. Beyond it the rest goes to the engine, and the caller keeps no more than
-  // an equal share beside the engine's copy_now_helpers threads: it copies while they wake, but
-  // does not finish last (measured on 16 cores: 8 ranks of 64 KiB blocks waited for the progress
-  // thread copying up to the whole budget of each arrival alone).
+  // round trip, and retiring the completion later), up to a budget per submission
+  // (`--inline-bytes`, every engine). How many bytes of a submission of `total` bytes its caller
+  // copies at once: all of them while they fit the budget. Beyond it the rest goes to the engine,
+  // and the caller keeps no more than an equal share beside the engine's copy_now_helpers
+  // threads: it copies while they wake, but does not finish last (measured on 16 cores: 8 ranks
+  // of 64 KiB blocks waited for the progress thread copying up to the whole budget of each
+  // arrival alone).
   uint64_t copy_now_share(uint64_t total) const;
   // Copies `copies`, each between host memory, before returning; no completion comes for them.
   // Callers keep each submission's within copy_now_share().
