@@ -150,39 +150,69 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
   retire_if_done(comm, c);
 }
 
+// Inline: called for every pair of ranks as they arrive, its call cost as much as its work.
+inline bool CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src,
+                                           ArrivedRank& from_rank, uint32_t dst,
+                                           ArrivedRank& to_rank, std::optional<PlanError>& bad) {
+  // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
+  if (!comm.is_local(dst)) return true;
+  const ValidatedRequest& from = *from_rank.request;
+  const ValidatedRequest& to = *to_rank.request;
+  auto pair = plan_pair(from.args, src, to.args, dst);
+  if (auto* disagreed = std::get_if<PlanError>(&pair)) {
+    bad = std::move(*disagreed);
+    return false;
+  }
+  const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
+  if (!planned) return true;
+  // A local rank's ranges were checked against its buffers; another node's data is what came.
+  if (planned->src_offset > from.send->bytes ||
+      planned->bytes > from.send->bytes - planned->src_offset) {
+    bad = PlanError{ErrorCode::kInvalidArgument,
+                    "rank " + std::to_string(src) + "'s data from its node does not hold the " +
+                        std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
+                        " needs"};
+    return false;
+  }
+  planned_.push_back(PairCopy{from.send->base + planned->src_offset,
+                              to.recv->base + planned->dst_offset, planned->bytes,
+                              from.send->device, to.recv->device, src, dst, &from_rank, &to_rank});
+  return true;
+}
+
 std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
                                                            uint32_t rank) {
   planned_.clear();
   std::optional<PlanError> bad;
   ArrivedRank& arrived = c.ranks.at(rank);
-  for (auto it = c.ranks.begin(); it != c.ranks.end() && !bad; ++it) {
-    const uint32_t j = it->first;
-    if (!it->second.request) continue;
-    bad = plan_copy(comm, rank, arrived, j, it->second);
-    if (!bad && j != rank) bad = plan_copy(comm, j, it->second, rank, arrived);
+  for (auto& [j, other] : c.ranks) {
+    if (!other.request) continue;
+    if (!plan_copy(comm, rank, arrived, j, other, bad)) break;
+    if (j != rank && !plan_copy(comm, j, other, rank, arrived, bad)) break;
   }
   // Copies already planned run (and complete) even when a later pair disagreed.
   uint64_t total = 0;
-  for (const PairCopy& p : planned_) total += p.copy.bytes;
+  for (const PairCopy& p : planned_) total += p.bytes;
   uint64_t now_left = engine_.copy_now_share(total);
+  uint64_t now_bytes = 0;
   batch_.clear();
   now_.clear();
-  for (PairCopy& p : planned_) {
-    CopyRequest& copy = p.copy;
-    const std::size_t device = device_slot(copy.src_device, copy.dst_device);
+  for (const PairCopy& p : planned_) {
     // Done before start_copies returns: nothing to track, the ranks' completions need not wait.
     // Only between host memory: the progress thread cannot touch GPU memory.
-    if (copy.bytes <= now_left && copy.src_device == kHostMemory &&
-        copy.dst_device == kHostMemory) {
-      now_left -= copy.bytes;
-      now_.push_back(copy);
-      count_copy(device, ErrorCode::kOk, TransferPath::kComputeUnits, copy.bytes, false);
+    if (p.bytes <= now_left && p.src_device == kHostMemory && p.dst_device == kHostMemory) {
+      now_left -= p.bytes;
+      now_bytes += p.bytes;
+      now_.push_back(HostCopy{p.src, p.dst, p.bytes});
       continue;
     }
-    copy.cookie = add_tag(CopyTag{&comm, &c, p.src, p.dst, device});
+    const std::size_t device = device_slot(p.src_device, p.dst_device);
+    CopyRequest copy{p.src,        p.dst,
+                     p.bytes,      add_tag(CopyTag{&comm, &c, p.src_rank, p.dst_rank, device}),
+                     p.src_device, p.dst_device};
     add_from_loop(stats_.devices[device].copies_in_flight, 1);
     ++p.from->copies_touching;
-    if (p.dst != p.src) ++p.to->copies_touching;
+    if (p.dst_rank != p.src_rank) ++p.to->copies_touching;
     ++c.total_in_flight;
     if (fill_owners_) {
       copy.src_owner = p.from->request->send;
@@ -190,6 +220,9 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     }
     batch_.push_back(std::move(copy));
   }
+  if (!now_.empty())
+    count_copies(device_slot(kHostMemory, kHostMemory), ErrorCode::kOk, TransferPath::kComputeUnits,
+                 now_bytes, now_.size(), false);
   // The engine's share first, so that its workers start while this thread copies its own.
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
@@ -202,31 +235,6 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   return bad;
 }
 
-std::optional<PlanError> CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src,
-                                                        ArrivedRank& from_rank, uint32_t dst,
-                                                        ArrivedRank& to_rank) {
-  // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
-  if (!comm.is_local(dst)) return std::nullopt;
-  const ValidatedRequest& from = *from_rank.request;
-  const ValidatedRequest& to = *to_rank.request;
-  auto pair = plan_pair(from.args, src, to.args, dst);
-  if (auto* bad = std::get_if<PlanError>(&pair)) return *bad;
-  const auto& planned = std::get<std::optional<PlannedCopy>>(pair);
-  if (!planned) return std::nullopt;
-  // A local rank's ranges were checked against its buffers; another node's data is what came.
-  if (planned->src_offset > from.send->bytes ||
-      planned->bytes > from.send->bytes - planned->src_offset)
-    return PlanError{ErrorCode::kInvalidArgument,
-                     "rank " + std::to_string(src) + "'s data from its node does not hold the " +
-                         std::to_string(planned->bytes) + " bytes rank " + std::to_string(dst) +
-                         " needs"};
-  planned_.push_back(PairCopy{
-      CopyRequest{from.send->base + planned->src_offset, to.recv->base + planned->dst_offset,
-                  planned->bytes, 0, from.send->device, to.recv->device},
-      src, dst, &from_rank, &to_rank});
-  return std::nullopt;
-}
-
 void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done) {
   copy.cookie = kStagingCookie | next_staging_cookie_++;
   const std::size_t device = device_slot(copy.src_device, copy.dst_device);
@@ -235,24 +243,25 @@ void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorC
   engine_.submit(std::span<const CopyRequest>(&copy, 1));
 }
 
-void CollectiveScheduler::count_copy(std::size_t slot, ErrorCode code, TransferPath path,
-                                     uint64_t bytes, bool was_in_flight) {
+void CollectiveScheduler::count_copies(std::size_t slot, ErrorCode code, TransferPath path,
+                                       uint64_t bytes, uint64_t copies, bool were_in_flight) {
   DeviceCounters& device = stats_.devices[slot];
-  if (was_in_flight) add_from_loop(device.copies_in_flight, -1);
-  add_from_loop(device.copies_total, 1);
+  const auto n = static_cast<int64_t>(copies);
+  if (were_in_flight) add_from_loop(device.copies_in_flight, -n);
+  add_from_loop(device.copies_total, n);
   if (code == ErrorCode::kOk) {
     device.failing_streak.store(0, std::memory_order_relaxed);
     auto& by_path = path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
                                                       : device.compute_unit_bytes_total;
     add_from_loop(by_path, static_cast<int64_t>(bytes));
   } else {
-    add_from_loop(device.copy_errors_total, 1);
-    add_from_loop(device.failing_streak, 1);
+    add_from_loop(device.copy_errors_total, n);
+    add_from_loop(device.failing_streak, n);
   }
 }
 
 void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
-  count_copy(slot, completion.code, completion.path, completion.bytes, true);
+  count_copies(slot, completion.code, completion.path, completion.bytes, 1, true);
 }
 
 bool CollectiveScheduler::poll() {
@@ -364,6 +373,9 @@ void CollectiveScheduler::fail(Collective& c, ErrorCode code, const std::string&
 }
 
 void CollectiveScheduler::deliver_all(Collective& c) {
+  // try_deliver's rule for the whole collective: before the last arrival only a failure
+  // delivers, and each arrival asks (a walk of the arrived ranks that would find nobody).
+  if (c.error == ErrorCode::kOk && c.arrived() != c.nranks) return;
   for (auto& [rank, arrived] : c.ranks) try_deliver(c, arrived);
 }
 

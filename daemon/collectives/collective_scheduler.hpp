@@ -111,9 +111,10 @@ class CollectiveScheduler final : public Poller {
   // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
   void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
              bool over_limit, ErrorCode error, const std::string& why);
-  // A finished copy in its device's counters (`was_in_flight`: counted in flight until now).
-  void count_copy(std::size_t device_slot, ErrorCode code, TransferPath path, uint64_t bytes,
-                  bool was_in_flight);
+  // Finished copies in their device's counters, `copies` of them, `bytes` together
+  // (`were_in_flight`: counted in flight until now).
+  void count_copies(std::size_t device_slot, ErrorCode code, TransferPath path, uint64_t bytes,
+                    uint64_t copies, bool were_in_flight);
   void count_copy(std::size_t device_slot, const CopyCompletion& completion);
   // A copy or network transfer ended: its ranks may complete, or the collective fails.
   void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
@@ -126,9 +127,10 @@ class CollectiveScheduler final : public Poller {
   // engine's copy_now_share of the arrival are done before it returns, untracked; the others
   // complete through poll().
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
-  // Adds the copy from `src`'s send buffer to `dst`'s receive buffer, if any, to planned_.
-  std::optional<PlanError> plan_copy(const Communicator& comm, uint32_t src, ArrivedRank& from_rank,
-                                     uint32_t dst, ArrivedRank& to_rank);
+  // Adds the copy from `src`'s send buffer to `dst`'s receive buffer, if any, to planned_; false
+  // with `bad` set when the two ranks' arguments disagree.
+  bool plan_copy(const Communicator& comm, uint32_t src, ArrivedRank& from_rank, uint32_t dst,
+                 ArrivedRank& to_rank, std::optional<PlanError>& bad);
   void fail(Collective& c, ErrorCode code, const std::string& why);
   void deliver_all(Collective& c);
   void try_deliver(Collective& c, uint32_t rank);
@@ -172,14 +174,18 @@ class CollectiveScheduler final : public Poller {
     std::size_t device;
   };
   std::unordered_map<uint64_t, Staging> staging_;
+  // One planned copy: plain data, a CopyRequest is made only for those the engine gets.
   struct PairCopy {
-    CopyRequest copy;
-    uint32_t src, dst;
+    const std::byte* src;
+    std::byte* dst;
+    uint64_t bytes;
+    int src_device, dst_device;
+    uint32_t src_rank, dst_rank;
     ArrivedRank *from, *to;
   };
   std::vector<PairCopy> planned_;   // an arrival's copies, before they are split
   std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
-  std::vector<CopyRequest> now_;    // and those it copies at once (Engine::copy_now)
+  std::vector<HostCopy> now_;       // and those it copies at once (Engine::copy_now)
   std::vector<CopyCompletion> completions_;
 };
 

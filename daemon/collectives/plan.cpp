@@ -46,26 +46,22 @@ std::optional<SourceBlock> source_block(const RankArgs& s, uint32_t src, uint32_
   return SourceBlock{s.send_offset + block->send_offset, block->bytes};
 }
 
-std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s, uint32_t src,
-                                                              const RankArgs& d, uint32_t dst) {
+std::variant<std::optional<PlannedCopy>, PlanError> plan_pair_by_counts(const RankArgs& s,
+                                                                        uint32_t src,
+                                                                        const RankArgs& d,
+                                                                        uint32_t dst) {
   if (shm::shape_of(s.kind) == nullptr)
     return PlanError{ErrorCode::kInvalidArgument, "not a collective"};
   if (src == dst && s.self_copy_done) return std::optional<PlannedCopy>{};
-  if (s.kind == CollectiveKind::kAllToAllV && s.send_counts[dst] != d.recv_counts[src])
+  if (s.send_counts[dst] != d.recv_counts[src])
     return PlanError{ErrorCode::kSizeMismatch, "rank " + std::to_string(src) + " sends " +
                                                    std::to_string(s.send_counts[dst]) +
                                                    " bytes to rank " + std::to_string(dst) +
                                                    ", which expects " +
                                                    std::to_string(d.recv_counts[src])};
-  if (s.kind == CollectiveKind::kAllToAllV) {
-    if (s.send_counts[dst] == 0) return std::optional<PlannedCopy>{};
-    return PlannedCopy{src, s.send_offset + s.send_displs[dst], dst,
-                       d.recv_offset + d.recv_displs[src], s.send_counts[dst]};
-  }
-  const auto block = shm::pair_block(*shm::shape_of(s.kind), src, dst, s.root, s.bytes);
-  if (!block) return std::optional<PlannedCopy>{};
-  return PlannedCopy{src, s.send_offset + block->send_offset, dst,
-                     d.recv_offset + block->recv_offset, block->bytes};
+  if (s.send_counts[dst] == 0) return std::optional<PlannedCopy>{};
+  return PlannedCopy{src, s.send_offset + s.send_displs[dst], dst,
+                     d.recv_offset + d.recv_displs[src], s.send_counts[dst]};
 }
 
 std::variant<std::vector<PlannedCopy>, PlanError> build_plan(std::span<const RankArgs> ranks) {

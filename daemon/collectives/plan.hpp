@@ -67,10 +67,28 @@ std::optional<SourceBlock> source_block(const RankArgs& src_args, uint32_t src, 
 // The copy from rank `src` into rank `dst` (which may be the same rank), nullopt when the pair
 // moves nothing, or kSizeMismatch when all-to-all-v counts disagree (what src sends to dst is
 // not what dst expects from src). Both ranks' arguments must agree (check_agreement).
-std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& src_args,
-                                                              uint32_t src,
-                                                              const RankArgs& dst_args,
-                                                              uint32_t dst);
+// all-to-all-v's pair rule (its per-peer counts), and the error for what is not a collective:
+// plan_pair's cases that build words, out of line.
+std::variant<std::optional<PlannedCopy>, PlanError> plan_pair_by_counts(const RankArgs& s,
+                                                                        uint32_t src,
+                                                                        const RankArgs& d,
+                                                                        uint32_t dst);
+
+// Inline: the scheduler calls it for every pair of ranks as they arrive (twice per copy of a
+// small collective), where a call into another translation unit cost as much as the rule.
+inline std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s,
+                                                                     uint32_t src,
+                                                                     const RankArgs& d,
+                                                                     uint32_t dst) {
+  const shm::CollectiveShape* shape = shm::shape_of(s.kind);
+  if (shape == nullptr || s.kind == CollectiveKind::kAllToAllV)
+    return plan_pair_by_counts(s, src, d, dst);
+  if (src == dst && s.self_copy_done) return std::optional<PlannedCopy>{};
+  const auto block = shm::pair_block(*shape, src, dst, s.root, s.bytes);
+  if (!block) return std::optional<PlannedCopy>{};
+  return PlannedCopy{src, s.send_offset + block->send_offset, dst,
+                     d.recv_offset + block->recv_offset, block->bytes};
+}
 
 // The whole plan of a collective whose ranks have all arrived: every pair's copy, or the first
 // disagreement. The scheduler builds the same copies pair by pair as ranks arrive; this is the

@@ -47,8 +47,8 @@ uint64_t Engine::copy_now_share(uint64_t total) const {
   return std::min(copy_now_budget_, total / (uint64_t{copy_now_helpers_} + 1));
 }
 
-void Engine::copy_now(std::span<const CopyRequest> copies) {
-  for (const CopyRequest& copy : copies)
+void Engine::copy_now(std::span<const HostCopy> copies) {
+  for (const HostCopy& copy : copies)
     if (copy.bytes != 0) std::memcpy(copy.dst, copy.src, copy.bytes);
 }
 

@@ -46,6 +46,14 @@ struct CopyRequest {
   std::shared_ptr<const void> dst_owner = {};
 };
 
+// A copy between host memory done on the caller's thread at once (Engine::copy_now): nothing
+// to complete or keep alive, so none of CopyRequest's cookie, devices or owners.
+struct HostCopy {
+  const std::byte* src;
+  std::byte* dst;
+  uint64_t bytes;
+};
+
 struct CopyCompletion {
   uint64_t cookie;
   ErrorCode code;
@@ -142,7 +150,7 @@ class Engine {
   uint64_t copy_now_share(uint64_t total) const;
   // Copies `copies`, each between host memory, before returning; no completion comes for them.
   // Callers keep each submission's within copy_now_share().
-  void copy_now(std::span<const CopyRequest> copies);
+  void copy_now(std::span<const HostCopy> copies);
 
   // Host memory the engine will copy from or to: pinned if the engine needs it (DMA); the
   // returned handle unpins it when the last copy is dropped. The host engine needs nothing.
