@@ -106,15 +106,16 @@ struct Stats {
     const auto i = static_cast<uint32_t>(code);
     if (i < errors.size()) errors[i].fetch_add(1, std::memory_order_relaxed);
   }
+  // From the progress loop only (the scheduler retiring a collective): add_from_loop.
   void count_collective(uint32_t op, Outcome outcome, uint64_t bytes, uint64_t micros) {
     if (op >= kOpSlots) op = 0;
-    collectives[op][static_cast<std::size_t>(outcome)].fetch_add(1, std::memory_order_relaxed);
+    add_from_loop(collectives[op][static_cast<std::size_t>(outcome)], 1);
     LatencyHistogram& h = latency[op][size_class(bytes)];
     std::size_t b = 0;
     while (b < std::size(kLatencyBoundsUs) && micros > kLatencyBoundsUs[b]) ++b;
-    h.buckets[b].fetch_add(1, std::memory_order_relaxed);
-    h.count.fetch_add(1, std::memory_order_relaxed);
-    h.sum_us.fetch_add(micros, std::memory_order_relaxed);
+    add_from_loop(h.buckets[b], 1);
+    add_from_loop(h.count, 1);
+    add_from_loop(h.sum_us, static_cast<int64_t>(micros));
   }
 };
 

@@ -25,7 +25,7 @@ void Arrivals::session_warn(Session& s, fmt::format_string<Args...> format, Args
 
 void Arrivals::take(Session& s, const shm::SubmitEntry& e) {
   ++s.submitted;
-  stats_.ring_entries_total.fetch_add(1, std::memory_order_relaxed);
+  add_from_loop(stats_.ring_entries_total, 1);
   if ((e.flags & shm::kResubmitted) != 0)
     stats_.collectives_rerun_total.fetch_add(1, std::memory_order_relaxed);
   if (e.slot >= s.ring_depth()) {
