@@ -150,10 +150,9 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
   retire_if_done(comm, c);
 }
 
-// Inline: called for every pair of ranks as they arrive, its call cost as much as its work.
-inline bool CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src,
-                                           ArrivedRank& from_rank, uint32_t dst,
-                                           ArrivedRank& to_rank, std::optional<PlanError>& bad) {
+bool CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src, ArrivedRank& from_rank,
+                                    uint32_t dst, ArrivedRank& to_rank,
+                                    std::optional<PlanError>& bad) {
   // Data for another node's rank is sent to that node (RemoteNodes), never copied here.
   if (!comm.is_local(dst)) return true;
   const ValidatedRequest& from = *from_rank.request;

@@ -64,9 +64,6 @@ struct SourceBlock {
 };
 std::optional<SourceBlock> source_block(const RankArgs& src_args, uint32_t src, uint32_t dst);
 
-// The copy from rank `src` into rank `dst` (which may be the same rank), nullopt when the pair
-// moves nothing, or kSizeMismatch when all-to-all-v counts disagree (what src sends to dst is
-// not what dst expects from src). Both ranks' arguments must agree (check_agreement).
 // all-to-all-v's pair rule (its per-peer counts), and the error for what is not a collective:
 // plan_pair's cases that build words, out of line.
 std::variant<std::optional<PlannedCopy>, PlanError> plan_pair_by_counts(const RankArgs& s,
@@ -74,8 +71,11 @@ std::variant<std::optional<PlannedCopy>, PlanError> plan_pair_by_counts(const Ra
                                                                         const RankArgs& d,
                                                                         uint32_t dst);
 
-// Inline: the scheduler calls it for every pair of ranks as they arrive (twice per copy of a
-// small collective), where a call into another translation unit cost as much as the rule.
+// The copy from rank `src` into rank `dst` (which may be the same rank), nullopt when the pair
+// moves nothing, or kSizeMismatch when all-to-all-v counts disagree (what src sends to dst is
+// not what dst expects from src). Both ranks' arguments must agree (check_agreement). Inline:
+// the scheduler calls it for every pair of ranks as they arrive (twice per copy of a small
+// collective), where a call into another translation unit cost as much as the rule.
 inline std::variant<std::optional<PlannedCopy>, PlanError> plan_pair(const RankArgs& s,
                                                                      uint32_t src,
                                                                      const RankArgs& d,

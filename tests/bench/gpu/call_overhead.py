@@ -4,9 +4,13 @@ waited) while timing, then synchronized; one rank. Three ways in: the ctypes bin
 registered by hand (register_tensor), the same on tensors never registered (libiris's first-use
 registration: a lookup per call), and torch.distributed.all_gather_into_tensor through the "irisd"
 backend, with async_op=True and blocking (both enqueue-only: a blocking call makes the stream,
-not the host, wait), with NCCL's backend through the same calls as the baseline. Then where the backend's time goes: the group's own method called directly (what
-torch.distributed's wrapper adds is the difference), and with --profile a cProfile of the
-backend's calls (its own overhead inflates every figure; read the order, not the values).
+not the host, wait), with NCCL's backend through the same calls as the baseline, and torch's own
+C++ no-op backend ("fake", where this torch has it: every collective returns a finished Work at
+once), which is what torch.distributed's wrapper and dispatch cost any backend written in C++,
+the floor of a C++ ProcessGroup for irisd. Then where the backend's time goes: the group's own
+method called directly (what torch.distributed's wrapper adds is the difference), and with
+--profile a cProfile of the backend's calls (its own overhead inflates every figure; read the
+order, not the values).
 Needs IRIS_SOCKET, PYTHONPATH / IRIS_LIBRARY and torch with CUDA.
     python3 tests/bench/gpu/call_overhead.py [--profile]"""
 import cProfile
@@ -56,6 +60,12 @@ with tempfile.NamedTemporaryFile() as store:
     dist.init_process_group("cpu:gloo,cuda:irisd", init_method=f"file://{store.name}", rank=0,
                             world_size=1)
     nccl = dist.new_group([0], backend="nccl")
+    try:
+        import torch.testing._internal.distributed.fake_pg  # noqa: F401 (registers "fake")
+        fake = dist.new_group([0], backend="fake")
+    except Exception as e:  # torch versions without it
+        fake = None
+        print(f"torch's no-op C++ backend (fake): not in this torch ({e})")
     with torch.cuda.stream(stream):
         for async_op in (True, False):
             form = "async_op=True" if async_op else "blocking"
@@ -64,6 +74,11 @@ with tempfile.NamedTemporaryFile() as store:
             timed(f"torch.distributed backend nccl (baseline), all_gather_into_tensor, {form}",
                   lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=async_op),
                   stream)
+            if fake is not None:
+                timed(f"torch.distributed backend fake (C++, moves nothing), all_gather_into_tensor,"
+                      f" {form}",
+                      lambda: dist.all_gather_into_tensor(v, u, group=fake, async_op=async_op),
+                      stream)
         with tempfile.NamedTemporaryFile() as own_store:
             iris_group = irisd.distributed.IrisProcessGroup(dist.FileStore(own_store.name, 1), 0,
                                                             1, timedelta(seconds=60))
