@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Two builds of irisd side by side on one machine, in one run (machines are noisy: only the ratio
-# means something): the ring round trip and the host engine's all-gather p50 for 2 and 4 ranks
-# (and 8 where the machine has 12 cores or more), each build measured `rounds` times in turn
-# (A B A B ...), the median of its rounds kept. Use it to show that a change made nothing slower.
+# means something): the ring round trip and the host engine's all-gather p50 (or that of
+# COLLECTIVE=all_to_all or broadcast) for 2 and 4 ranks (and 8 where the machine has 12 cores or
+# more), each build measured `rounds` times in turn (A B A B ...), the median of its rounds kept.
+# Use it to show that a change made nothing slower.
 # Each build is a bundle made by ../shared/tools/device-bundle (DIR/bin: irisd, iris-bench-ring,
 # iris-collective-sweep; DIR/lib: libiris.so.0 and what they load); scripts/gpu-bundle.sh makes
 # .gpu for the build of this tree.
 #   scripts/bench-compare.sh OLD_BUNDLE NEW_BUNDLE [rounds, default 3] [max bytes, default 1 MiB]
 set -euo pipefail
 old=$(realpath "$1") new=$(realpath "$2") rounds=${3:-3} max=${4:-1048576}
+collective=${COLLECTIVE:-all_gather}
 run=$(mktemp -d /tmp/irisd-compare-XXXXXX)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$run"' EXIT
 sizes="2 4"
@@ -30,7 +32,8 @@ measure() {
     local pids=()
     for ((r = 0; r < nranks; r++)); do
       "${env[@]}" timeout 300 "$dir/bin/iris-collective-sweep" --socket "$socket" \
-        --key "cmp-$nranks" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
+        --key "cmp-$nranks" --collective "$collective" --nranks "$nranks" --rank "$r" \
+        --no-verify --max-bytes "$max" \
         --csv >"$run/$tag.$round.$nranks.$r" &
       pids+=($!)
     done
@@ -58,6 +61,6 @@ for nranks in $sizes; do
   for bytes in $(cut -d, -f1 "$run/old.0.sweep$nranks"); do
     o=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/old.*.sweep"$nranks" | median)
     n=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/new.*.sweep"$nranks" | median)
-    echo "| all_gather $nranks ranks, $bytes B | $o | $n | $(ratio "$o" "$n") |"
+    echo "| $collective $nranks ranks, $bytes B | $o | $n | $(ratio "$o" "$n") |"
   done
 done
