@@ -40,6 +40,8 @@ struct Collective {
   Collective(uint64_t s, uint32_t n) : seq(s), nranks(n) {}
 
   uint32_t arrived() const { return static_cast<uint32_t>(ranks.size()); }
+  // Every rank has arrived, or the collective failed: before that no rank is delivered.
+  bool settled() const { return error != ErrorCode::kOk || arrived() == nranks; }
   const RankArgs* reference() const {
     return reference_rank ? &ranks.at(*reference_rank).request->args : nullptr;
   }

@@ -372,9 +372,8 @@ void CollectiveScheduler::fail(Collective& c, ErrorCode code, const std::string&
 }
 
 void CollectiveScheduler::deliver_all(Collective& c) {
-  // try_deliver's rule for the whole collective: before the last arrival only a failure
-  // delivers, and each arrival asks (a walk of the arrived ranks that would find nobody).
-  if (c.error == ErrorCode::kOk && c.arrived() != c.nranks) return;
+  // Each arrival asks: before the last one the walk would find nobody.
+  if (!c.settled()) return;
   for (auto& [rank, arrived] : c.ranks) try_deliver(c, arrived);
 }
 
@@ -386,7 +385,7 @@ void CollectiveScheduler::try_deliver(Collective& c, ArrivedRank& arrived) {
   // Once every rank has arrived every copy of the plan has been issued, so no copy in flight
   // touching this rank means all of them have landed.
   if (arrived.delivered || arrived.copies_touching != 0) return;
-  if (c.error == ErrorCode::kOk && c.arrived() != c.nranks) return;
+  if (!c.settled()) return;
   arrived.delivered = true;
   ++c.delivered_count;
   if (c.error != ErrorCode::kOk) stats_.count_error(c.error);
