@@ -105,7 +105,7 @@ void Arrivals::take_collective(Session& s, const shm::SubmitEntry& e,
 }
 
 void Arrivals::start_when_ready(Session& s, Communicator& comm, uint32_t rank, uint64_t seq,
-                                const CompletionTarget& target, ValidatedRequest request) {
+                                const CompletionTarget& target, ValidatedRequest&& request) {
   if (request.stream_ordered && !s.device_done_flags) {
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).

@@ -60,7 +60,7 @@ class Arrivals final : public Poller {
   // A validated request of rank `rank` at `seq` of `comm`: to the scheduler now, or once its
   // stream reaches the call.
   void start_when_ready(Session& s, Communicator& comm, uint32_t rank, uint64_t seq,
-                        const CompletionTarget& target, ValidatedRequest request);
+                        const CompletionTarget& target, ValidatedRequest&& request);
   // A communicator of the registry, or a point-to-point pair communicator.
   Communicator* find_comm(uint64_t id) const;
   // The session's rank in the entry's communicator, or why it has none.

@@ -35,9 +35,7 @@ struct Collective {
   std::optional<uint32_t> reference_rank;
   uint32_t delivered_count = 0;
   uint64_t total_in_flight = 0;
-  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-
-  Collective(uint64_t s, uint32_t n) : seq(s), nranks(n) {}
+  std::chrono::steady_clock::time_point started;
 
   uint32_t arrived() const { return static_cast<uint32_t>(ranks.size()); }
   // Every rank has arrived, or the collective failed: before that no rank is delivered.

@@ -43,22 +43,25 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
                                                 bool& over_limit) {
   over_limit = false;
   auto it = comm.in_flight.find(seq);
-  if (it != comm.in_flight.end()) return it->second.get();
+  if (it != comm.in_flight.end()) return &it->second;
   // Over the limit the record is still made (it must absorb the other ranks' arrivals and fail
   // them too), but the collective fails at once. The limit is per communicator: one tenant's
   // backlog never fails another's collectives.
   over_limit = comm.in_flight.size() >= max_in_flight_;
-  auto [pos, _] = comm.in_flight.emplace(seq, std::make_unique<Collective>(seq, comm.nranks));
-  if (comm.resumed) add_resumed_ranks(comm, *pos->second);
+  Collective& c = spare_collectives_.put(comm.in_flight, seq);
+  c.seq = seq;
+  c.nranks = comm.nranks;
+  c.started = std::chrono::steady_clock::now();
+  if (comm.resumed) add_resumed_ranks(comm, c);
   ++collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
-  return pos->second.get();
+  return &c;
 }
 
 void CollectiveScheduler::add_resumed_ranks(const Communicator& comm, Collective& c) {
   for (uint32_t r = 0; r < comm.nranks; ++r) {
     if (!comm.done_before_restart(r, c.seq) || c.ranks.count(r) != 0) continue;
-    ArrivedRank& done = c.ranks.emplace(r, ArrivedRank{}).first->second;
+    ArrivedRank& done = spare_ranks_.put(c.ranks, r);
     done.delivered = true;
     ++c.delivered_count;
   }
@@ -67,7 +70,7 @@ void CollectiveScheduler::add_resumed_ranks(const Communicator& comm, Collective
 void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
   std::vector<Collective*> before;
   for (auto& [seq, c] : comm.in_flight)
-    if (comm.done_before_restart(rank, seq) && c->ranks.count(rank) == 0) before.push_back(c.get());
+    if (comm.done_before_restart(rank, seq) && c.ranks.count(rank) == 0) before.push_back(&c);
   for (Collective* c : before) {
     add_resumed_ranks(comm, *c);
     deliver_all(*c);
@@ -77,7 +80,7 @@ void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
 
 void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
                                  const CompletionTarget& target,
-                                 std::optional<ValidatedRequest> request, ErrorCode error,
+                                 std::optional<ValidatedRequest>&& request, ErrorCode error,
                                  const std::string& why) {
   // On a broken communicator a collective other ranks already reached still tells a late rank
   // its own failure (size_mismatch, say); only collectives nobody reached fail as peer_lost.
@@ -88,23 +91,25 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  ArrivedRank& arrived =
-      c.ranks.insert_or_assign(rank, ArrivedRank{target, std::move(request)}).first->second;
+  ArrivedRank& arrived = spare_ranks_.put(c.ranks, rank);
+  arrived.target = target;
+  arrived.request = std::move(request);
   admit(comm, c, rank, arrived, over_limit, error, why);
 }
 
 void CollectiveScheduler::arrive_remote(Communicator& comm, uint32_t rank, uint64_t seq,
-                                        std::optional<ValidatedRequest> request, ErrorCode error,
+                                        std::optional<ValidatedRequest>&& request, ErrorCode error,
                                         const std::string& why) {
   if (comm.broken && comm.in_flight.count(seq) == 0) return;  // nobody here waits for it
   if (auto it = comm.in_flight.find(seq);
-      it != comm.in_flight.end() && it->second->ranks.count(rank) != 0) {
+      it != comm.in_flight.end() && it->second.ranks.count(rank) != 0) {
     comm_warn(comm, "seq {}: rank {} arrived twice from its node; ignoring the second", seq, rank);
     return;
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  ArrivedRank& arrived = c.ranks.emplace(rank, ArrivedRank{{}, std::move(request)}).first->second;
+  ArrivedRank& arrived = spare_ranks_.put(c.ranks, rank);
+  arrived.request = std::move(request);
   arrived.remote = true;
   arrived.delivered = true;  // its own daemon tells it
   ++c.delivered_count;
@@ -415,7 +420,8 @@ void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
                           c.error == ErrorCode::kOk ? Outcome::kCompleted : Outcome::kFailed,
                           reference ? block_bytes(*reference) : 0, static_cast<uint64_t>(micros));
   const uint64_t seq = c.seq;
-  comm.in_flight.erase(seq);  // destroys c
+  while (!c.ranks.empty()) spare_ranks_.erase(c.ranks, c.ranks.begin());
+  spare_collectives_.erase(comm.in_flight, comm.in_flight.find(seq));  // ends c
   if (comm.layout && remote_ != nullptr) remote_->retired(comm, seq);
   --collectives_in_flight_;
   stats_.collectives_in_flight.store(collectives_in_flight_, std::memory_order_relaxed);
@@ -433,7 +439,7 @@ void CollectiveScheduler::break_comm(Communicator& comm, ErrorCode code, const s
   // in flight keep a dead rank's buffers mapped). Only those still waiting for a rank fail.
   std::vector<Collective*> waiting;
   for (auto& [seq, c] : comm.in_flight)
-    if (c->arrived() < comm.nranks) waiting.push_back(c.get());
+    if (c.arrived() < comm.nranks) waiting.push_back(&c);
   for (Collective* c : waiting) {
     fail(*c, comm.broken_code, comm.broken_why);
     retire_if_done(comm, *c);

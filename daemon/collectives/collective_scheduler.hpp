@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "daemon/collectives/communicator.hpp"
+#include "daemon/collectives/node_spares.hpp"
 #include "daemon/engines/engine.hpp"
 #include "daemon/operations/tenant_log.hpp"
 #include "daemon/progress_loop.hpp"
@@ -53,13 +54,13 @@ class CollectiveScheduler final : public Poller {
   // Rank `rank` submits collective `seq`: `request` when it validated, else `error` and `why`.
   // The caller has checked that the session is the communicator's rank `rank`.
   void arrive(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
-              std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
+              std::optional<ValidatedRequest>&& request, ErrorCode error = ErrorCode::kOk,
               const std::string& why = {});
 
   // Rank `rank` of another node arrived at collective `seq` (scale out): `request` when its
   // message checked out, its send buffer holding the data this node needs; else `error`.
   void arrive_remote(Communicator& comm, uint32_t rank, uint64_t seq,
-                     std::optional<ValidatedRequest> request, ErrorCode error = ErrorCode::kOk,
+                     std::optional<ValidatedRequest>&& request, ErrorCode error = ErrorCode::kOk,
                      const std::string& why = {});
   void set_remote_nodes(RemoteNodes* remote) { remote_ = remote; }
   // The registry drops `comm`: what the other nodes' part keeps for it goes too.
@@ -154,6 +155,9 @@ class CollectiveScheduler final : public Poller {
   // Copies hand the engine their buffers' owners only where it needs them (see CopyRequest).
   bool fill_owners_;
   uint64_t collectives_in_flight_ = 0;
+  // Map nodes of retired collectives and of their ranks, for the next ones.
+  NodeSpares<std::map<uint64_t, Collective>> spare_collectives_{256};
+  NodeSpares<std::map<uint32_t, ArrivedRank>> spare_ranks_{2048};
   // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
   // index and a stale or unknown cookie is recognised; slots are reused, never freed.
   struct TagSlot {

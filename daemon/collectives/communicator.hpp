@@ -45,7 +45,7 @@ struct Communicator {
   }
   // Until every rank is back: when those still missing fail the communicator (peer_lost).
   std::optional<std::chrono::steady_clock::time_point> resume_deadline;
-  std::map<uint64_t, std::unique_ptr<Collective>> in_flight;
+  std::map<uint64_t, Collective> in_flight;
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
   std::string broken_why;

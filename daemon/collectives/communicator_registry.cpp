@@ -140,7 +140,7 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
   if (comm.joined() != 0) return;
   // Copies still in flight reference the communicator: it goes once they have finished.
   for (auto& [seq, c] : comm.in_flight) {
-    if (c->total_in_flight != 0) {
+    if (c.total_in_flight != 0) {
       if (std::find(emptied_.begin(), emptied_.end(), comm_id) == emptied_.end())
         emptied_.push_back(comm_id);
       return;

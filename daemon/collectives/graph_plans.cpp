@@ -161,7 +161,7 @@ void GraphPlans::replay_done(uint64_t session_id, uint32_t plan_slot) {
 void GraphPlans::fail_overdue(std::chrono::steady_clock::time_point now) {
   for (auto& [key, g] : groups_) {
     if (g->shadow.broken || g->shadow.in_flight.empty()) continue;
-    const Collective& oldest = *g->shadow.in_flight.begin()->second;
+    const Collective& oldest = g->shadow.in_flight.begin()->second;
     if (oldest.arrived() == g->shadow.nranks || now - oldest.started < replay_timeout_) continue;
     std::string missing;
     for (uint32_t r = 0; r < g->shadow.nranks; ++r)

@@ -54,13 +54,13 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
     for (const auto& [seq, c] : comm->in_flight) {
       auto* f = info->add_in_flight();
       f->set_seq(seq);
-      if (const RankArgs* reference = c->reference()) {
+      if (const RankArgs* reference = c.reference()) {
         f->set_bytes(reference->bytes);
         f->set_collective(std::string(shm::opcode_name(reference->kind)));
       }
-      f->set_waiting_seconds(seconds_since(c->started));
+      f->set_waiting_seconds(seconds_since(c.started));
       for (uint32_t r = 0; r < comm->nranks; ++r) {
-        if (c->ranks.count(r) != 0) {
+        if (c.ranks.count(r) != 0) {
           f->add_arrived_ranks(r);
           continue;
         }

@@ -72,7 +72,7 @@ class Scheduler : public ::testing::Test {
 
   bool copies_in_flight() const {
     for (const auto& [seq, c] : comm.in_flight)
-      if (c->total_in_flight != 0) return true;
+      if (c.total_in_flight != 0) return true;
     return false;
   }
 
@@ -154,6 +154,33 @@ TEST_F(Scheduler, NoRankCompletesBeforeAllArrived) {
 // arrive() returns and tracked by nothing: rank 0's own block at once, and every block bound
 // for rank 0 (the first of each later arrival, within its share). The ranks complete once the
 // workers' copies land; the counters still see every copy, none of them left in flight.
+// Retired collectives' records serve the next ones (no allocation per collective), and hold
+// nothing meanwhile: a buffer a finished collective used is not kept mapped by them.
+TEST_F(Scheduler, ARetiredCollectiveKeepsNoBufferAndItsRecordServesTheNext) {
+  const Collective* first = nullptr;
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    std::vector<std::weak_ptr<MappedBuffer>> used;
+    completions.clear();
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      ValidatedRequest request = plan(r, 4000);
+      used.push_back(request.send);
+      used.push_back(request.recv);
+      scheduler->arrive(comm, r, seq, {r, 0, 1}, std::move(request), ErrorCode::kOk);
+      if (r == 0) {
+        ASSERT_EQ(comm.in_flight.size(), 1u);
+        if (first == nullptr) first = &comm.in_flight.begin()->second;
+        EXPECT_EQ(&comm.in_flight.begin()->second, first) << "seq " << seq << " got a new record";
+        EXPECT_EQ(comm.in_flight.begin()->second.seq, seq);
+        EXPECT_EQ(comm.in_flight.begin()->second.arrived(), 1u) << "a kept record starts empty";
+      }
+    }
+    drain_until(kRanks);
+    expect_every_rank_gathered(4000);
+    EXPECT_TRUE(comm.in_flight.empty());
+    for (const auto& buffer : used) EXPECT_TRUE(buffer.expired()) << "seq " << seq;
+  }
+}
+
 TEST_F(Scheduler, SmallCopiesAreDoneAtOnceAndCountedWithNoCompletionToWaitFor) {
   arrive(0, 1, 8);  // its own block: copied at once
   EXPECT_EQ(recv[0][0], std::byte(0));
