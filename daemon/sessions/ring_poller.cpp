@@ -14,7 +14,6 @@ RingPoller::RingPoller(SessionRegistry& sessions, Arrivals& arrivals, Stats& sta
 
 bool RingPoller::poll() {
   bool worked = false;
-  for (Session* s : sessions_.list()) s->ring().prefetch();
   for (Session* s : sessions_.list()) {
     shm::SubmitEntry entry;
     // At most a ring's worth per session per pass: one busy client cannot hold the others off.

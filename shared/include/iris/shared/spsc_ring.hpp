@@ -83,18 +83,6 @@ class RingConsumer {
   // Whether the producer has published entries not yet popped (no side effects).
   bool has_entries() const { return control_->tail.load(std::memory_order_acquire) != head_; }
 
-  // Starts fetching what the next try_pop reads when it must look at the tail: the tail's cache
-  // line and the slot at the head (hints only, read nothing). A caller about to pop from several
-  // rings calls it on all of them first, so that the misses of entries published at once overlap
-  // instead of following each other (the slot's otherwise waits for the branch on the tail).
-  void prefetch() const {
-    if (cached_tail_ != head_) return;
-    __builtin_prefetch(&control_->tail);
-    const auto* slot = reinterpret_cast<const char*>(&entries_[head_ & mask_]);
-    __builtin_prefetch(slot);
-    __builtin_prefetch(slot + sizeof(Entry) - 1);
-  }
-
   // Whether a pop since the last call found every entry taken (the producer had to wait).
   bool take_found_full() { return std::exchange(found_full_, false); }
 
