@@ -26,7 +26,8 @@ measure() {
   local daemon=$!
   for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
   # The ring bench starts its own irisd, from IRIS_BIN_DIR.
-  "${env[@]}" timeout 120 "$dir/bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
+  "${env[@]}" timeout 120 "$dir/bin/iris-bench-ring" --benchmark_filter=RingRoundTrip \
+    --benchmark_min_time=0.5 --benchmark_format=csv 2>/dev/null |
     awk -F, '/RingRoundTrip/ {print $(NF-1)}' >"$run/$tag.$round.ring"
   for nranks in $sizes; do
     local pids=()
@@ -50,17 +51,28 @@ for ((i = 0; i < rounds; i++)); do
   measure "$new" new "$i"
 done
 
+# The median of a build's rounds, and their spread (lowest-highest): a new/old ratio inside the
+# spread of either build's own rounds says nothing.
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+spread() { sort -g | awk 'NR == 1 {lo = $1} {hi = $1} END {printf "%s-%s", lo, hi}'; }
 ratio() { awk -v o="$1" -v n="$2" 'BEGIN {printf "%.2f", n / o}'; }
-echo "$(nproc) cores; host engine, 4 workers; median of $rounds rounds each, taken in turn"
+row() {  # row LABEL FILES-OF-OLD FILES-OF-NEW (one figure per line)
+  local o n
+  o=$(median <"$2") n=$(median <"$3")
+  echo "| $1 | $o ($(spread <"$2")) | $n ($(spread <"$3")) | $(ratio "$o" "$n") |"
+}
+echo "$(nproc) cores; host engine, 4 workers; median of $rounds rounds each, taken in turn" \
+  "(in brackets: the lowest and highest round)"
 echo "| what | old p50 us | new p50 us | new/old |"
 echo "| --- | ---: | ---: | ---: |"
-o=$(cat "$run"/old.*.ring | median) n=$(cat "$run"/new.*.ring | median)
-echo "| ring round trip | $o | $n | $(ratio "$o" "$n") |"
+cat "$run"/old.*.ring >"$run/old.rings"
+cat "$run"/new.*.ring >"$run/new.rings"
+row "ring round trip" "$run/old.rings" "$run/new.rings"
 for nranks in $sizes; do
   for bytes in $(cut -d, -f1 "$run/old.0.sweep$nranks"); do
-    o=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/old.*.sweep"$nranks" | median)
-    n=$(awk -F, -v b="$bytes" '$1 == b {print $2}' "$run"/new.*.sweep"$nranks" | median)
-    echo "| $collective $nranks ranks, $bytes B | $o | $n | $(ratio "$o" "$n") |"
+    for tag in old new; do
+      awk -F, -v b="$bytes" '$1 == b {print $2}' "$run/$tag".*.sweep"$nranks" >"$run/$tag.rows"
+    done
+    row "$collective $nranks ranks, $bytes B" "$run/old.rows" "$run/new.rows"
   done
 done
