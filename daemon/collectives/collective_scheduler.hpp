@@ -155,7 +155,9 @@ class CollectiveScheduler final : public Poller {
   // Copies hand the engine their buffers' owners only where it needs them (see CopyRequest).
   bool fill_owners_;
   uint64_t collectives_in_flight_ = 0;
-  // Map nodes of retired collectives and of their ranks, for the next ones.
+  // Map nodes of retired collectives and of their ranks, for the next ones. The caps: a
+  // session's default ring depth (256 requests in flight) of collectives, of eight ranks each,
+  // so that steady traffic of an 8-GPU node allocates nothing; a larger burst frees its extra.
   NodeSpares<std::map<uint64_t, Collective>> spare_collectives_{256};
   NodeSpares<std::map<uint32_t, ArrivedRank>> spare_ranks_{2048};
   // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
