@@ -405,15 +405,22 @@ void Client::Impl::forget_buffer(uint64_t id, void* base) {
   }
 }
 
-std::optional<BufferLocation> Client::Impl::locate(const void* ptr) const {
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
+std::array<std::optional<BufferLocation>, 2> Client::Impl::locate(
+    std::array<const void*, 2> ptrs) const {
+  std::array<std::optional<BufferLocation>, 2> found;
   std::lock_guard lock(buffers_mutex_);
-  auto it = buffers_.upper_bound(p);
-  if (it == buffers_.begin()) return std::nullopt;
-  --it;
-  const uintptr_t base = it->first;
-  if (p - base > it->second.bytes) return std::nullopt;  // one past the end is a 0-byte range
-  return BufferLocation{it->second.id, p - base, it->second.bytes - (p - base), it->second.gpu};
+  for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    if (ptrs[i] == nullptr) continue;
+    const auto p = reinterpret_cast<uintptr_t>(ptrs[i]);
+    auto it = buffers_.upper_bound(p);
+    if (it == buffers_.begin()) continue;
+    --it;
+    const uintptr_t base = it->first;
+    if (p - base > it->second.bytes) continue;  // one past the end is a 0-byte range
+    found[i] =
+        BufferLocation{it->second.id, p - base, it->second.bytes - (p - base), it->second.gpu};
+  }
+  return found;
 }
 
 }  // namespace iris

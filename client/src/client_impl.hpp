@@ -3,6 +3,7 @@
 // so a Request outliving its Client still finds the segment mapped.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -57,7 +58,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
 
   // A request's result once its completion slot went back to the pool before its Request looked
   // (acquire_slot takes back completed slots when none is free, so that Requests kept unwaited
-  // never block later calls); shared by the slot's state and the Request.
+  // never block later calls); held by the Request's state, written through the slot's.
   struct Outcome {
     std::atomic<bool> ready{false};  // release: code and why are set
     ErrorCode code = ErrorCode::kOk;
@@ -133,8 +134,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
                     std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
                     std::shared_ptr<const net::Fd> memfd = nullptr,
                     GpuVendor vendor = GpuVendor::kCuda);
-  // Finds the registered buffer holding `ptr`; nullopt when none does.
-  std::optional<BufferLocation> locate(const void* ptr) const;
+  // Finds the registered buffer holding each pointer (nullopt where none does, or the pointer is
+  // null): a collective's two sides under one lock.
+  std::array<std::optional<BufferLocation>, 2> locate(std::array<const void*, 2> ptrs) const;
 
   // One call of this session on the attach connection, with `fds` beside it; the descriptors
   // that came with the answer go to `received`. Throws the answer's error, or kDaemonGone.
@@ -205,7 +207,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::mutex comms_mutex_;
   std::vector<std::weak_ptr<CommRank>> comms_;
 
-  uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline);
+  // A free completion slot for a request whose result `outcome` receives if the slot is taken
+  // back before the request looks (null: a slot that only stages arguments).
+  uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline, Outcome* outcome);
   void ring_doorbell();
   void throw_if_daemon_gone();
   // Lets GPU streams waiting on this session's done flags go on (the daemon will not write them).
@@ -225,10 +229,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   struct SlotState {
     uint32_t generation = 0;
     bool in_use = false;
-    bool abandoned = false;            // its Request went away before the completion arrived
-    std::shared_ptr<Outcome> outcome;  // its Request's, while the request is in flight
-    // Set once its entry is in the ring (with both locks): the entry as pushed, and its place in
-    // the order of pushes, to submit it again if irisd restarts before it completes.
+    // Its Request's, while the request is in flight; null once the Request went away before the
+    // completion arrived (abandon).
+    Outcome* outcome = nullptr;
+    // Set under submit_mutex_ just before its entry goes into the ring (once there, it may
+    // complete and its slot be taken back before the submitting thread runs again), and read
+    // only under it: the entry as pushed, and its place in the order of pushes, to submit it
+    // again if irisd restarts before it completes.
     bool queued = false;
     uint64_t ticket = 0;
     shm::SubmitEntry entry{};

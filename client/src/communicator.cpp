@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string_view>
 #include <thread>
 
 #include "client/src/client_impl.hpp"
@@ -192,12 +193,13 @@ namespace {
 // Where a significant pointer lies: in a Buffer, else in GPU memory registered on first use
 // (held in `held` until the request is submitted). Throws naming the argument when neither
 // holds it or the range runs past the buffer's end.
-BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, const std::string& name,
-                            const char* what, const void* ptr, uint64_t bytes) {
+// `at`: where the buffers registered with irisd put it (Client::Impl::locate).
+BufferLocation locate_range(Client::Impl& client, HeldRegistrations& held, std::string_view name,
+                            const char* what, const void* ptr, uint64_t bytes,
+                            std::optional<BufferLocation> at) {
   if (ptr == nullptr)
     throw Error(ErrorCode::kInvalidArgument, std::string(name) + ": the " + what +
                                                  " pointer is null but significant on this rank");
-  auto at = client.locate(ptr);
   // A range running past a Buffer may still be GPU memory of this process (a tensor beside a
   // registered one): first-use registration covers it.
   if (!at || bytes > at->available) {
@@ -292,19 +294,20 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
   // the pair's shape says what it names. Its entry's root carries the peer.
   const bool p2p = shm::is_point_to_point(static_cast<uint32_t>(call.opcode));
   const shm::CollectiveShape& shape = *shm::shape_of(p2p ? shm::Opcode::kSendRecv : call.opcode);
-  const std::string name(shm::opcode_name(call.opcode));
+  const std::string_view name = shm::opcode_name(call.opcode);
   return counting_rejections(impl_.get(), [&] {
     if (!impl_ || impl_->destroyed)
-      throw Error(ErrorCode::kInvalidArgument, name + " on a destroyed or empty communicator");
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(name) + " on a destroyed or empty communicator");
     if (stream && stream.handle() == nullptr)
       throw Error(ErrorCode::kInvalidArgument,
-                  name +
+                  std::string(name) +
                       " needs a created stream (the legacy default stream is not supported); "
                       "leave the stream out for the host-blocking form");
     if (p2p && call.root >= impl_->nranks)
-      throw Error(ErrorCode::kInvalidArgument, name + ": peer " + std::to_string(call.root) +
-                                                   " is out of range for " +
-                                                   std::to_string(impl_->nranks) + " ranks");
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(name) + ": peer " + std::to_string(call.root) +
+                      " is out of range for " + std::to_string(impl_->nranks) + " ranks");
     CollectiveCall as_pair = call;
     as_pair.root = shm::kSenderInPair;
     const RankSides sides = p2p ? sides_of(shape, as_pair, 2,
@@ -319,13 +322,15 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
                              0,           call.bytes,      call.root};
     std::optional<BufferLocation> from, to;
     HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
+    const auto found =
+        client.locate({sides.send ? call.send : nullptr, sides.recv ? call.recv : nullptr});
     if (sides.send) {
-      from = locate_range(client, held, name, "send", call.send, sides.send_bytes);
+      from = locate_range(client, held, name, "send", call.send, sides.send_bytes, found[0]);
       args.send_buffer = from->buffer_id;
       args.send_offset = from->offset;
     }
     if (sides.recv) {
-      to = locate_range(client, held, name, "receive", call.recv, sides.recv_bytes);
+      to = locate_range(client, held, name, "receive", call.recv, sides.recv_bytes, found[1]);
       args.recv_buffer = to->buffer_id;
       args.recv_offset = to->offset;
     }

@@ -92,7 +92,7 @@ std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
   }
 }
 
-uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
+uint32_t Client::Impl::acquire_slot(clock::time_point deadline, Outcome* outcome) {
   for (;;) {
     {
       std::lock_guard lock(slots_mutex_);
@@ -110,9 +110,8 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline) {
         free_slots_.pop_back();
         SlotState& s = slots_[slot];
         s.in_use = true;
-        s.abandoned = false;
         s.queued = false;
-        s.outcome = std::make_shared<Outcome>();
+        s.outcome = outcome;
         s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
         return slot;
       }
@@ -136,20 +135,19 @@ void Client::Impl::release_slot(uint32_t slot) {
   std::lock_guard lock(slots_mutex_);
   SlotState& s = slots_[slot];
   s.in_use = false;
-  s.outcome.reset();
+  s.outcome = nullptr;
   free_slots_.push_back(slot);
 }
 
 void Client::Impl::take_back_completed(uint32_t slot, ErrorCode code) {
   SlotState& s = slots_[slot];
-  if (s.outcome && !s.abandoned) {
+  if (s.outcome != nullptr) {
     s.outcome->code = code;
     // Read now: the next request in this slot overwrites the text.
     if (code != ErrorCode::kOk) s.outcome->why = failure_text(slot);
     s.outcome->ready.store(true, std::memory_order_release);
   }
-  s.outcome.reset();
-  s.abandoned = false;
+  s.outcome = nullptr;
   s.in_use = false;
   free_slots_.push_back(slot);
 }
@@ -161,7 +159,7 @@ std::pair<ErrorCode, std::string> Client::Impl::collect(uint32_t slot, const Out
   std::string why = code != ErrorCode::kOk ? failure_text(slot) : std::string();
   SlotState& s = slots_[slot];
   s.in_use = false;
-  s.outcome.reset();
+  s.outcome = nullptr;
   free_slots_.push_back(slot);
   return {code, std::move(why)};
 }
@@ -170,7 +168,7 @@ void Client::Impl::abandon(uint32_t slot, const Outcome& outcome) {
   std::lock_guard lock(slots_mutex_);
   // Taken back already (the outcome is ready, the slot may hold another request): nothing to do.
   if (outcome.ready.load(std::memory_order_acquire)) return;
-  slots_[slot].abandoned = true;
+  slots_[slot].outcome = nullptr;
 }
 
 void Client::Impl::ring_doorbell() {
@@ -215,8 +213,11 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
     return Request();
   }
   const auto deadline = deadline_after(options.submit_timeout);
-  const uint32_t slot = acquire_slot(deadline);
+  auto request = std::make_shared<Request::Impl>(shared_from_this());
+  const uint32_t slot = acquire_slot(deadline, &request->outcome);
   const uint32_t generation = slots_[slot].generation;
+  request->slot = slot;
+  request->generation = generation;
   entry.slot = slot;
   entry.generation = generation;
   if (!v_args.empty()) {
@@ -239,13 +240,19 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
   }
   {
     std::unique_lock lock(submit_mutex_);
+    SlotState& s = slots_[slot];
     // Slots bound the requests in flight to the ring depth, so the ring has room unless the
     // daemon is slow to pop; then this waits, never overwrites.
     for (;;) {
-      // Read at each try: a session resumed meanwhile has new communicator ids.
+      // Read at each try: a session resumed meanwhile has new communicator ids. This lock
+      // orders the sequence numbers, so they advance with plain stores.
       if (comm != nullptr) entry.comm_id = comm->id.load(std::memory_order_relaxed);
       if (comm != nullptr && sequenced) entry.seq = comm->next_seq.load(std::memory_order_relaxed);
+      s.entry = entry;
+      s.ticket = next_ticket_;
+      s.queued = true;
       if (producer_.try_push(entry)) break;
+      s.queued = false;
       if (daemon_gone() || clock::now() >= deadline) {
         lock.unlock();
         release_slot(slot);
@@ -261,19 +268,16 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
       }
       std::this_thread::yield();
     }
-    if (comm != nullptr && sequenced) comm->next_seq.fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard slots(slots_mutex_);
-    SlotState& s = slots_[slot];
-    s.queued = true;
-    s.ticket = next_ticket_++;
-    s.entry = entry;
+    ++next_ticket_;
+    if (comm != nullptr && sequenced)
+      comm->next_seq.store(entry.seq + 1, std::memory_order_relaxed);
   }
+  request->in_flight = true;
   if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});
   ring_doorbell();
   // After the push: the request is in flight whatever happens here, and a failure to enqueue
   // the wait is reported while the Request still tracks the slot.
-  Request request(
-      std::make_shared<Request::Impl>(shared_from_this(), slot, generation, slots_[slot].outcome));
+  Request submitted(std::move(request));
   if (stream && in_group()) {
     defer_to_group([self = shared_from_this(), s = *stream, slot, generation] {
       self->stream_flags->enqueue_wait_done(s, slot, generation);
@@ -281,7 +285,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
   } else if (stream) {
     stream_flags->enqueue_wait_done(*stream, slot, generation);
   }
-  return request;
+  return submitted;
 }
 
 }  // namespace iris

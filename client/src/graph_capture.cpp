@@ -70,7 +70,7 @@ void Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry entry,
   // the plan (it keeps a copy), then the slot is free again.
   std::optional<uint32_t> staging;
   if (!v_args.empty()) {
-    staging = acquire_slot(deadline_after(options.submit_timeout));
+    staging = acquire_slot(deadline_after(options.submit_timeout), nullptr);
     try {
       stage_args(*staging, v_args, entry);
     } catch (const Error&) {

@@ -12,12 +12,12 @@
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (!done && current_pid() == client->owner_pid) client->abandon(slot, *outcome);
+  if (in_flight && !done && current_pid() == client->owner_pid) client->abandon(slot, outcome);
 }
 
 void Request::Impl::finish(ErrorCode result) {
   done = true;
-  std::tie(code, why) = client->collect(slot, *outcome, result);
+  std::tie(code, why) = client->collect(slot, outcome, result);
 }
 
 Request::Request() = default;
@@ -46,8 +46,8 @@ bool Request::test() {
   impl_->client->check_owner();
   if (!impl_->done) {
     std::optional<ErrorCode> code;
-    if (impl_->outcome->ready.load(std::memory_order_acquire)) {
-      code = impl_->outcome->code;
+    if (impl_->outcome.ready.load(std::memory_order_acquire)) {
+      code = impl_->outcome.code;
     } else {
       code = impl_->client->poll(impl_->slot, impl_->generation);
     }
@@ -65,7 +65,7 @@ bool Request::wait(std::chrono::nanoseconds timeout) {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   if (!impl_->done) {
     auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline_after(timeout),
-                                    impl_->outcome.get());
+                                    &impl_->outcome);
     if (!code) return false;
     impl_->finish(*code);
   }
