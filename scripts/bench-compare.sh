@@ -3,36 +3,40 @@
 # means something): the ring round trip and the host engine's all-gather p50 (or that of
 # COLLECTIVE=all_to_all or broadcast) for 2 and 4 ranks (and 8 where the machine has 12 cores or
 # more), each build measured `rounds` times in turn (A B A B ...), the median of its rounds kept.
-# Use it to show that a change made nothing slower.
+# Use it to show that a change made nothing slower. With BENCH_PIN=1 irisd and each rank run on CPUs
+# of their own, the same in every round (scripts/lib/pinning.sh).
 # Each build is a bundle made by ../shared/tools/device-bundle (DIR/bin: irisd, iris-bench-ring,
 # iris-collective-sweep; DIR/lib: libiris.so.0 and what they load); scripts/gpu-bundle.sh makes
 # .gpu for the build of this tree.
 #   scripts/bench-compare.sh OLD_BUNDLE NEW_BUNDLE [rounds, default 3] [max bytes, default 1 MiB]
 set -euo pipefail
+source "$(dirname "$0")/lib/pinning.sh"
 old=$(realpath "$1") new=$(realpath "$2") rounds=${3:-3} max=${4:-1048576}
 collective=${COLLECTIVE:-all_gather}
 run=$(mktemp -d /tmp/irisd-compare-XXXXXX)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$run"' EXIT
 sizes="2 4"
 [ "$(nproc)" -ge 12 ] && sizes="2 4 8"
+plan_pinning 8 4
 
 # measure BUNDLE TAG ROUND: one irisd of BUNDLE, its ring bench and sweeps, into $run/TAG.ROUND.*
 measure() {
   local dir=$1 tag=$2 round=$3 socket="$run/$2.$3.sock"
   local env=(env "LD_LIBRARY_PATH=$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     "IRIS_BIN_DIR=$dir/bin")
-  "${env[@]}" "$dir/bin/irisd" --socket "$socket" --engine host --engine-workers 4 \
+  "${env[@]}" "${irisd_pin[@]}" "$dir/bin/irisd" --socket "$socket" --engine host --engine-workers 4 \
     --log-level warn >"$run/$tag.$round.log" 2>&1 &
   local daemon=$!
   for _ in $(seq 100); do [ -S "$socket.attach" ] && break; sleep 0.1; done
   # The ring bench starts its own irisd, from IRIS_BIN_DIR.
-  "${env[@]}" timeout 120 "$dir/bin/iris-bench-ring" --benchmark_filter=RingRoundTrip \
+  "${env[@]}" timeout 120 "${ring_pin[@]}" "$dir/bin/iris-bench-ring" --benchmark_filter=RingRoundTrip \
     --benchmark_min_time=0.5 --benchmark_format=csv 2>/dev/null |
     awk -F, '/RingRoundTrip/ {print $(NF-1)}' >"$run/$tag.$round.ring"
   for nranks in $sizes; do
     local pids=()
     for ((r = 0; r < nranks; r++)); do
-      "${env[@]}" timeout 300 "$dir/bin/iris-collective-sweep" --socket "$socket" \
+      # shellcheck disable=SC2086
+      "${env[@]}" timeout 300 ${rank_pin[r]:-} "$dir/bin/iris-collective-sweep" --socket "$socket" \
         --key "cmp-$nranks" --collective "$collective" --nranks "$nranks" --rank "$r" \
         --no-verify --max-bytes "$max" \
         --csv >"$run/$tag.$round.$nranks.$r" &
@@ -61,8 +65,10 @@ row() {  # row LABEL FILES-OF-OLD FILES-OF-NEW (one figure per line)
   o=$(median <"$2") n=$(median <"$3")
   echo "| $1 | $o ($(spread <"$2")) | $n ($(spread <"$3")) | $(ratio "$o" "$n") |"
 }
-echo "$(nproc) cores; host engine, 4 workers; median of $rounds rounds each, taken in turn" \
-  "(in brackets: the lowest and highest round)"
+placement="placed by the kernel"
+[ -z "$rank_cpu_list" ] || placement="pinned (irisd on CPUs ${irisd_pin[2]}, ranks on $rank_cpu_list)"
+echo "$(nproc) cores, threads $placement; host engine, 4 workers; median of $rounds rounds" \
+  "each, taken in turn (in brackets: the lowest and highest round)"
 echo "| what | old p50 us | new p50 us | new/old |"
 echo "| --- | ---: | ---: | ---: |"
 cat "$run"/old.*.ring >"$run/old.rings"

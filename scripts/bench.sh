@@ -6,11 +6,14 @@
 #   scripts/bench.sh [engine workers, default 2] [largest block, default 64 MiB (16 MiB at 8 ranks)]
 # With BENCH_BUNDLE=DIR it runs the binaries of a bundle made by ../shared/tools/device-bundle
 # (scripts/gpu-bundle.sh's .gpu: DIR/bin, DIR/lib) instead of building: how the GPU host's 16 CPU
-# cores run it, under that host's own mpirun.
+# cores run it, under that host's own mpirun. With BENCH_PIN=1, irisd and each rank run on CPUs of
+# their own (scripts/lib/pinning.sh), and Open MPI's ranks on the same CPUs as irisd's ranks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/pinning.sh
 workers=${1:-2}
 largest=${2:-}
+plan_pinning 8 "$workers"
 if [ -n "${BENCH_BUNDLE:-}" ]; then
   bin=$(realpath "$BENCH_BUNDLE")/bin
   daemon_bin=$bin/irisd
@@ -23,7 +26,7 @@ else
 fi
 run=$(mktemp -d /tmp/irisd-bench-XXXXXX)
 socket=$run/irisd.sock
-"$daemon_bin" --socket "$socket" --engine host --engine-workers "$workers" \
+"${irisd_pin[@]}" "$daemon_bin" --socket "$socket" --engine host --engine-workers "$workers" \
   --log-level warn >"$run/irisd.log" 2>&1 &
 daemon=$!
 trap 'kill $daemon 2>/dev/null; wait $daemon 2>/dev/null; rm -rf "$run"' EXIT
@@ -34,10 +37,14 @@ echo "- $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk
 echo "- $(uname -sr), $(g++ --version | head -1), $(mpirun --version 2>/dev/null | head -1)"
 # The binary's own build, not this checkout's: a bundle may come from another commit.
 echo "- $("$daemon_bin" --version), host engine with $workers worker threads"
+placement="placed by the kernel"
+[ -z "$rank_cpu_list" ] || placement="pinned: irisd on CPUs ${irisd_pin[2]}, ranks on $rank_cpu_list"
+echo "- $(lscpu | sed -n 's/^Socket(s): *//p') socket(s), $(lscpu |
+  sed -n 's/^Thread(s) per core: *//p') thread(s) per core; threads $placement"
 echo
 echo "## Ring round trip (no-op submitted, completion seen by the client) against the floor"
 echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores)"
-timeout 300 "$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
+timeout 300 "${ring_pin[@]}" "$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
   awk -F, '/RingRoundTrip/ {r = $(NF-1); printf "ring p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
     /CacheLineRoundTrip/ {f = $(NF-1); printf "floor p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
     END {if (f > 0) printf "ring / floor (p50): %.1f\n", r / f}'
@@ -46,10 +53,11 @@ echo
 # One table: collective $1 at $2 ranks up to $3 bytes per block; irisd, Open MPI, and (for the
 # all-gather and all-to-all, whose n x n block copies it makes) memcpy by the same threads.
 sweep() {
-  local collective=$1 nranks=$2 max=$3 pids=()
+  local collective=$1 nranks=$2 max=$3 pids=() mpi_pin=()
   for ((r = nranks - 1; r >= 0; r--)); do
-    timeout 600 "$bin/iris-collective-sweep" --socket "$socket" --key "bench-$collective-$nranks" \
-      --collective "$collective" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
+    # shellcheck disable=SC2086
+    timeout 600 ${rank_pin[r]:-} "$bin/iris-collective-sweep" --socket "$socket" \
+      --key "bench-$collective-$nranks" --collective "$collective" --nranks "$nranks" --rank "$r" --no-verify --max-bytes "$max" \
       --csv >"$run/iris.$r" &
     pids+=($!)
   done
@@ -63,7 +71,10 @@ sweep() {
       fi
     done
   fi
-  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$nranks" "$bin/iris-bench-mpi" \
+  [ -z "$rank_cpu_list" ] ||
+    mpi_pin=(--bind-to none -x "IRIS_RANK_CPUS=$rank_cpu_list" "$PWD/scripts/lib/pinned_mpi_rank.sh")
+  timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$nranks" "${mpi_pin[@]}" \
+    "$bin/iris-bench-mpi" \
     --collective "$collective" --max-bytes "$max" 2>"$run/mpi.err" | tail -n +2 >"$run/mpi.csv" ||
     echo "(Open MPI did not run here: $(tail -1 "$run/mpi.err"))"
   echo "## $collective, $nranks ranks"
