@@ -185,31 +185,11 @@ void Client::Impl::ring_doorbell() {
 void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
                               shm::SubmitEntry& entry) {
   const std::size_t need = values.size_bytes();
-  std::unique_lock lock(args_mutex_);
-  while (args_arenas_.empty() || args_arenas_.back().stride < need) {
+  std::lock_guard lock(args_mutex_);
+  if (args_arenas_.empty() || args_arenas_.back().stride < need) {
     std::size_t stride = 256;
     while (stride < need) stride *= 2;
-    // The session call runs without the lock: when irisd restarts under it, the call waits for
-    // the session to resume, and the resume adopts the arenas under this lock.
-    const uint64_t resumes = resumes_.load(std::memory_order_acquire);
-    lock.unlock();
     auto [id, mapping] = allocate_host(stride * slots_.size(), "allocate argument area");
-    lock.lock();
-    // A resume begun or ended meanwhile may have adopted the arenas without this one, whose id
-    // may be the previous irisd's, unknown to this one or given by it to another buffer since:
-    // its mapping goes and nothing is sent (had this irisd made it, it stays allocated there
-    // until the session ends). Another thread may have added one as large: this one goes back.
-    if (resuming() || resumes_.load(std::memory_order_acquire) != resumes) continue;
-    if (!args_arenas_.empty() && args_arenas_.back().stride >= stride) {
-      lock.unlock();
-      try {
-        deregister(id);
-      } catch (const Error&) {
-        // The session's end frees it.
-      }
-      lock.lock();
-      continue;
-    }
     args_arenas_.push_back({id, stride, std::move(mapping)});
   }
   ArgsArena& arena = args_arenas_.back();
