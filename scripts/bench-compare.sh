@@ -65,9 +65,7 @@ row() {  # row LABEL FILES-OF-OLD FILES-OF-NEW (one figure per line)
   o=$(median <"$2") n=$(median <"$3")
   echo "| $1 | $o ($(spread <"$2")) | $n ($(spread <"$3")) | $(ratio "$o" "$n") |"
 }
-placement="placed by the kernel"
-[ -z "$rank_cpu_list" ] || placement="pinned (irisd on CPUs ${irisd_pin[2]}, ranks on $rank_cpu_list)"
-echo "$(nproc) cores, threads $placement; host engine, 4 workers; median of $rounds rounds" \
+echo "$(nproc) cores, threads $(placement); host engine, 4 workers; median of $rounds rounds" \
   "each, taken in turn (in brackets: the lowest and highest round)"
 echo "| what | old p50 us | new p50 us | new/old |"
 echo "| --- | ---: | ---: | ---: |"

@@ -37,10 +37,8 @@ echo "- $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk
 echo "- $(uname -sr), $(g++ --version | head -1), $(mpirun --version 2>/dev/null | head -1)"
 # The binary's own build, not this checkout's: a bundle may come from another commit.
 echo "- $("$daemon_bin" --version), host engine with $workers worker threads"
-placement="placed by the kernel"
-[ -z "$rank_cpu_list" ] || placement="pinned: irisd on CPUs ${irisd_pin[2]}, ranks on $rank_cpu_list"
 echo "- $(lscpu | sed -n 's/^Socket(s): *//p') socket(s), $(lscpu |
-  sed -n 's/^Thread(s) per core: *//p') thread(s) per core; threads $placement"
+  sed -n 's/^Thread(s) per core: *//p') thread(s) per core; threads $(placement)"
 echo
 echo "## Ring round trip (no-op submitted, completion seen by the client) against the floor"
 echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores)"

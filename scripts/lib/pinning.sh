@@ -28,3 +28,12 @@ plan_pinning() {
     rank_cpu_list+=${rank_cpu_list:+,}$cpu
   done
 }
+
+# Where the threads run, in words, for a report (after plan_pinning).
+placement() {
+  if [ -z "$rank_cpu_list" ]; then
+    echo "placed by the kernel"
+  else
+    echo "pinned (irisd on CPUs ${irisd_pin[2]}, ranks on $rank_cpu_list)"
+  fi
+}

@@ -39,6 +39,7 @@ not written; the group raises irisd.IrisError at its next call (as NCCL reports 
 errors), and work.wait() raises it too once the collective has completed."""
 
 import collections
+import itertools
 import os
 import secrets
 import threading
@@ -153,11 +154,17 @@ def _ranks_share_a_gpu(store, rank, size):
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+def _device_index(device):
+    """`device`'s CUDA index; the current device's when it names none."""
+    index = getattr(device, "index", None)
+    return index if index is not None else torch.cuda.current_device()
+
+
 def _current_stream_handle(device):
     """The handle (cudaStream_t as an int) of the current stream on `device`: all irisd needs,
     without building torch's Stream object, which costs about 5 us of the host's time per call
     (measured on the GPU host, torch 2.11)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _device_index(device)
     if _current_raw_stream is not None:
         return _current_raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
@@ -172,8 +179,7 @@ def _current_stream(device):
     measured on the GPU host, torch 2.11), a cost asynchronous calls and Work.wait() paid each
     time. The Stream only names the handle, so one kept for a destroyed stream is harmless; the
     table is cleared when it grows past a few hundred streams."""
-    index = getattr(device, "index", None)
-    index = index if index is not None else torch.cuda.current_device()
+    index = _device_index(device)
     if _current_raw_stream is None:
         return torch.cuda.current_stream(index)
     key = (index, _current_raw_stream(index))
@@ -253,7 +259,6 @@ class IrisProcessGroup(dist.ProcessGroup):
         # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
         self.waits_on_host = mode == "host" and _ranks_share_a_gpu(store, rank, size)
         self._streams = {}
-        self._done_events = {}  # (device, purpose) -> (ring of events, next index)
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
         self._coalescing = None  # tensors of the batch_isend_irecv being built
@@ -295,31 +300,23 @@ class IrisProcessGroup(dist.ProcessGroup):
         return scratch
 
     # Ordering.
-    def _stream(self, device, purpose="collectives"):
-        """The group's stream for `purpose` on `device` (collectives, sends or receives), and the
-        event that orders it after the caller's stream."""
-        found = self._streams.get((device, purpose))
-        if found is None:
-            # One event, recorded again for every call: a wait already enqueued keeps the point
-            # it was recorded at, so reuse is safe, and no event is made per call (as
-            # Stream.wait_stream does).
-            found = self._streams[(device, purpose)] = (torch.cuda.Stream(device),
-                                                        torch.cuda.Event())
-        return found
-
     _DONE_EVENTS = 64
 
-    def _done_event(self, device, purpose):
-        """An event to record a call's end on, taken in turn from a ring of 64 per stream: a new
-        torch Event costs about 2.7 us more of the host's time than recording an existing one
-        (GPU host, torch 2.11). Recording one again moves its point later on the same stream, so
-        a Work still holding it waits for more, never less; with 64 in turn, only a Work kept
-        across 64 later calls of this group sees that."""
-        ring, at = self._done_events.get((device, purpose), (None, 0))
-        if ring is None:
-            ring = [torch.cuda.Event() for _ in range(self._DONE_EVENTS)]
-        self._done_events[(device, purpose)] = (ring, (at + 1) % len(ring))
-        return ring[at]
+    def _stream(self, device, purpose="collectives"):
+        """The group's stream for `purpose` on `device` (collectives, sends or receives), the
+        event that orders it after the caller's stream, and the events its calls' ends are
+        recorded on, taken in turn."""
+        found = self._streams.get((device, purpose))
+        if found is None:
+            # Events recorded again on each use instead of made per call (a new torch Event costs
+            # about 2.7 us more of the host's time, GPU host, torch 2.11): a wait already
+            # enqueued keeps the point it was recorded at. A Work still holding an end event
+            # recorded again waits for more, never less; with 64 in turn, only a Work kept across
+            # 64 later calls of this group sees that.
+            ends = itertools.cycle([torch.cuda.Event() for _ in range(self._DONE_EVENTS)])
+            found = self._streams[(device, purpose)] = (torch.cuda.Stream(device),
+                                                        torch.cuda.Event(), ends)
+        return found
 
     def _raise_failures(self, block):
         """Raises the first failure among the requests issued so far that have completed (all
@@ -363,7 +360,7 @@ class IrisProcessGroup(dist.ProcessGroup):
                 and not torch.cuda.is_current_stream_capturing()):
             body(_OnHost(current))  # the torch ops on the current stream, irisd's calls waited for
             return Work(self, current.record_event(), result)
-        stream, after_current = self._stream(device, purpose)
+        stream, after_current, ends = self._stream(device, purpose)
         after_current.record(current)
         stream.wait_event(after_current)
         if torch_ops:
@@ -376,7 +373,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         for r in requests:
             if r is not None:
                 self._pending.append(r)
-        event = self._done_event(device, purpose)
+        event = next(ends)
         event.record(stream)
         if not async_op:
             current.wait_event(event)
