@@ -103,8 +103,13 @@ GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t pt
   // registration no request names, and try again.
   for (bool registered = false; !registered;) {
     try {
+      Session::Registration made{};
       runtime_.outside_capture_rules(
-          [&] { e.id = session_.register_range(reinterpret_cast<void*>(begin), end - begin); });
+          [&] { made = session_.register_range(reinterpret_cast<void*>(begin), end - begin); });
+      std::lock_guard lock(registry_mutex_);
+      if (!session_.answered_by_current_irisd(made.connection)) continue;
+      e.id = made.buffer_id;
+      registered_[e.id] = {begin, end};
       registered = true;
     } catch (const Error& refused) {
       if (refused.code() != ErrorCode::kLimitExceeded || !end_least_recently_used()) throw;
@@ -179,8 +184,14 @@ void GpuRegistrationCache::end_finished_retirements() {
       ++it;
       continue;
     }
+    uint64_t connection = 0;
+    {
+      std::lock_guard lock(registry_mutex_);
+      registered_.erase(it->id);
+      connection = session_.current_connection();
+    }
     try {
-      session_.deregister(it->id);
+      session_.deregister(it->id, connection);
     } catch (const Error&) {
       // The session is ending (irisd gone): its end frees the registration.
     }
@@ -234,9 +245,8 @@ void HeldRegistrations::submitted(std::optional<GpuRegistrationCache::Use> use) 
 
 void GpuRegistrationCache::for_each_registration(
     const std::function<void(uintptr_t, uintptr_t, uint64_t)>& visit) const {
-  std::lock_guard lock(mutex_);
-  for (const auto& [begin, e] : entries_) visit(e.begin, e.end, e.id);
-  for (const Entry& e : retiring_) visit(e.begin, e.end, e.id);
+  std::lock_guard lock(registry_mutex_);
+  for (const auto& [id, range] : registered_) visit(range.first, range.second, id);
 }
 
 }  // namespace iris

@@ -39,9 +39,20 @@ class GpuRegistrationCache {
   class Session {
    public:
     virtual ~Session() = default;
-    // Registers [base, base + bytes) with irisd; returns the buffer id. Throws iris::Error.
-    virtual uint64_t register_range(void* base, std::size_t bytes) = 0;
-    virtual void deregister(uint64_t buffer_id) = 0;
+    struct Registration {
+      uint64_t buffer_id;
+      uint64_t connection;  // which irisd answered
+    };
+    // Registers [base, base + bytes) with irisd. Throws iris::Error.
+    virtual Registration register_range(void* base, std::size_t bytes) = 0;
+    // Whether the irisd that answered on `connection` is the one attached now, and which that
+    // is. Asked under the lock that the session's resume reads for_each_registration under: an
+    // answer from an irisd gone since may have been left out of it (register again), and an id
+    // that leaves the table afterwards is known to the irisd attached then alone.
+    virtual bool answered_by_current_irisd(uint64_t connection) const = 0;
+    virtual uint64_t current_connection() const = 0;
+    // Ends the registration on the irisd of `connection` (nothing if that irisd has gone).
+    virtual void deregister(uint64_t buffer_id, uint64_t connection) = 0;
     // Whether the request in (slot, generation) has completed (or its slot moved on).
     virtual bool finished(uint32_t slot, uint32_t generation) const = 0;
   };
@@ -77,7 +88,8 @@ class GpuRegistrationCache {
   std::size_t registrations() const;
   std::size_t retiring() const;
   // Every registration, held or retiring, as [begin, end) and its id: a session resumed with a
-  // restarted irisd registers them again under the same ids.
+  // restarted irisd registers them again under the same ids. Never waits for mutex_ (a lookup
+  // holds it across its session call, which waits for that resume).
   void for_each_registration(
       const std::function<void(uintptr_t begin, uintptr_t end, uint64_t id)>& visit) const;
 
@@ -109,6 +121,10 @@ class GpuRegistrationCache {
   const std::size_t capacity_;
   mutable std::mutex mutex_;
   std::map<uintptr_t, Entry> entries_;  // by begin; disjoint
+  // What irisd holds (id -> [begin, end)), entries and retiring ones, under a lock of its own
+  // for the resume.
+  mutable std::mutex registry_mutex_;
+  std::map<uint64_t, std::pair<uintptr_t, uintptr_t>> registered_;
   std::vector<Entry> retiring_;
   uint64_t tick_ = 0;
 };

@@ -121,7 +121,8 @@ void Client::Impl::detach() {
 
 v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request, const char* what,
                                                const std::vector<int>& fds,
-                                               std::vector<net::Fd>* received) {
+                                               std::vector<net::Fd>* received,
+                                               uint64_t* connection) {
   check_owner();
   const auto deadline = deadline_after(resume_window + kAttachTimeout);
   wait_while_resuming(deadline);
@@ -129,7 +130,7 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
   for (;;) {
     const uint64_t resumes = resumes_.load(std::memory_order_acquire);
     try {
-      return call(request, what, fds, received);
+      return call(request, what, fds, received, connection);
     } catch (const Error& e) {
       // The connection broke under the call: if the session resumes, the call goes to the next
       // irisd (the previous one's answer, if it made one, died with it), and so on while irisd
@@ -149,12 +150,14 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
 }
 
 v1::SessionResponse Client::Impl::call(const v1::SessionRequest& request, const char* what,
-                                       const std::vector<int>& fds,
-                                       std::vector<net::Fd>* received) {
+                                       const std::vector<int>& fds, std::vector<net::Fd>* received,
+                                       uint64_t* connection, std::optional<uint64_t> only_on) {
   v1::SessionResponse response;
   {
     // One call at a time on the connection: each frame is answered by the next one.
     std::lock_guard lock(attach_mutex_);
+    if (only_on && *only_on != connection_.load(std::memory_order_relaxed)) return response;
+    if (connection != nullptr) *connection = connection_.load(std::memory_order_relaxed);
     if (!attach_fd || !net::send_frame(attach_fd.get(), request.SerializeAsString(), fds))
       throw Error(ErrorCode::kDaemonGone,
                   std::string(what) + ": irisd closed the session (stopped, or ended it)");
@@ -221,35 +224,43 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->node_addresses.assign(init->node_addresses().begin(), init->node_addresses().end());
   joined->node_of_rank.assign(init->node_of_rank().begin(), init->node_of_rank().end());
   joined->secret = init->secret();
-  joined->id = session_call(request, "communicator init").comm_id();
-  std::lock_guard lock(comms_mutex_);
-  std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
-  comms_.push_back(joined);
-  return joined;
+  for (;;) {
+    uint64_t connection = 0;
+    joined->id = session_call(request, "communicator init", {}, nullptr, &connection).comm_id();
+    std::lock_guard lock(comms_mutex_);
+    if (!answered_by_current_irisd(connection)) continue;  // see there
+    std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
+    comms_.push_back(joined);
+    return joined;
+  }
 }
 
-std::pair<uint64_t, shm::ShmSegment> Client::Impl::allocate_host(std::size_t bytes,
-                                                                 const char* what) {
+Client::Impl::HostAllocation Client::Impl::allocate_host(std::size_t bytes, const char* what) {
   v1::SessionRequest request;
   request.mutable_allocate_host()->set_bytes(bytes);
   std::vector<net::Fd> fds;
-  const auto response = session_call(request, what, {}, &fds);
+  uint64_t connection = 0;
+  const auto response = session_call(request, what, {}, &fds, &connection);
   if (fds.size() != 1)
     throw Error(ErrorCode::kProtocolMismatch,
                 std::string(what) + ": no memory came with the answer");
   try {
-    return {response.registered().buffer_id(), shm::ShmSegment::map(std::move(fds[0]))};
+    return {response.registered().buffer_id(), shm::ShmSegment::map(std::move(fds[0])), connection};
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kProtocolMismatch, e.what());
   }
 }
 
 Buffer Client::Impl::allocate(std::size_t bytes) {
-  auto [id, segment] = allocate_host(bytes, "allocate");
-  auto memfd = std::make_shared<const net::Fd>(segment.take_fd());
-  auto mapping = std::make_shared<shm::ShmSegment>(std::move(segment));
-  void* base = mapping->data();
-  return add_buffer(id, base, bytes, std::move(mapping), false, std::move(memfd));
+  for (;;) {
+    auto allocation = allocate_host(bytes, "allocate");
+    auto memfd = std::make_shared<const net::Fd>(allocation.segment.take_fd());
+    auto mapping = std::make_shared<shm::ShmSegment>(std::move(allocation.segment));
+    void* base = mapping->data();
+    if (auto buffer = add_buffer(allocation.id, allocation.connection, base, bytes,
+                                 std::move(mapping), false, std::move(memfd)))
+      return std::move(*buffer);
+  }
 }
 
 namespace {
@@ -290,36 +301,47 @@ Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
                 "register_host: [address, +" + std::to_string(size) +
                     ") is not all private, writable, anonymous memory of this process (a file "
                     "mapping, read-only or shared memory cannot be moved)");
-  v1::SessionRequest request;
-  request.mutable_allocate_host()->set_bytes(size);
-  std::vector<net::Fd> fds;
-  const auto response = session_call(request, "register host memory", {}, &fds);
-  const uint64_t id = response.registered().buffer_id();
-  auto give_back = [&] {
-    v1::SessionRequest deregister;
-    deregister.mutable_deregister()->set_buffer_id(id);
-    session_call(deregister, "register host memory (undo)");
-  };
-  if (fds.size() != 1) {
-    give_back();
-    throw Error(ErrorCode::kProtocolMismatch,
-                "register host memory: no memory came with the answer");
+  for (;;) {
+    HostAllocation allocation = allocate_host(size, "register host memory");
+    auto memfd = std::make_shared<const net::Fd>(allocation.segment.take_fd());
+    allocation.segment = shm::ShmSegment();  // written through the descriptor, not mapped here
+    auto error = [](const char* doing) {
+      return Error(ErrorCode::kInvalidArgument,
+                   std::string("register host memory: ") + doing + ": " + std::strerror(errno));
+    };
+    auto give_back = [&] {
+      try {
+        deregister(allocation.id, allocation.connection);
+      } catch (const Error&) {
+        // The session's end frees it.
+      }
+    };
+    // The contents go into irisd's memory first; then that memory replaces the pages at the same
+    // addresses (MAP_FIXED swaps them in one step, so no other thread sees a hole).
+    if (::pwrite(memfd->get(), ptr, size, 0) != static_cast<ssize_t>(size)) {
+      const Error failed = error("copying the contents");
+      give_back();
+      throw failed;
+    }
+    auto swap_in = [&] {
+      if (::mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd->get(), 0) ==
+          MAP_FAILED)
+        throw error("mapping it in place");
+    };
+    std::optional<Buffer> buffer;
+    try {
+      buffer = add_buffer(allocation.id, allocation.connection, ptr, size, nullptr, false, memfd,
+                          GpuVendor::kCuda, swap_in);
+    } catch (const Error&) {
+      give_back();
+      throw;
+    }
+    if (buffer) return std::move(*buffer);
   }
-  // The contents go into irisd's memory first; then that memory replaces the pages at the same
-  // addresses (MAP_FIXED swaps them in one step, so no other thread sees a hole).
-  if (::pwrite(fds[0].get(), ptr, size, 0) != static_cast<ssize_t>(size) ||
-      ::mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fds[0].get(), 0) ==
-          MAP_FAILED) {
-    const std::string reason = std::strerror(errno);
-    give_back();
-    throw Error(ErrorCode::kInvalidArgument, "register host memory: " + reason);
-  }
-  return add_buffer(id, ptr, size, nullptr, false,
-                    std::make_shared<const net::Fd>(std::move(fds[0])));
 }
 
 uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr,
-                                    std::size_t bytes, uint64_t resume_id) {
+                                    std::size_t bytes, uint64_t resume_id, uint64_t* connection) {
   ExportedGpuBuffer exported = export_gpu_buffer(runtime, device_ptr, bytes);
   v1::SessionRequest request;
   std::vector<int> fds;
@@ -334,13 +356,19 @@ uint64_t Client::Impl::register_gpu(GpuRuntime& runtime, GpuVendor vendor, void*
   // Resuming, the resume's own connection carries it (the session is not up yet).
   if (resume_id != 0)
     return call(request, "register GPU buffer again", fds, nullptr).registered().buffer_id();
-  return session_call(request, "register GPU buffer", fds).registered().buffer_id();
+  return session_call(request, "register GPU buffer", fds, nullptr, connection)
+      .registered()
+      .buffer_id();
 }
 
 Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
   const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
-  const uint64_t id = register_gpu(*runtime, vendor, device_ptr, bytes);
-  return add_buffer(id, device_ptr, bytes, nullptr, true, nullptr, vendor);
+  for (;;) {
+    uint64_t connection = 0;
+    const uint64_t id = register_gpu(*runtime, vendor, device_ptr, bytes, 0, &connection);
+    if (auto buffer = add_buffer(id, connection, device_ptr, bytes, nullptr, true, nullptr, vendor))
+      return std::move(*buffer);
+  }
 }
 
 GpuRegistrationCache* Client::Impl::gpu_cache() {
@@ -365,15 +393,25 @@ GpuRegistrationCache* Client::Impl::existing_gpu_cache() {
   return gpu_cache_.get();
 }
 
-uint64_t Client::Impl::register_range(void* base, std::size_t bytes) {
-  return register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, base, bytes);
+GpuRegistrationCache::Session::Registration Client::Impl::register_range(void* base,
+                                                                         std::size_t bytes) {
+  Registration made{};
+  made.buffer_id =
+      register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, base, bytes, 0, &made.connection);
+  return made;
 }
 
-void Client::Impl::deregister(uint64_t buffer_id) {
+void Client::Impl::deregister(uint64_t buffer_id, uint64_t connection) {
   if (detached || daemon_gone()) return;
   v1::SessionRequest request;
   request.mutable_deregister()->set_buffer_id(buffer_id);
-  session_call(request, "free buffer");
+  check_owner();
+  try {
+    call(request, "free buffer", {}, nullptr, nullptr, connection);
+  } catch (const Error& e) {
+    // That irisd went, and the buffer with it: no resume carried it.
+    if (e.code() != ErrorCode::kDaemonGone) throw;
+  }
 }
 
 bool Client::Impl::finished(uint32_t slot, uint32_t generation) const {
@@ -382,11 +420,16 @@ bool Client::Impl::finished(uint32_t slot, uint32_t generation) const {
   return slots_[slot].generation != generation || !slots_[slot].in_use;
 }
 
-Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
-                                std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
-                                std::shared_ptr<const net::Fd> memfd, GpuVendor vendor) {
+std::optional<Buffer> Client::Impl::add_buffer(uint64_t id, uint64_t connection, void* base,
+                                               std::size_t bytes,
+                                               std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
+                                               std::shared_ptr<const net::Fd> memfd,
+                                               GpuVendor vendor,
+                                               const std::function<void()>& map_in) {
   {
     std::lock_guard lock(buffers_mutex_);
+    if (!answered_by_current_irisd(connection)) return std::nullopt;
+    if (map_in) map_in();
     buffers_[reinterpret_cast<uintptr_t>(base)] = {id, bytes, gpu, vendor, std::move(memfd)};
   }
   return Buffer(
@@ -394,12 +437,14 @@ Buffer Client::Impl::add_buffer(uint64_t id, void* base, std::size_t bytes,
 }
 
 void Client::Impl::forget_buffer(uint64_t id, void* base) {
+  uint64_t connection = 0;
   {
     std::lock_guard lock(buffers_mutex_);
     buffers_.erase(reinterpret_cast<uintptr_t>(base));
+    connection = current_connection();
   }
   try {
-    deregister(id);
+    deregister(id, connection);
   } catch (const Error&) {
     // The session's end frees it anyway.
   }

@@ -123,28 +123,52 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // The cache if a lookup made it already, else null (never makes it).
   GpuRegistrationCache* existing_gpu_cache();
   // GpuRegistrationCache::Session.
-  uint64_t register_range(void* base, std::size_t bytes) override;
-  void deregister(uint64_t buffer_id) override;
+  Registration register_range(void* base, std::size_t bytes) override;
+  bool answered_by_current_irisd(uint64_t connection) const override {
+    return connection == connection_.load(std::memory_order_acquire);
+  }
+  uint64_t current_connection() const override {
+    return connection_.load(std::memory_order_acquire);
+  }
+  // Frees `buffer_id` on the irisd of `connection` (current_connection(), read under the lock of
+  // the table the id just left): a later irisd never knew it, or knows it as another buffer.
+  void deregister(uint64_t buffer_id, uint64_t connection) override;
   bool finished(uint32_t slot, uint32_t generation) const override;
   void forget_buffer(uint64_t id, void* base);
   // Records a registered range for locate(); `mapping` is null for memory the caller owns,
   // `gpu` true for the caller's GPU memory (of `vendor`). `memfd`: host memory irisd allocated,
   // kept to hand to the next irisd if this one restarts.
-  Buffer add_buffer(uint64_t id, void* base, std::size_t bytes,
-                    std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
-                    std::shared_ptr<const net::Fd> memfd = nullptr,
-                    GpuVendor vendor = GpuVendor::kCuda);
+  // `connection`: the one irisd answered the registration on. Nullopt, recording nothing, when
+  // that irisd has gone since (answered_by_current_irisd): register again. `map_in` runs under
+  // the table's lock once the answer counts, before the range is recorded.
+  std::optional<Buffer> add_buffer(uint64_t id, uint64_t connection, void* base, std::size_t bytes,
+                                   std::shared_ptr<shm::ShmSegment> mapping, bool gpu,
+                                   std::shared_ptr<const net::Fd> memfd = nullptr,
+                                   GpuVendor vendor = GpuVendor::kCuda,
+                                   const std::function<void()>& map_in = {});
   // Finds the registered buffer holding each pointer (nullopt where none does, or the pointer is
   // null): a collective's two sides under one lock.
   std::array<std::optional<BufferLocation>, 2> locate(std::array<const void*, 2> ptrs) const;
 
   // One call of this session on the attach connection, with `fds` beside it; the descriptors
-  // that came with the answer go to `received`. Throws the answer's error, or kDaemonGone.
+  // that came with the answer go to `received`, the connection it came on to `connection`.
+  // Throws the answer's error, or kDaemonGone.
   v1::SessionResponse session_call(const v1::SessionRequest& request, const char* what,
                                    const std::vector<int>& fds = {},
-                                   std::vector<net::Fd>* received = nullptr);
-  // Host memory irisd allocates for this session: its buffer id and the mapped segment.
-  std::pair<uint64_t, shm::ShmSegment> allocate_host(std::size_t bytes, const char* what);
+                                   std::vector<net::Fd>* received = nullptr,
+                                   uint64_t* connection = nullptr);
+  // answered_by_current_irisd (above): a resume switches the connection before it reads what
+  // the session registered (buffers, areas, communicators, GPU ranges), each table under its
+  // lock. Asked under that lock, true means the resume to come will carry the registration;
+  // false means its irisd is gone and the resume may have carried the table without it, so the
+  // caller registers again (nothing to undo: what that irisd made went with it).
+  // Host memory irisd allocates for this session.
+  struct HostAllocation {
+    uint64_t id;
+    shm::ShmSegment segment;
+    uint64_t connection;  // as session_call's
+  };
+  HostAllocation allocate_host(std::size_t bytes, const char* what);
 
   void detach();
   // Throws kInvalidArgument in a process other than the one that attached (a forked child):
@@ -190,14 +214,19 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);
   // A call on the attach connection without waiting for a resume (the resume's own calls).
+  // `only_on`: sent only while attach_fd still leads to that irisd (an empty answer if not).
   v1::SessionResponse call(const v1::SessionRequest& request, const char* what,
-                           const std::vector<int>& fds, std::vector<net::Fd>* received);
+                           const std::vector<int>& fds, std::vector<net::Fd>* received,
+                           uint64_t* connection = nullptr,
+                           std::optional<uint64_t> only_on = std::nullopt);
   // Waits while the session resumes, until `deadline`.
   void wait_while_resuming(std::chrono::steady_clock::time_point deadline) const;
   bool resuming() const { return link_.load(std::memory_order_acquire) == Link::kResuming; }
   enum class Link { kUp, kResuming, kGone };
   std::atomic<Link> link_{Link::kUp};
   std::atomic<uint64_t> resumes_{0};  // sessions resumed so far (session_call retries after one)
+  // Which irisd attach_fd leads to: advanced under attach_mutex_ as a resume switches it.
+  std::atomic<uint64_t> connection_{0};
   mutable std::mutex link_mutex_;
   mutable std::condition_variable link_changed_;
   std::string gone_why_;  // set before link_ becomes kGone
@@ -288,8 +317,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   };
   // Buffer ids irisd gave for GPU memory of this process (IPC handle or VMM fds); `resume_id`:
   // the id to register it under again after a restart.
+  // `connection`: as session_call's.
   uint64_t register_gpu(GpuRuntime& runtime, GpuVendor vendor, void* device_ptr, std::size_t bytes,
-                        uint64_t resume_id = 0);
+                        uint64_t resume_id = 0, uint64_t* connection = nullptr);
 
   std::mutex gpu_cache_mutex_;  // creating the cache
   bool gpu_cache_tried_ = false;

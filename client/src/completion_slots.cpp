@@ -185,12 +185,28 @@ void Client::Impl::ring_doorbell() {
 void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
                               shm::SubmitEntry& entry) {
   const std::size_t need = values.size_bytes();
-  std::lock_guard lock(args_mutex_);
-  if (args_arenas_.empty() || args_arenas_.back().stride < need) {
+  std::unique_lock lock(args_mutex_);
+  while (args_arenas_.empty() || args_arenas_.back().stride < need) {
     std::size_t stride = 256;
     while (stride < need) stride *= 2;
-    auto [id, mapping] = allocate_host(stride * slots_.size(), "allocate argument area");
-    args_arenas_.push_back({id, stride, std::move(mapping)});
+    // Allocated without the lock: a resume reads the areas under it, and a session call broken
+    // by a restart waits for that resume.
+    lock.unlock();
+    HostAllocation allocation = allocate_host(stride * slots_.size(), "allocate argument area");
+    lock.lock();
+    if (!answered_by_current_irisd(allocation.connection)) continue;
+    if (!args_arenas_.empty() && args_arenas_.back().stride >= stride) {
+      // Another thread's came first.
+      lock.unlock();
+      try {
+        deregister(allocation.id, allocation.connection);
+      } catch (const Error&) {
+        // The session's end frees it.
+      }
+      lock.lock();
+      continue;
+    }
+    args_arenas_.push_back({allocation.id, stride, std::move(allocation.segment)});
   }
   ArgsArena& arena = args_arenas_.back();
   const std::size_t offset = std::size_t{slot} * arena.stride;

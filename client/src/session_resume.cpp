@@ -128,6 +128,8 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       std::lock_guard calls(attach_mutex_);
       ::dup3(attached->connection.get(), attach_fd.get(), O_CLOEXEC);
       ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
+      // Before the tables are read below (answered_by_current_irisd).
+      connection_.fetch_add(1, std::memory_order_release);
     }
     try {
       settle_stream_completions();

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -150,6 +152,47 @@ TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {
     EXPECT_NE(e.message().find("did not come back within 400 ms"), std::string::npos)
         << e.message();
   }
+}
+
+// A restart under a session call is a pause like any other: the call goes to the next irisd once
+// the session resumed, and what it registered is known there. irisd is stopped (SIGSTOP) before
+// the calls (a collective's first all-to-all-v asks irisd for the area its counts go through; an
+// allocation; a communicator's init), so each is waiting for its answer or for the resume when
+// irisd is killed and started again; the resume, which hands the next irisd that area among the
+// rest, must not wait for them.
+TEST(Resume, ARestartUnderSessionCallsIsAPause) {
+  DaemonProcess daemon({"--resume-window-ms", "60000"});
+  auto client = Client::connect(options_for(daemon, "calls"));
+  auto comm = Communicator::init(client, "alone", 1, 0);
+  auto send = client.allocate(256), recv = client.allocate(256);
+  std::memset(send.data(), 0x5a, 256);
+  std::memset(recv.data(), 0, 256);
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  auto v_call = std::async(std::launch::async, [&] {
+    comm.all_to_all_v(send.data(), {200}, {8}, recv.data(), {200}, {40}).wait();
+  });
+  auto allocated = std::async(std::launch::async, [&] { return client.allocate(4096); });
+  auto joined =
+      std::async(std::launch::async, [&] { return Communicator::init(client, "later", 1, 0); });
+  std::this_thread::sleep_for(100ms);  // the calls are in flight to the stopped irisd
+  daemon.kill();
+  daemon.start();
+  // Well inside the calls' own deadline (the window and 10 s): a resume that waited for a call
+  // would hold both until then.
+  ASSERT_EQ(v_call.wait_for(20s), std::future_status::ready) << daemon.log();
+  ASSERT_EQ(allocated.wait_for(20s), std::future_status::ready) << daemon.log();
+  ASSERT_EQ(joined.wait_for(20s), std::future_status::ready) << daemon.log();
+  v_call.get();
+  for (int i = 0; i < 256; ++i)
+    ASSERT_EQ(recv.as<uint8_t>()[i], i >= 40 && i < 240 ? 0x5a : 0) << i;
+  // What the calls registered is the next irisd's: the buffer and the communicator in a
+  // collective whose counts need a larger area too.
+  Buffer landed = allocated.get();
+  Communicator later = joined.get();
+  const std::vector<uint64_t> counts{256}, at{0};
+  later.all_to_all_v(send.data(), counts, at, landed.data(), counts, at).wait();
+  EXPECT_EQ(landed.as<uint8_t>()[255], 0x5a);
+  EXPECT_EQ(uint64_t(ctl_json(daemon, {"stats"})["stats"]["sessions_resumed_total"]), 1u);
 }
 
 // The window is the client's to choose: past it every call fails with daemon_gone, saying how

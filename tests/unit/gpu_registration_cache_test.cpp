@@ -4,6 +4,8 @@
 // eviction, and no registration ending while a request may still name it.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <set>
 
 #include "client/gpu/gpu_registration_cache.hpp"
@@ -16,23 +18,32 @@ constexpr uintptr_t kMiB = 1 << 20;
 
 class FakeSession final : public GpuRegistrationCache::Session {
  public:
-  struct Registration {
+  struct Held {
     uintptr_t base;
     std::size_t bytes;
   };
-  std::map<uint64_t, Registration> live;  // what irisd holds now
+  std::map<uint64_t, Held> live;  // what irisd holds now
   std::vector<uint64_t> deregistered;
   std::set<std::pair<uint32_t, uint32_t>> unfinished;  // (slot, generation) still in flight
   bool refuse = false;
   std::size_t limit = 1 << 20;  // buffers irisd accepts at once
   uint64_t next_id = 1;
+  uint64_t connection = 0;                        // which irisd: a restart advances it
+  std::function<void(uint64_t id)> after_answer;  // runs between irisd's answer and its return
 
-  uint64_t register_range(void* base, std::size_t bytes) override {
+  Registration register_range(void* base, std::size_t bytes) override {
     if (refuse || live.size() >= limit) throw Error(ErrorCode::kLimitExceeded, "too many buffers");
     live[next_id] = {reinterpret_cast<uintptr_t>(base), bytes};
-    return next_id++;
+    const Registration made{next_id++, connection};
+    if (after_answer) after_answer(made.buffer_id);
+    return made;
   }
-  void deregister(uint64_t id) override {
+  bool answered_by_current_irisd(uint64_t answered) const override {
+    return answered == connection;
+  }
+  uint64_t current_connection() const override { return connection; }
+  void deregister(uint64_t id, uint64_t on) override {
+    ASSERT_EQ(on, connection);
     ASSERT_EQ(live.erase(id), 1u) << "deregistered twice or never registered: " << id;
     deregistered.push_back(id);
   }
@@ -260,6 +271,38 @@ TEST_F(GpuRegistrationCacheTest, CapturedRegistrationsStayUntilTheirMemoryGoes) 
   EXPECT_EQ(session.live.size(), 1u);
   cache.forget_range(0x60000000, 0x60000000 + 2 * kMiB);  // the pool allocator frees it
   EXPECT_TRUE(session.live.empty());
+}
+
+// irisd restarts between its answer to a registration and the cache recording it: the session's
+// resume (another thread) lists the registrations while the lookup still holds the cache, and
+// must not wait for it; the answer, from the irisd gone since, is not listed and the range is
+// registered again with the next one.
+TEST_F(GpuRegistrationCacheTest, ARestartUnderARegistrationListsTheRestAndTheRangeIsMadeAgain) {
+  GpuRegistrationCache cache(runtime, session, 16);
+  allocate(0x60000000, 2 * kMiB);
+  allocate(0x70000000, 2 * kMiB);
+  const auto before = use(cache, 0x60000000, 64);
+  std::vector<uint64_t> listed;
+  uint64_t stale = 0;
+  session.after_answer = [&](uint64_t id) {
+    if (stale != 0) return;  // the next irisd's answer
+    stale = id;
+    session.live.erase(id);  // it went with its irisd
+    ++session.connection;
+    auto resume = std::async(std::launch::async, [&] {
+      cache.for_each_registration([&](uintptr_t, uintptr_t, uint64_t id) { listed.push_back(id); });
+    });
+    ASSERT_EQ(resume.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+        << "the resume waited for the lookup, which waits for the resume";
+  };
+  const auto after = use(cache, 0x70000000, 64);
+  EXPECT_EQ(listed, std::vector<uint64_t>{before.buffer_id});
+  EXPECT_NE(stale, 0u);
+  EXPECT_NE(after.buffer_id, stale);
+  EXPECT_TRUE(session.live.contains(after.buffer_id));
+  std::vector<uint64_t> now;
+  cache.for_each_registration([&](uintptr_t, uintptr_t, uint64_t id) { now.push_back(id); });
+  EXPECT_EQ(now, (std::vector<uint64_t>{before.buffer_id, after.buffer_id}));
 }
 
 }  // namespace
