@@ -47,8 +47,6 @@ GpuRuntime& StreamFlagsMapping::ready_runtime(GpuStream stream) {
       v1::RegisterIpcBuffer request = register_request(vendor, *exported.ipc);
       request.set_stream_done_flags(true);
       register_done_flags_(request);
-      registration_ = request;
-      registered_.store(true, std::memory_order_release);
     } catch (...) {
       if (done_flags != 0) runtime->free_flags(done_flags);
       runtime->unmap_host(base_);
@@ -116,10 +114,6 @@ void StreamFlagsMapping::enqueue_graph_wait(GpuStream stream, uint32_t index) {
 
 void StreamFlagsMapping::on_graph_destroyed(GpuStream stream, std::function<void()> destroyed) {
   ready_runtime(stream).on_graph_destroyed(stream.handle, std::move(destroyed));
-}
-
-void StreamFlagsMapping::register_again(const RegisterDoneFlags& send) const {
-  if (registered_.load(std::memory_order_acquire)) send(registration_);
 }
 
 }  // namespace iris

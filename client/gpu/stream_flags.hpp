@@ -24,14 +24,12 @@ class StreamFlagsMapping {
   using MakeRuntime = std::function<std::unique_ptr<GpuRuntime>(GpuVendor)>;
   // `make_runtime` loads the vendor's runtime on first use (tests pass a fake).
   // `flag_count`: the segment's ready flags (ring slots, then graph plan slots); as many done
-  // flags are allocated.
+  // flags are allocated. `register_done_flags` registers them with irisd and keeps what it sent,
+  // to register the same GPU memory again if irisd restarts (the streams waiting on it go on).
   StreamFlagsMapping(void* segment_base, std::size_t segment_bytes, shm::StreamFlags* flags,
                      uint32_t flag_count, RegisterDoneFlags register_done_flags,
                      MakeRuntime make_runtime = make_gpu_runtime);
   ~StreamFlagsMapping();
-  // A session resumed with a restarted irisd: registers the done flags again through `send`, if
-  // they were registered (the same GPU memory, so the streams waiting on it go on waiting).
-  void register_again(const RegisterDoneFlags& send) const;
   // Stores `generation` into a slot's done flag from the host (streams go on when irisd cannot
   // write it any more). Best effort; no-op before first use.
   void release(uint32_t slot, uint32_t generation);
@@ -76,10 +74,6 @@ class StreamFlagsMapping {
   std::unique_ptr<GpuRuntime> runtime_;
   uint64_t device_base_ = 0;  // the segment as the GPU addresses it
   uint64_t done_flags_ = 0;   // GPU memory, flag_count_ x uint32
-  // What registered them, set once before `registered_` (release): register_again needs no lock,
-  // so a first set-up waiting for a resume never holds the resume up.
-  v1::RegisterIpcBuffer registration_;
-  std::atomic<bool> registered_{false};
 };
 
 }  // namespace iris

@@ -79,7 +79,14 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
         v1::SessionRequest request;
         *request.mutable_register_ipc() = flags;
         request.mutable_register_ipc()->set_stream_done_flags(true);
-        session_call(request, "register stream done flags");
+        for (;;) {
+          uint64_t connection = 0;
+          session_call(request, "register stream done flags", {}, nullptr, &connection);
+          std::lock_guard lock(done_flags_mutex_);
+          if (!answered_by_current_irisd(connection)) continue;
+          done_flags_registration_ = request;
+          return;
+        }
       });
   producer_ =
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);

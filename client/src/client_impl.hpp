@@ -326,6 +326,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::unique_ptr<GpuRuntime> gpu_cache_runtime_;
   std::unique_ptr<GpuRegistrationCache> gpu_cache_;
 
+  // The stream done flags' registration, once made (StreamFlagsMapping sets them up).
+  std::mutex done_flags_mutex_;
+  std::optional<v1::SessionRequest> done_flags_registration_;
+
   mutable std::mutex buffers_mutex_;
   std::mutex attach_mutex_;                  // one session request at a time on attach_fd
   std::map<uintptr_t, Registered> buffers_;  // by base address

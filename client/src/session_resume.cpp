@@ -217,11 +217,10 @@ void Client::Impl::resume_buffers() {
                    end - begin, id);
     });
   }
-  stream_flags->register_again([this](const v1::RegisterIpcBuffer& flags) {
-    v1::SessionRequest request;
-    *request.mutable_register_ipc() = flags;
-    call(request, "register stream done flags again", {}, nullptr);
-  });
+  // The same GPU memory: streams waiting on it go on waiting.
+  std::lock_guard lock(done_flags_mutex_);
+  if (done_flags_registration_)
+    call(*done_flags_registration_, "register stream done flags again", {}, nullptr);
 }
 
 std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
