@@ -27,7 +27,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 
 
 tests_rc=skipped
 if want tests; then
-  "$bin/gpu_tests" --gtest_brief=0 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) "
+  timeout 420 "$bin/gpu_tests" --gtest_brief=0 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) "
   tests_rc=${PIPESTATUS[0]}
 fi
 
@@ -35,8 +35,8 @@ run=$(mktemp -d /tmp/irisd-gpu-XXXXXX)
 "$bin/irisd" --socket "$run/irisd.sock" --engine cuda >"$run/irisd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; done
-"$bin/iris-ctl" --socket "$run/irisd.sock" status | tee "$out/status.txt"
-"$bin/iris-gpu-spin-proof" --socket "$run/irisd.sock" --bytes $((256 << 20)) | tee "$out/spin_proof.txt"
+timeout 30 "$bin/iris-ctl" --socket "$run/irisd.sock" status | tee "$out/status.txt"
+timeout 120 "$bin/iris-gpu-spin-proof" --socket "$run/irisd.sock" --bytes $((256 << 20)) | tee "$out/spin_proof.txt"
 if want readme; then
   # The README's torch example, as it stands, on the cuda engine.
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
@@ -112,7 +112,7 @@ if want pytorch; then
     python3 tests/python/gpu/scale_out_gpu.py >"$out/scale_out_gpu.txt" 2>&1 || pytorch_rc=1
   kill "$node1"; wait "$node1"; cp "$run/node1.log" "$out/node1.log"
   "${pyenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
-  "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
+  timeout 120 "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
 fi
 p2p_rc=skipped
@@ -127,7 +127,7 @@ if want p2p; then
   "${pyenv[@]}" timeout 200 python3 tests/bench/gpu/gemm_beside_allgather.py --op send_recv \
     --nranks 2 --socket "$run/irisd.sock" >"$out/gemm_p2p.md" 2>&1
 fi
-"$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
+timeout 30 "$bin/iris-ctl" --socket "$run/irisd.sock" stats >"$out/stats.txt"
 kill "$daemon"; wait "$daemon"
 cp "$run/irisd.log" "$out/irisd.log"
 resume_rc=skipped
