@@ -191,18 +191,19 @@ void Client::Impl::resume_buffers() {
     request.mutable_adopt_host()->set_bytes(bytes);
     call(request, "resume a host buffer", {memfd}, nullptr);
   };
-  std::vector<std::pair<void*, Registered>> buffers;
   {
+    // Held throughout: a buffer freed meanwhile is either carried and then freed on the next
+    // irisd, or neither (forget_buffer).
     std::lock_guard lock(buffers_mutex_);
-    for (const auto& [base, b] : buffers_) buffers.emplace_back(reinterpret_cast<void*>(base), b);
-  }
-  for (const auto& [base, b] : buffers) {
-    if (b.memfd) {
-      adopt(b.id, b.bytes, b.memfd->get());
-    } else if (b.gpu) {
-      const auto runtime = make_gpu_runtime(b.vendor);
-      runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
-      register_gpu(*runtime, b.vendor, base, b.bytes, b.id);
+    for (const auto& [address, b] : buffers_) {
+      void* base = reinterpret_cast<void*>(address);
+      if (b.memfd) {
+        adopt(b.id, b.bytes, b.memfd->get());
+      } else if (b.gpu) {
+        const auto runtime = make_gpu_runtime(b.vendor);
+        runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
+        register_gpu(*runtime, b.vendor, base, b.bytes, b.id);
+      }
     }
   }
   {
