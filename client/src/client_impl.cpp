@@ -158,12 +158,80 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
 
 v1::SessionResponse Client::Impl::call(const v1::SessionRequest& request, const char* what,
                                        const std::vector<int>& fds, std::vector<net::Fd>* received,
-                                       uint64_t* connection, std::optional<uint64_t> only_on) {
+                                       uint64_t* connection) {
+  return *exchange(request, what, fds, received, connection, std::nullopt);
+}
+
+std::optional<v1::SessionResponse> Client::Impl::call_on(uint64_t connection,
+                                                         const v1::SessionRequest& request,
+                                                         const char* what,
+                                                         const std::vector<int>& fds) {
+  return exchange(request, what, fds, nullptr, nullptr, connection);
+}
+
+std::optional<v1::SessionResponse> Client::Impl::call_naming(
+    CommRank& comm, const std::function<void(v1::SessionRequest&, uint64_t id)>& name,
+    const char* what, uint64_t* connection) {
+  check_owner();
+  const auto deadline = deadline_after(resume_window + kAttachTimeout);
+  for (;;) {
+    uint64_t id = 0, on = 0;
+    {
+      std::lock_guard lock(comms_mutex_);
+      id = comm.id.load(std::memory_order_relaxed);
+      on = comm.connection;
+    }
+    v1::SessionRequest request;
+    name(request, id);
+    try {
+      if (auto answer = call_on(on, request, what)) {
+        if (connection != nullptr) *connection = on;
+        return answer;
+      }
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
+      // As session_call: the watch may not have seen the hang-up yet; only a session resumed
+      // since goes on (an irisd still there but silent may have done what was asked).
+      for (auto pause = std::chrono::milliseconds(1);
+           link_.load(std::memory_order_acquire) == Link::kUp &&
+           net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
+           pause = std::min(pause * 2, std::chrono::milliseconds(20)))
+        std::this_thread::sleep_for(pause);
+      wait_while_resuming(deadline);
+      if (connection_.load(std::memory_order_acquire) == on) throw;
+    }
+    wait_while_resuming(deadline);
+    throw_if_daemon_gone();
+    std::lock_guard lock(comms_mutex_);
+    // Destroyed before a resume read it: no irisd holds it any more.
+    if (comm.destroyed && comm.connection == on) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= deadline)
+      throw Error(ErrorCode::kDaemonGone,
+                  std::string(what) + ": irisd did not come back within the resume window");
+  }
+}
+
+void Client::Impl::destroy(CommRank& comm) {
+  {
+    std::lock_guard lock(comms_mutex_);
+    comm.destroyed = true;
+  }
+  call_naming(
+      comm,
+      [](v1::SessionRequest& request, uint64_t id) {
+        request.mutable_comm_destroy()->set_comm_id(id);
+      },
+      "communicator destroy");
+}
+
+std::optional<v1::SessionResponse> Client::Impl::exchange(
+    const v1::SessionRequest& request, const char* what, const std::vector<int>& fds,
+    std::vector<net::Fd>* received, uint64_t* connection, std::optional<uint64_t> only_on) {
   v1::SessionResponse response;
   {
     // One call at a time on the connection: each frame is answered by the next one.
     std::lock_guard lock(attach_mutex_);
-    if (only_on && *only_on != connection_.load(std::memory_order_relaxed)) return response;
+    if (only_on && *only_on != connection_.load(std::memory_order_relaxed)) return std::nullopt;
     if (connection != nullptr) *connection = connection_.load(std::memory_order_relaxed);
     if (!attach_fd || !net::send_frame(attach_fd.get(), request.SerializeAsString(), fds))
       throw Error(ErrorCode::kDaemonGone,
@@ -233,9 +301,12 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->secret = init->secret();
   for (;;) {
     uint64_t connection = 0;
-    joined->id = session_call(request, "communicator init", {}, nullptr, &connection).comm_id();
+    const uint64_t id =
+        session_call(request, "communicator init", {}, nullptr, &connection).comm_id();
     std::lock_guard lock(comms_mutex_);
     if (!answered_by_current_irisd(connection)) continue;  // see there
+    joined->id = id;
+    joined->connection = connection;
     std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
     comms_.push_back(joined);
     return joined;
@@ -414,7 +485,7 @@ void Client::Impl::deregister(uint64_t buffer_id, uint64_t connection) {
   request.mutable_deregister()->set_buffer_id(buffer_id);
   check_owner();
   try {
-    call(request, "free buffer", {}, nullptr, nullptr, connection);
+    call_on(connection, request, "free buffer");
   } catch (const Error& e) {
     // That irisd went, and the buffer with it: no resume carried it.
     if (e.code() != ErrorCode::kDaemonGone) throw;

@@ -50,6 +50,9 @@ struct CommRank {
   std::vector<uint32_t> node_of_rank;
   std::string secret;
   std::atomic<bool> destroyed{false};
+  // The irisd that gave `id` (Client::Impl::connection_'s count); both change together, under
+  // Client::Impl::comms_mutex_, when a resume carries the communicator to the next irisd.
+  uint64_t connection = 0;
 };
 
 struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistrationCache::Session {
@@ -85,7 +88,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // A stream-ordered collective on a capturing stream: registered with irisd as a graph plan
   // (once), and only the plan's stream memory operations go into the graph. The plan goes when
   // the graph is destroyed. Throws iris::Error at capture time for anything irisd refuses.
-  void capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
+  void capture_graph_plan(shm::SubmitEntry entry, CommRank& comm, GpuStream stream,
                           std::optional<StreamCopy> own_block, std::span<const uint64_t> v_args);
   // Throws the failure of a graph plan's last replay (Client::check_graphs).
   void check_graphs();
@@ -162,6 +165,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // lock. Asked under that lock, true means the resume to come will carry the registration;
   // false means its irisd is gone and the resume may have carried the table without it, so the
   // caller registers again (nothing to undo: what that irisd made went with it).
+  // A session call naming `comm` by its id, which each irisd gives anew: `name` writes the id into
+  // the request. Sent only to the irisd the id is from, and again to the next irisd once a resume
+  // carried the communicator there; never to one that does not know it (an old id may name
+  // another communicator there). Nullopt when the communicator, destroyed, was carried nowhere.
+  // `connection`: where it was answered.
+  std::optional<v1::SessionResponse> call_naming(
+      CommRank& comm, const std::function<void(v1::SessionRequest&, uint64_t id)>& name,
+      const char* what, uint64_t* connection = nullptr);
+  // Marks `comm` destroyed (a resume from now on leaves it behind) and destroys it on the irisd
+  // holding it, if any.
+  void destroy(CommRank& comm);
   // Host memory irisd allocates for this session.
   struct HostAllocation {
     uint64_t id;
@@ -214,11 +228,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);
   // A call on the attach connection without waiting for a resume (the resume's own calls).
-  // `only_on`: sent only while attach_fd still leads to that irisd (an empty answer if not).
   v1::SessionResponse call(const v1::SessionRequest& request, const char* what,
                            const std::vector<int>& fds, std::vector<net::Fd>* received,
-                           uint64_t* connection = nullptr,
-                           std::optional<uint64_t> only_on = std::nullopt);
+                           uint64_t* connection = nullptr);
+  // call() and call_on(): `only_on` set, nullopt when attach_fd leads to another irisd.
+  std::optional<v1::SessionResponse> exchange(const v1::SessionRequest& request, const char* what,
+                                              const std::vector<int>& fds,
+                                              std::vector<net::Fd>* received, uint64_t* connection,
+                                              std::optional<uint64_t> only_on);
+  // The same on the irisd of `connection` alone: nullopt, sending nothing, once attach_fd leads
+  // to another.
+  std::optional<v1::SessionResponse> call_on(uint64_t connection, const v1::SessionRequest& request,
+                                             const char* what, const std::vector<int>& fds = {});
   // Waits while the session resumes, until `deadline`.
   void wait_while_resuming(std::chrono::steady_clock::time_point deadline) const;
   bool resuming() const { return link_.load(std::memory_order_acquire) == Link::kResuming; }
@@ -227,6 +248,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::atomic<uint64_t> resumes_{0};  // sessions resumed so far (session_call retries after one)
   // Which irisd attach_fd leads to: advanced under attach_mutex_ as a resume switches it.
   std::atomic<uint64_t> connection_{0};
+  uint64_t connection_left_ = 0;  // the irisd a resume in progress left (the watch's thread)
   mutable std::mutex link_mutex_;
   mutable std::condition_variable link_changed_;
   std::string gone_why_;  // set before link_ becomes kGone
@@ -287,9 +309,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     uint64_t order = 0;
     std::vector<uint64_t> v_args;
   };
-  // Registers a plan with irisd (`resuming`: on the resume's connection).
-  void send_plan(uint32_t plan_slot, shm::SubmitEntry entry, std::span<const uint64_t> v_args,
-                 bool resuming);
+  // Registers a plan with irisd: resuming, on the resume's connection (`comm` null, the entry's
+  // id already the next irisd's); else naming `comm` by the id of the irisd it goes to, written
+  // into `entry`. Returns the connection it was answered on.
+  uint64_t send_plan(uint32_t plan_slot, shm::SubmitEntry& entry, std::span<const uint64_t> v_args,
+                     CommRank* comm);
   std::vector<PlanRecord> plan_records_ = std::vector<PlanRecord>(shm::kGraphPlanSlots);
   uint64_t next_plan_order_ = 1;           // 0: a slot not (yet) registered
   std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked

@@ -65,12 +65,14 @@ Communicator Communicator::init(Client& client, const std::string& key, uint32_t
   Impl* joined = join(client.impl_.get(), request, key, nranks, rank, impl);
   Communicator comm(std::move(impl));
   // Every node's irisd must know the communicator before data can flow to it.
-  v1::SessionRequest status;
-  status.mutable_comm_status()->set_comm_id(joined->state->id);
+  auto status = [](v1::SessionRequest& request, uint64_t id) {
+    request.mutable_comm_status()->set_comm_id(id);
+  };
   const auto deadline = std::chrono::steady_clock::now() + nodes.join_timeout;
   auto pause = std::chrono::microseconds(200);
   for (;;) {
-    const auto answer = joined->client->session_call(status, "communicator init (nodes)");
+    const auto answer =
+        *joined->client->call_naming(*joined->state, status, "communicator init (nodes)");
     if (answer.nodes_joined() >= answer.nodes_total()) return comm;
     if (std::chrono::steady_clock::now() >= deadline)
       throw Error(ErrorCode::kTimeout,
@@ -363,11 +365,11 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
 void Communicator::destroy() {
   if (!impl_ || impl_->destroyed) return;
   impl_->destroyed = true;
-  impl_->state->destroyed = true;
-  if (impl_->client->detached || impl_->client->daemon_gone()) return;
-  v1::SessionRequest request;
-  request.mutable_comm_destroy()->set_comm_id(impl_->state->id);
-  impl_->client->session_call(request, "communicator destroy");
+  if (impl_->client->detached || impl_->client->daemon_gone()) {
+    impl_->state->destroyed = true;
+    return;
+  }
+  impl_->client->destroy(*impl_->state);
 }
 
 }  // namespace iris

@@ -224,7 +224,9 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
   check_daemon();
   // Under capture the call becomes a graph plan: no ring slot, no ring entry.
   if (stream && stream_flags->capturing(*stream)) {
-    capture_graph_plan(entry, *stream, own_block, v_args);
+    if (comm == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, "only a communicator's calls can be captured");
+    capture_graph_plan(entry, *comm, *stream, own_block, v_args);
     if (held != nullptr) held->submitted(std::nullopt);  // the graph replays them
     return Request();
   }

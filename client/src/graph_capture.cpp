@@ -8,7 +8,7 @@
 
 namespace iris {
 
-void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
+void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, CommRank& comm, GpuStream stream,
                                       std::optional<StreamCopy> own_block,
                                       std::span<const uint64_t> v_args) {
   stream_flags->check_capture_supported(stream);  // before irisd holds anything
@@ -30,14 +30,17 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
     entry.slot = 0;
     entry.generation = 0;
     entry.seq = 0;
-    send_plan(plan_slot, entry, v_args, false);
+    for (bool recorded = false; !recorded;) {
+      const uint64_t connection = send_plan(plan_slot, entry, v_args, &comm);
+      std::lock_guard lock(plans_mutex_);
+      // Answered by an irisd gone since, perhaps after the resume read the plans: again.
+      if (!answered_by_current_irisd(connection)) continue;
+      plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
+      recorded = true;
+    }
   } catch (const Error&) {
     free_plan_slot();
     throw;
-  }
-  {
-    std::lock_guard lock(plans_mutex_);
-    plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
   }
   // From here irisd holds the plan: whatever fails, the graph's release (or this) frees it.
   try {
@@ -64,8 +67,9 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, GpuStream stream,
   }
 }
 
-void Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry entry,
-                             std::span<const uint64_t> v_args, bool resuming) {
+uint64_t Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry& entry,
+                                 std::span<const uint64_t> v_args, CommRank* comm) {
+  const bool resuming = comm == nullptr;
   // All-to-all-v's counts: staged in a ring slot's area for irisd to read while it registers
   // the plan (it keeps a copy), then the slot is free again.
   std::optional<uint32_t> staging;
@@ -78,27 +82,32 @@ void Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry entry,
       throw;
     }
   }
-  v1::SessionRequest request;
-  request.mutable_register_plan()->set_entry(
-      std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
-  request.mutable_register_plan()->set_plan_slot(plan_slot);
-  if (resuming) {
-    // The replays irisd completed: the plan slot's completion word carries the last one's number.
-    const uint64_t word =
-        view.slots[view.ring_depth + plan_slot].word.load(std::memory_order_acquire);
-    request.mutable_register_plan()->set_resumed(true);
-    request.mutable_register_plan()->set_completed_replays((word & 1u) != 0 ? word >> 32 : 0);
-  }
+  auto plan = [&](v1::SessionRequest& request, uint64_t comm_id) {
+    entry.comm_id = comm_id;
+    request.mutable_register_plan()->set_entry(
+        std::string(reinterpret_cast<const char*>(&entry), sizeof(entry)));
+    request.mutable_register_plan()->set_plan_slot(plan_slot);
+  };
+  uint64_t connection = 0;
   try {
-    if (resuming)
-      call(request, "register a CUDA graph's collective again", {}, nullptr);
-    else
-      session_call(request, "capture a collective into a CUDA graph");
+    if (resuming) {
+      v1::SessionRequest request;
+      plan(request, entry.comm_id);
+      // The replays irisd completed: the plan slot's completion word carries the last one's.
+      const uint64_t word =
+          view.slots[view.ring_depth + plan_slot].word.load(std::memory_order_acquire);
+      request.mutable_register_plan()->set_resumed(true);
+      request.mutable_register_plan()->set_completed_replays((word & 1u) != 0 ? word >> 32 : 0);
+      call(request, "register a CUDA graph's collective again", {}, nullptr, &connection);
+    } else {
+      call_naming(*comm, plan, "capture a collective into a CUDA graph", &connection);
+    }
   } catch (const Error&) {
     if (staging) release_slot(*staging);
     throw;
   }
   if (staging) release_slot(*staging);
+  return connection;
 }
 
 void Client::Impl::release_graph_plan(uint32_t plan_slot) {

@@ -70,6 +70,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
     link_.store(Link::kResuming, std::memory_order_release);
   }
   const auto deadline = started + resume_window;
+  connection_left_ = connection_.load(std::memory_order_relaxed);
   // No entry reaches a ring until the session is back; then the unfinished ones go in first.
   std::unique_lock submitting(submit_mutex_);
   // The next irisd reads the ring from where the client leaves it: empty.
@@ -227,13 +228,14 @@ void Client::Impl::resume_buffers() {
 std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
   std::vector<std::shared_ptr<CommRank>> comms;
   {
+    // Under the lock that Communicator::destroy marks them under: one destroyed after this is
+    // carried, and destroyed again there (call_naming).
     std::lock_guard lock(comms_mutex_);
     for (const auto& weak : comms_)
-      if (auto comm = weak.lock()) comms.push_back(std::move(comm));
+      if (auto comm = weak.lock(); comm && !comm->destroyed) comms.push_back(std::move(comm));
   }
   std::map<uint64_t, uint64_t> ids;  // the previous irisd's id -> the new one
   for (const auto& comm : comms) {
-    if (comm->destroyed) continue;
     const uint64_t old_id = comm->id.load();
     const uint64_t next = comm->next_seq.load();
     // The collectives this rank submitted that irisd had not completed.
@@ -325,8 +327,13 @@ void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
   std::lock_guard comms(comms_mutex_);
   for (const auto& weak : comms_)
     if (auto comm = weak.lock())
-      if (auto id = comm_ids.find(comm->id.load()); id != comm_ids.end())
+      // Carried: its id is the irisd's that went (a communicator destroyed earlier and carried
+      // nowhere keeps an older irisd's id, which may equal one of those).
+      if (auto id = comm_ids.find(comm->id.load());
+          id != comm_ids.end() && comm->connection == connection_left_) {
         comm->id.store(id->second);
+        comm->connection = connection_.load(std::memory_order_relaxed);
+      }
 }
 
 void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
@@ -346,7 +353,7 @@ void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_i
       throw Error(ErrorCode::kNotFound,
                   "a CUDA graph holds a collective of a communicator that does not resume");
     plan.entry.comm_id = id->second;
-    send_plan(slot, plan.entry, plan.v_args, true);
+    send_plan(slot, plan.entry, plan.v_args, nullptr);
   }
 }
 

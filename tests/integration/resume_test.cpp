@@ -157,12 +157,14 @@ TEST(Resume, ARankThatNeverComesBackIsPeerLostAfterTheWindow) {
 // A restart under a session call is a pause like any other: the call goes to the next irisd once
 // the session resumed, and what it registered is known there. irisd is stopped (SIGSTOP) before
 // the calls (a collective's first all-to-all-v asks irisd for the area its counts go through; an
-// allocation; a communicator's init), so each is waiting for its answer or for the resume when
-// irisd is killed and started again; the resume, which hands the next irisd that area among the
-// rest, must not wait for them.
+// allocation; a communicator's init; another's destroy), so each is waiting for its answer or for
+// the resume when irisd is killed and started again; the resume, which hands the next irisd that
+// area among the rest, must not wait for them. The destroyed communicator had the first id; the
+// next irisd gives that id to the one carried over, which the destroy must not reach.
 TEST(Resume, ARestartUnderSessionCallsIsAPause) {
   DaemonProcess daemon({"--resume-window-ms", "60000"});
   auto client = Client::connect(options_for(daemon, "calls"));
+  auto doomed = Communicator::init(client, "doomed", 1, 0);
   auto comm = Communicator::init(client, "alone", 1, 0);
   auto send = client.allocate(256), recv = client.allocate(256);
   std::memset(send.data(), 0x5a, 256);
@@ -174,6 +176,7 @@ TEST(Resume, ARestartUnderSessionCallsIsAPause) {
   auto allocated = std::async(std::launch::async, [&] { return client.allocate(4096); });
   auto joined =
       std::async(std::launch::async, [&] { return Communicator::init(client, "later", 1, 0); });
+  auto destroyed = std::async(std::launch::async, [&] { doomed.destroy(); });
   std::this_thread::sleep_for(100ms);  // the calls are in flight to the stopped irisd
   daemon.kill();
   daemon.start();
@@ -182,7 +185,9 @@ TEST(Resume, ARestartUnderSessionCallsIsAPause) {
   ASSERT_EQ(v_call.wait_for(20s), std::future_status::ready) << daemon.log();
   ASSERT_EQ(allocated.wait_for(20s), std::future_status::ready) << daemon.log();
   ASSERT_EQ(joined.wait_for(20s), std::future_status::ready) << daemon.log();
+  ASSERT_EQ(destroyed.wait_for(20s), std::future_status::ready) << daemon.log();
   v_call.get();
+  destroyed.get();
   for (int i = 0; i < 256; ++i)
     ASSERT_EQ(recv.as<uint8_t>()[i], i >= 40 && i < 240 ? 0x5a : 0) << i;
   // What the calls registered is the next irisd's: the buffer and the communicator in a
@@ -192,6 +197,9 @@ TEST(Resume, ARestartUnderSessionCallsIsAPause) {
   const std::vector<uint64_t> counts{256}, at{0};
   later.all_to_all_v(send.data(), counts, at, landed.data(), counts, at).wait();
   EXPECT_EQ(landed.as<uint8_t>()[255], 0x5a);
+  std::memset(recv.data(), 0, 256);
+  comm.all_to_all_v(send.data(), counts, at, recv.data(), counts, at).wait();
+  EXPECT_EQ(recv.as<uint8_t>()[0], 0x5a) << "the communicator carried over was destroyed";
   EXPECT_EQ(uint64_t(ctl_json(daemon, {"stats"})["stats"]["sessions_resumed_total"]), 1u);
 }
 
