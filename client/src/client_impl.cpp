@@ -133,27 +133,34 @@ v1::SessionResponse Client::Impl::session_call(const v1::SessionRequest& request
   check_owner();
   const auto deadline = deadline_after(resume_window + kAttachTimeout);
   wait_while_resuming(deadline);
-  auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
   for (;;) {
-    const uint64_t resumes = resumes_.load(std::memory_order_acquire);
+    uint64_t on = 0;
     try {
-      return call(request, what, fds, received, connection);
+      auto response = call(request, what, fds, received, &on);
+      if (connection != nullptr) *connection = on;
+      return response;
     } catch (const Error& e) {
       // The connection broke under the call: if the session resumes, the call goes to the next
       // irisd (the previous one's answer, if it made one, died with it), and so on while irisd
       // keeps restarting within the deadline.
-      if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
-      // The watch may not have seen the hang-up yet.
-      for (auto pause = std::chrono::milliseconds(1);
-           up() && net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
-           pause = std::min(pause * 2, std::chrono::milliseconds(20)))
-        std::this_thread::sleep_for(pause);
-      wait_while_resuming(deadline);
-      // Only a session resumed since the call goes on: an irisd that is still there but did not
-      // answer may have done what was asked.
-      if (!up() || resumes_.load(std::memory_order_acquire) == resumes) throw;
+      if (e.code() != ErrorCode::kDaemonGone || !resumed_since(on, deadline)) throw;
     }
   }
+}
+
+bool Client::Impl::resumed_since(uint64_t connection,
+                                 std::chrono::steady_clock::time_point deadline) {
+  if (detached || resume_window.count() == 0) return false;
+  auto up = [this] { return link_.load(std::memory_order_acquire) == Link::kUp; };
+  // The watch may not have seen the hang-up yet.
+  for (auto pause = std::chrono::milliseconds(1);
+       up() && net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
+       pause = std::min(pause * 2, std::chrono::milliseconds(20)))
+    std::this_thread::sleep_for(pause);
+  wait_while_resuming(deadline);
+  // Only a session resumed since goes on: an irisd that is still there but did not answer may
+  // have done what was asked.
+  return up() && connection_.load(std::memory_order_acquire) != connection;
 }
 
 v1::SessionResponse Client::Impl::call(const v1::SessionRequest& request, const char* what,
@@ -189,16 +196,7 @@ std::optional<v1::SessionResponse> Client::Impl::call_naming(
         return answer;
       }
     } catch (const Error& e) {
-      if (e.code() != ErrorCode::kDaemonGone || detached || resume_window.count() == 0) throw;
-      // As session_call: the watch may not have seen the hang-up yet; only a session resumed
-      // since goes on (an irisd still there but silent may have done what was asked).
-      for (auto pause = std::chrono::milliseconds(1);
-           link_.load(std::memory_order_acquire) == Link::kUp &&
-           net::peer_closed(attach_fd.get()) && std::chrono::steady_clock::now() < deadline;
-           pause = std::min(pause * 2, std::chrono::milliseconds(20)))
-        std::this_thread::sleep_for(pause);
-      wait_while_resuming(deadline);
-      if (connection_.load(std::memory_order_acquire) == on) throw;
+      if (e.code() != ErrorCode::kDaemonGone || !resumed_since(on, deadline)) throw;
     }
     wait_while_resuming(deadline);
     throw_if_daemon_gone();

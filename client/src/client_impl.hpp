@@ -240,12 +240,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // to another.
   std::optional<v1::SessionResponse> call_on(uint64_t connection, const v1::SessionRequest& request,
                                              const char* what, const std::vector<int>& fds = {});
+  // After a call on `connection` broke (kDaemonGone): waits, until `deadline`, for the watch to
+  // see the hang-up and the session to resume; true when it resumed with another irisd.
+  bool resumed_since(uint64_t connection, std::chrono::steady_clock::time_point deadline);
   // Waits while the session resumes, until `deadline`.
   void wait_while_resuming(std::chrono::steady_clock::time_point deadline) const;
   bool resuming() const { return link_.load(std::memory_order_acquire) == Link::kResuming; }
   enum class Link { kUp, kResuming, kGone };
   std::atomic<Link> link_{Link::kUp};
-  std::atomic<uint64_t> resumes_{0};  // sessions resumed so far (session_call retries after one)
   // Which irisd attach_fd leads to: advanced under attach_mutex_ as a resume switches it.
   std::atomic<uint64_t> connection_{0};
   uint64_t connection_left_ = 0;  // the irisd a resume in progress left (the watch's thread)

@@ -154,7 +154,6 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   submitting.unlock();
   {
     std::lock_guard lock(link_mutex_);
-    resumes_.fetch_add(1, std::memory_order_release);
     link_.store(Link::kUp, std::memory_order_release);
   }
   link_changed_.notify_all();
