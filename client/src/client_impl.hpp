@@ -127,6 +127,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   GpuRegistrationCache* existing_gpu_cache();
   // GpuRegistrationCache::Session.
   Registration register_range(void* base, std::size_t bytes) override;
+  // A resume switches the connection before it reads what the session registered (buffers,
+  // areas, communicators, GPU ranges), each table under its lock. Asked under that lock, true
+  // means the resume to come will carry the registration; false means its irisd is gone and the
+  // resume may have carried the table without it, so the caller registers again (nothing to
+  // undo: what that irisd made went with it).
   bool answered_by_current_irisd(uint64_t connection) const override {
     return connection == connection_.load(std::memory_order_acquire);
   }
@@ -160,11 +165,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
                                    const std::vector<int>& fds = {},
                                    std::vector<net::Fd>* received = nullptr,
                                    uint64_t* connection = nullptr);
-  // answered_by_current_irisd (above): a resume switches the connection before it reads what
-  // the session registered (buffers, areas, communicators, GPU ranges), each table under its
-  // lock. Asked under that lock, true means the resume to come will carry the registration;
-  // false means its irisd is gone and the resume may have carried the table without it, so the
-  // caller registers again (nothing to undo: what that irisd made went with it).
   // A session call naming `comm` by its id, which each irisd gives anew: `name` writes the id into
   // the request. Sent only to the irisd the id is from, and again to the next irisd once a resume
   // carried the communicator there; never to one that does not know it (an old id may name
