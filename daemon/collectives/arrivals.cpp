@@ -98,7 +98,7 @@ void Arrivals::take_collective(Session& s, const shm::SubmitEntry& e,
   if (auto* bad = std::get_if<ValidationError>(&validated)) {
     session_warn(s, "comm '{}' seq {} rank {}: {}; failing the collective on every rank", comm->key,
                  e.seq, rank, bad->message);
-    scheduler_.arrive(*comm, rank, e.seq, target, std::nullopt, bad->code, bad->message);
+    scheduler_.arrive_failed(*comm, rank, e.seq, target, bad->code, bad->message);
     return;
   }
   start_when_ready(s, *comm, rank, e.seq, target, std::get<ValidatedRequest>(std::move(validated)));
@@ -110,9 +110,10 @@ void Arrivals::start_when_ready(Session& s, Communicator& comm, uint32_t rank, u
     // Nothing the caller's stream waits on could be written (libiris registers the flags
     // before its first stream-ordered request; the host engine cannot import them at all).
     session_warn(s, "stream-ordered request without registered done flags; failing it");
-    scheduler_.arrive(comm, rank, seq, target, std::nullopt, ErrorCode::kInvalidArgument,
-                      "stream-ordered, but this session registered no done flags (the engine "
-                      "cannot write GPU memory?)");
+    scheduler_.arrive_failed(
+        comm, rank, seq, target, ErrorCode::kInvalidArgument,
+        "stream-ordered, but this session registered no done flags (the engine "
+        "cannot write GPU memory?)");
     return;
   }
   if (request.stream_ordered && !s.stream_ready(target.slot, target.generation)) {
@@ -173,8 +174,8 @@ void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
     Session* owner = sessions_.find(p->target.session_id);
     const uint32_t pair_rank = p == &match->send ? shm::kSenderInPair : shm::kReceiverInPair;
     if (owner == nullptr) {
-      scheduler_.arrive(match->pair, pair_rank, match->seq, p->target, std::nullopt,
-                        ErrorCode::kPeerLost, "its session ended");
+      scheduler_.arrive_failed(match->pair, pair_rank, match->seq, p->target, ErrorCode::kPeerLost,
+                               "its session ended");
       continue;
     }
     start_when_ready(*owner, match->pair, pair_rank, match->seq, p->target, std::move(p->request));

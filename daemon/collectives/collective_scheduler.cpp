@@ -51,6 +51,7 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
   Collective& c = spare_collectives_.put(comm.in_flight, seq);
   c.seq = seq;
   c.nranks = comm.nranks;
+  c.ranks.reset(comm.nranks);
   c.started = std::chrono::steady_clock::now();
   if (comm.resumed) add_resumed_ranks(comm, c);
   ++collectives_in_flight_;
@@ -60,8 +61,8 @@ Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq
 
 void CollectiveScheduler::add_resumed_ranks(const Communicator& comm, Collective& c) {
   for (uint32_t r = 0; r < comm.nranks; ++r) {
-    if (!comm.done_before_restart(r, c.seq) || c.ranks.count(r) != 0) continue;
-    ArrivedRank& done = spare_ranks_.put(c.ranks, r);
+    if (!comm.done_before_restart(r, c.seq) || c.ranks.contains(r)) continue;
+    ArrivedRank& done = c.ranks.put(r);
     done.delivered = true;
     ++c.delivered_count;
   }
@@ -70,7 +71,7 @@ void CollectiveScheduler::add_resumed_ranks(const Communicator& comm, Collective
 void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
   std::vector<Collective*> before;
   for (auto& [seq, c] : comm.in_flight)
-    if (comm.done_before_restart(rank, seq) && c.ranks.count(rank) == 0) before.push_back(&c);
+    if (comm.done_before_restart(rank, seq) && !c.ranks.contains(rank)) before.push_back(&c);
   for (Collective* c : before) {
     add_resumed_ranks(comm, *c);
     deliver_all(*c);
@@ -79,9 +80,19 @@ void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
 }
 
 void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq,
-                                 const CompletionTarget& target,
-                                 std::optional<ValidatedRequest>&& request, ErrorCode error,
-                                 const std::string& why) {
+                                 const CompletionTarget& target, ValidatedRequest&& request) {
+  arrive_local(comm, rank, seq, target, &request, ErrorCode::kOk, {});
+}
+
+void CollectiveScheduler::arrive_failed(Communicator& comm, uint32_t rank, uint64_t seq,
+                                        const CompletionTarget& target, ErrorCode error,
+                                        const std::string& why) {
+  arrive_local(comm, rank, seq, target, nullptr, error, why);
+}
+
+void CollectiveScheduler::arrive_local(Communicator& comm, uint32_t rank, uint64_t seq,
+                                       const CompletionTarget& target, ValidatedRequest* request,
+                                       ErrorCode error, const std::string& why) {
   // On a broken communicator a collective other ranks already reached still tells a late rank
   // its own failure (size_mismatch, say); only collectives nobody reached fail as peer_lost.
   if (comm.broken && comm.in_flight.count(seq) == 0) {
@@ -91,9 +102,10 @@ void CollectiveScheduler::arrive(Communicator& comm, uint32_t rank, uint64_t seq
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  ArrivedRank& arrived = spare_ranks_.put(c.ranks, rank);
+  ArrivedRank& arrived = c.ranks.put(rank);
   arrived.target = target;
-  arrived.request = std::move(request);
+  // Moved once, from where it was validated into the record.
+  if (request != nullptr) arrived.request.emplace(std::move(*request));
   admit(comm, c, rank, arrived, over_limit, error, why);
 }
 
@@ -102,13 +114,13 @@ void CollectiveScheduler::arrive_remote(Communicator& comm, uint32_t rank, uint6
                                         const std::string& why) {
   if (comm.broken && comm.in_flight.count(seq) == 0) return;  // nobody here waits for it
   if (auto it = comm.in_flight.find(seq);
-      it != comm.in_flight.end() && it->second.ranks.count(rank) != 0) {
+      it != comm.in_flight.end() && it->second.ranks.contains(rank)) {
     comm_warn(comm, "seq {}: rank {} arrived twice from its node; ignoring the second", seq, rank);
     return;
   }
   bool over_limit = false;
   Collective& c = *find_or_create(comm, seq, over_limit);
-  ArrivedRank& arrived = spare_ranks_.put(c.ranks, rank);
+  ArrivedRank& arrived = c.ranks.put(rank);
   arrived.request = std::move(request);
   arrived.remote = true;
   arrived.delivered = true;  // its own daemon tells it
@@ -189,10 +201,10 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   planned_.clear();
   std::optional<PlanError> bad;
   ArrivedRank& arrived = c.ranks.at(rank);
-  for (auto& [j, other] : c.ranks) {
+  for (ArrivedRank& other : c.ranks) {
     if (!other.request) continue;
-    if (!plan_copy(comm, rank, arrived, j, other, bad)) break;
-    if (j != rank && !plan_copy(comm, j, other, rank, arrived, bad)) break;
+    if (!plan_copy(comm, rank, arrived, other.rank, other, bad)) break;
+    if (other.rank != rank && !plan_copy(comm, other.rank, other, rank, arrived, bad)) break;
   }
   // Copies already planned run (and complete) even when a later pair disagreed.
   uint64_t total = 0;
@@ -379,7 +391,7 @@ void CollectiveScheduler::fail(Collective& c, ErrorCode code, const std::string&
 void CollectiveScheduler::deliver_all(Collective& c) {
   // Each arrival asks: before the last one the walk would find nobody.
   if (!c.settled()) return;
-  for (auto& [rank, arrived] : c.ranks) try_deliver(c, arrived);
+  for (ArrivedRank& arrived : c.ranks) try_deliver(c, arrived);
 }
 
 void CollectiveScheduler::try_deliver(Collective& c, uint32_t rank) {
@@ -402,7 +414,7 @@ bool CollectiveScheduler::may_still_arrive(const Communicator& comm, const Colle
   if (!comm.broken) return true;
   // Broken: ranks that left never come, the others (still members) still may.
   for (uint32_t r = 0; r < comm.nranks; ++r)
-    if (comm.members[r] && c.ranks.count(r) == 0) return true;
+    if (comm.members[r] && !c.ranks.contains(r)) return true;
   return false;
 }
 
@@ -420,7 +432,6 @@ void CollectiveScheduler::retire_if_done(Communicator& comm, Collective& c) {
                           c.error == ErrorCode::kOk ? Outcome::kCompleted : Outcome::kFailed,
                           reference ? block_bytes(*reference) : 0, static_cast<uint64_t>(micros));
   const uint64_t seq = c.seq;
-  while (!c.ranks.empty()) spare_ranks_.erase(c.ranks, c.ranks.begin());
   spare_collectives_.erase(comm.in_flight, comm.in_flight.find(seq));  // ends c
   if (comm.layout && remote_ != nullptr) remote_->retired(comm, seq);
   --collectives_in_flight_;

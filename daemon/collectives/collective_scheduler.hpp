@@ -51,11 +51,13 @@ class CollectiveScheduler final : public Poller {
   CollectiveScheduler(Engine& engine, Stats& stats, TenantLog& log, CompleteFn complete,
                       uint64_t max_in_flight);
 
-  // Rank `rank` submits collective `seq`: `request` when it validated, else `error` and `why`.
-  // The caller has checked that the session is the communicator's rank `rank`.
+  // Rank `rank` submits collective `seq` with `request`. The caller has checked that the session
+  // is the communicator's rank `rank`.
   void arrive(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
-              std::optional<ValidatedRequest>&& request, ErrorCode error = ErrorCode::kOk,
-              const std::string& why = {});
+              ValidatedRequest&& request);
+  // The same rank's request did not validate: `error` and `why` fail the collective everywhere.
+  void arrive_failed(Communicator& comm, uint32_t rank, uint64_t seq,
+                     const CompletionTarget& target, ErrorCode error, const std::string& why);
 
   // Rank `rank` of another node arrived at collective `seq` (scale out): `request` when its
   // message checked out, its send buffer holding the data this node needs; else `error`.
@@ -109,6 +111,9 @@ class CollectiveScheduler final : public Poller {
     bool network = false;  // a transfer to another node, not an engine copy
   };
 
+  // A local rank's arrival, `request` moved into its record when not null.
+  void arrive_local(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
+                    ValidatedRequest* request, ErrorCode error, const std::string& why);
   // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
   void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
              bool over_limit, ErrorCode error, const std::string& why);
@@ -155,11 +160,10 @@ class CollectiveScheduler final : public Poller {
   // Copies hand the engine their buffers' owners only where it needs them (see CopyRequest).
   bool fill_owners_;
   uint64_t collectives_in_flight_ = 0;
-  // Map nodes of retired collectives and of their ranks, for the next ones. The caps: a
-  // session's default ring depth (256 requests in flight) of collectives, of eight ranks each,
-  // so that steady traffic of an 8-GPU node allocates nothing; a larger burst frees its extra.
+  // Map nodes of retired collectives, with their rank records' memory, for the next ones. The
+  // cap: a session's default ring depth (256 requests in flight) of collectives, so that steady
+  // traffic allocates nothing; a larger burst frees its extra.
   NodeSpares<std::map<uint64_t, Collective>> spare_collectives_{256};
-  NodeSpares<std::map<uint32_t, ArrivedRank>> spare_ranks_{2048};
   // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
   // index and a stale or unknown cookie is recognised; slots are reused, never freed.
   struct TagSlot {

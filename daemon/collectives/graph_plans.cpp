@@ -141,7 +141,7 @@ bool GraphPlans::poll() {
     // The plan's flags and completion are at ring depth + plan slot.
     const CompletionTarget target{p.session->id(), p.session->ring_depth() + p.plan_slot,
                                   static_cast<uint32_t>(p.replays), true};
-    scheduler_.arrive(p.group->shadow, p.member, p.replays, target, p.request);
+    scheduler_.arrive(p.group->shadow, p.member, p.replays, target, ValidatedRequest(p.request));
     arrived = true;
   }
   const auto now = std::chrono::steady_clock::now();
@@ -165,7 +165,7 @@ void GraphPlans::fail_overdue(std::chrono::steady_clock::time_point now) {
     if (oldest.arrived() == g->shadow.nranks || now - oldest.started < replay_timeout_) continue;
     std::string missing;
     for (uint32_t r = 0; r < g->shadow.nranks; ++r)
-      if (oldest.ranks.count(r) == 0)
+      if (!oldest.ranks.contains(r))
         missing += (missing.empty() ? "" : ", ") + std::to_string(g->channel.rank_of(r));
     break_group(*g, ErrorCode::kTimeout,
                 "replay " + std::to_string(oldest.seq) + " of '" + g->shadow.key +

@@ -8,8 +8,9 @@
 // armed plan not in a replay; a 1 is one replay reaching the collective, and the rank arrives at
 // replay n of the plan. irisd stores 0 as the replay completes, before its done flag (the graph
 // writes 1 again only after the replay's done, so no replay is missed); until then the 1 marks a
-// replay in flight, also for the next irisd if this one dies (a resumed plan keeps its flags). Constant values and a reset keep the protocol right across any number of replays, with
-// no counter to wrap.
+// replay in flight, also for the next irisd if this one dies (a resumed plan keeps its flags).
+// Constant values and a reset keep the protocol right across any number of replays, with no counter
+// to wrap.
 //
 // Ranks' plans are matched by registration order on the communicator: the k-th plan rank r
 // registers on communicator C meets the k-th of every other rank. Each such group matches its

@@ -4,7 +4,8 @@
 // collective or per arrival (glibc's malloc and free were about an eighth of the progress
 // thread's instructions for a 2-rank 64 B all-gather). A kept node's value is reset at once, so
 // that it holds nothing (no buffer mapping) while it waits; at most `cap` nodes are kept, so a
-// burst of collectives does not keep its memory for good.
+// burst of collectives does not keep its memory for good. A value with a clear() member is reset
+// by it, so that it may keep memory of its own for the next use (a collective's rank records).
 #pragma once
 
 #include <cstddef>
@@ -27,7 +28,7 @@ class NodeSpares {
   Value& put(Map& map, const Key& key) {
     if (spares_.empty()) {
       auto [it, inserted] = map.try_emplace(key);
-      if (!inserted) it->second = Value{};
+      if (!inserted) reset(it->second);
       return it->second;
     }
     auto node = std::move(spares_.back());
@@ -35,7 +36,7 @@ class NodeSpares {
     node.key() = key;
     auto [it, inserted, unused] = map.insert(std::move(node));
     if (!inserted) {
-      it->second = Value{};
+      reset(it->second);
       spares_.push_back(std::move(unused));
     }
     return it->second;
@@ -44,13 +45,20 @@ class NodeSpares {
   // Erases `it`; its node, its value reset, is kept while fewer than cap are.
   void erase(Map& map, typename Map::iterator it) {
     auto node = map.extract(it);
-    node.mapped() = Value{};
+    reset(node.mapped());
     if (spares_.size() < cap_) spares_.push_back(std::move(node));
   }
 
   std::size_t kept() const { return spares_.size(); }
 
  private:
+  static void reset(Value& v) {
+    if constexpr (requires { v.clear(); })
+      v.clear();
+    else
+      v = Value{};
+  }
+
   std::size_t cap_;
   std::vector<typename Map::node_type> spares_;
 };

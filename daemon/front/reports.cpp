@@ -60,7 +60,7 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
       }
       f->set_waiting_seconds(seconds_since(c.started));
       for (uint32_t r = 0; r < comm->nranks; ++r) {
-        if (c.ranks.count(r) != 0) {
+        if (c.ranks.contains(r)) {
           f->add_arrived_ranks(r);
           continue;
         }

@@ -51,7 +51,8 @@ void BM_SchedulerAllGather(benchmark::State& state) {
   for (auto _ : state) {
     ++seq;
     for (uint32_t r = 0; r < nranks; ++r)
-      scheduler.arrive(comm, r, seq, {r, r, static_cast<uint32_t>(seq)}, requests[r]);
+      scheduler.arrive(comm, r, seq, {r, r, static_cast<uint32_t>(seq)},
+                       ValidatedRequest(requests[r]));
     while (scheduler.poll()) {
     }
   }

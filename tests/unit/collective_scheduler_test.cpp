@@ -67,7 +67,7 @@ class Scheduler : public ::testing::Test {
   }
 
   void arrive(uint32_t rank, uint64_t seq, uint64_t bytes) {
-    scheduler->arrive(comm, rank, seq, {rank, 0, 1}, plan(rank, bytes), ErrorCode::kOk);
+    scheduler->arrive(comm, rank, seq, {rank, 0, 1}, plan(rank, bytes));
   }
 
   bool copies_in_flight() const {
@@ -165,7 +165,7 @@ TEST_F(Scheduler, ARetiredCollectiveKeepsNoBufferAndItsRecordServesTheNext) {
       ValidatedRequest request = plan(r, 4000);
       used.push_back(request.send);
       used.push_back(request.recv);
-      scheduler->arrive(comm, r, seq, {r, 0, 1}, std::move(request), ErrorCode::kOk);
+      scheduler->arrive(comm, r, seq, {r, 0, 1}, std::move(request));
       if (r == 0) {
         ASSERT_EQ(comm.in_flight.size(), 1u);
         if (first == nullptr) first = &comm.in_flight.begin()->second;
@@ -290,7 +290,7 @@ TEST_F(Scheduler, OnAGpuEngineOnlyCopiesBetweenHostMemoryAreDoneAtOnce) {
   auto arrive_on_gpu_for = [&](uint32_t rank, uint32_t gpu_rank) {
     ValidatedRequest p = plan(rank, 8);
     if (rank == gpu_rank) p.recv->device = 0;
-    scheduler->arrive(comm, rank, 1, {rank, 0, 1}, std::move(p), ErrorCode::kOk);
+    scheduler->arrive(comm, rank, 1, {rank, 0, 1}, std::move(p));
   };
   for (uint32_t r = 0; r < kRanks; ++r) arrive_on_gpu_for(r, 1);
   ASSERT_EQ(stepped.queued.size(), kRanks);
@@ -381,7 +381,7 @@ TEST_F(Scheduler, InPlaceRanksCompleteWhenTheLastBlockLands) {
     p.send = p.recv;
     p.args.send_offset = r * 8;
     std::memcpy(recv[r].data() + r * 8, send[r].data(), 8);
-    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, ValidatedRequest(p));
   }
   drain_until(kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) {
@@ -397,7 +397,7 @@ TEST_F(Scheduler, OwnBlocksCopiedByTheClientsAreNotCopiedAgain) {
     ValidatedRequest p = plan(r, 8);
     p.args.self_copy_done = true;
     std::memcpy(recv[r].data() + r * 8, send[r].data(), 8);  // what the client's stream did
-    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, ValidatedRequest(p));
   }
   EXPECT_EQ(stepped.queued.size(), kRanks * (kRanks - 1)) << "no rank's own block is copied";
   for (const CopyRequest& c : stepped.queued)
@@ -440,7 +440,7 @@ TEST_F(Scheduler, ALateRankGetsTheCollectivesOwnErrorEvenAfterOthersLeft) {
 
 TEST_F(Scheduler, OneRanksBadRequestFailsTheCollectiveForAll) {
   arrive(0, 1, 100);
-  scheduler->arrive(comm, 1, 1, {1, 0, 1}, std::nullopt, ErrorCode::kOutOfRange);
+  scheduler->arrive_failed(comm, 1, 1, {1, 0, 1}, ErrorCode::kOutOfRange, "offset past the buffer");
   arrive(2, 1, 100);
   drain_until(3);
   for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kOutOfRange);
@@ -450,7 +450,7 @@ TEST_F(Scheduler, RanksCallingDifferentCollectivesFailTogether) {
   arrive(0, 1, 64);
   ValidatedRequest other = plan(1, 64);
   other.args.kind = CollectiveKind::kAllToAll;
-  scheduler->arrive(comm, 1, 1, {1, 0, 1}, other, ErrorCode::kOk);
+  scheduler->arrive(comm, 1, 1, {1, 0, 1}, ValidatedRequest(other));
   arrive(2, 1, 64);
   drain_until(3);
   for (uint32_t r = 0; r < kRanks; ++r) EXPECT_EQ(completions[r], ErrorCode::kInvalidArgument);
@@ -465,7 +465,7 @@ TEST_F(Scheduler, BroadcastCopiesOnlyFromTheRoot) {
     p.args.kind = CollectiveKind::kBroadcast;
     p.args.root = 1;
     p.recv = p.send;
-    scheduler->arrive(comm, r, 1, {r, 0, 1}, p, ErrorCode::kOk);
+    scheduler->arrive(comm, r, 1, {r, 0, 1}, ValidatedRequest(p));
   }
   ASSERT_EQ(stepped.queued.size(), kRanks - 1);
   for (const CopyRequest& c : stepped.queued) EXPECT_EQ(c.src, send[1].data());
@@ -507,7 +507,7 @@ TEST_F(Scheduler, TheLimitIsPerCommunicator) {
   other.nranks = 1;
   other.members.resize(1);
   other.next_seq.assign(1, 1);
-  scheduler->arrive(other, 0, 1, {99, 0, 1}, plan(0, 8), ErrorCode::kOk);
+  scheduler->arrive(other, 0, 1, {99, 0, 1}, plan(0, 8));
   drain_until(1);
   EXPECT_EQ(completions[99], ErrorCode::kOk) << "another communicator's backlog failed this one";
 }
