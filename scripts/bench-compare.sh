@@ -2,7 +2,10 @@
 # Two builds of irisd side by side on one machine, in one run (machines are noisy: only the ratio
 # means something): the ring round trip and the host engine's all-gather p50 (or that of
 # COLLECTIVE=all_to_all or broadcast) for 2 and 4 ranks (and 8 where the machine has 12 cores or
-# more), each build measured `rounds` times in turn (A B A B ...), the median of its rounds kept.
+# more), each build measured `rounds` times, the median of its rounds kept. The builds take turns
+# going first (A B, B A, A B, ...): on the GPU host the second build of a round came out 12-14%
+# slower in the 8-rank all-gather, whichever build it was, so a fixed order made the newer build
+# look slower.
 # Use it to show that a change made nothing slower. With BENCH_PIN=1 irisd and each rank run on CPUs
 # of their own, the same in every round (scripts/lib/pinning.sh).
 # Each build is a bundle made by ../shared/tools/device-bundle (DIR/bin: irisd, iris-bench-ring,
@@ -51,8 +54,13 @@ measure() {
 }
 
 for ((i = 0; i < rounds; i++)); do
-  measure "$old" old "$i"
-  measure "$new" new "$i"
+  if ((i % 2 == 0)); then
+    measure "$old" old "$i"
+    measure "$new" new "$i"
+  else
+    measure "$new" new "$i"
+    measure "$old" old "$i"
+  fi
 done
 
 # The median of a build's rounds, and their spread (lowest-highest): a new/old ratio inside the
@@ -66,7 +74,7 @@ row() {  # row LABEL FILES-OF-OLD FILES-OF-NEW (one figure per line)
   echo "| $1 | $o ($(spread <"$2")) | $n ($(spread <"$3")) | $(ratio "$o" "$n") |"
 }
 echo "$(nproc) cores, threads $(placement); host engine, 4 workers; median of $rounds rounds" \
-  "each, taken in turn (in brackets: the lowest and highest round)"
+  "each, the builds taking turns going first (in brackets: the lowest and highest round)"
 echo "| what | old p50 us | new p50 us | new/old |"
 echo "| --- | ---: | ---: | ---: |"
 cat "$run"/old.*.ring >"$run/old.rings"
