@@ -75,7 +75,10 @@ class CollectiveScheduler final : public Poller {
   // Poller: the engine's finished copies, each ending its part of a collective. The loop must
   // not sleep while the engine's copies finish without announcing it on its completion fd.
   bool poll() override;
-  bool try_enter_sleep() override { return !engine_.needs_polling(); }
+  bool try_enter_sleep() override {
+    return !engine_.needs_polling() && engine_.arm_completion_wakeup();
+  }
+  void exit_sleep() override { engine_.disarm_completion_wakeup(); }
 
   void on_copy_complete(const CopyCompletion& completion);
   // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.

@@ -2,8 +2,9 @@
 //
 // An engine moves bytes between memory the daemon has mapped or imported, asynchronously, and
 // reports each copy's completion through poll(). Its completion_fd() (an eventfd) becomes
-// readable when completions wait, so that the progress loop can sleep in epoll instead of
-// spinning; the loop drains it, and poll() itself makes no system call when nothing finished.
+// readable when completions wait while the progress loop sleeps, so that the loop can sleep in
+// epoll instead of spinning; the loop drains it, and poll() itself makes no system call when
+// nothing finished.
 //
 // `cuda` runs copies on daemon-owned non-blocking streams, one per copy engine, and retires them
 // through stream memory operations; `hsa` issues them on SDMA engines chosen per agent pair and
@@ -130,8 +131,15 @@ class Engine {
   virtual void submit(std::span<const CopyRequest> copies) = 0;
   // Appends finished copies to `out` without blocking; returns how many were appended.
   virtual std::size_t poll(std::vector<CopyCompletion>& out) = 0;
-  // An eventfd written when completions wait; the caller drains it.
+  // An eventfd written when completions wait while the progress loop sleeps; the caller drains
+  // it.
   virtual int completion_fd() const = 0;
+  // Before the progress loop sleeps: announce completions on completion_fd() from now on; false
+  // when one is already waiting (the loop then polls instead). An engine may skip the fd while
+  // the loop is awake, since it polls anyway: a system call per copy saved under load.
+  virtual bool arm_completion_wakeup() { return true; }
+  // The loop is awake again.
+  virtual void disarm_completion_wakeup() {}
   // True while copies are in flight whose completion no fd will signal: the progress loop then
   // keeps polling instead of sleeping.
   virtual bool needs_polling() const { return false; }

@@ -1,15 +1,28 @@
 #include "daemon/engines/host/host_engine.hpp"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
+#include "iris/shared/cpu_relax.hpp"
+
 namespace iris::daemon {
+
+namespace {
+// How long an idle worker polls the queue before it sleeps: longer than the gaps between a
+// collective's arrivals and between back-to-back collectives (microseconds), short enough that
+// an idle irisd's workers go quiet at once. Past the first 2 us each turn yields the core, so
+// that ranks sharing it run.
+constexpr auto kWorkerSpin = std::chrono::microseconds(50);
+constexpr auto kPureSpin = std::chrono::microseconds(2);
+}  // namespace
 
 struct HostEngine::Job {
   uint64_t cookie;
@@ -60,6 +73,9 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
       }
       queued += chunks;
     }
+    queued_.store(queue_.size(), std::memory_order_release);
+    // Spinning workers find the chunks themselves; only sleeping ones cost a wake-up.
+    if (sleepers_ == 0) queued = 0;
   }
   if (queued == 1) {
     queue_cv_.notify_one();
@@ -68,18 +84,39 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
   }
 }
 
-void HostEngine::worker_main() {
+std::optional<HostEngine::Chunk> HostEngine::next_chunk() {
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    Chunk chunk;
-    {
-      std::unique_lock lock(queue_mutex_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      chunk = queue_.front();
-      queue_.pop_front();
+    const auto idle = std::chrono::steady_clock::now() - start;
+    const bool spun_out = idle >= kWorkerSpin;
+    // The spin reads only the count: the progress thread's submit() never waits behind it.
+    if (queued_.load(std::memory_order_acquire) == 0 && !spun_out) {
+      if (idle < kPureSpin) {
+        cpu_relax();
+      } else {
+        sched_yield();
+      }
+      continue;
     }
-    std::memcpy(chunk.dst, chunk.src, chunk.bytes);
-    finish_chunk(chunk.job);
+    std::unique_lock lock(queue_mutex_);
+    if (spun_out) {
+      ++sleepers_;
+      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      --sleepers_;
+    }
+    if (stopping_) return std::nullopt;
+    if (queue_.empty()) continue;  // another worker took it
+    Chunk chunk = queue_.front();
+    queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_relaxed);
+    return chunk;
+  }
+}
+
+void HostEngine::worker_main() {
+  while (std::optional<Chunk> chunk = next_chunk()) {
+    std::memcpy(chunk->dst, chunk->src, chunk->bytes);
+    finish_chunk(chunk->job);
   }
 }
 
@@ -89,10 +126,22 @@ void HostEngine::finish_chunk(Job* job) {
     std::lock_guard lock(done_mutex_);
     done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes});
   }
-  done_pending_.store(true, std::memory_order_release);  // before the eventfd: no lost wake
+  // Stored, then the loop's flag loaded, both sequentially consistent; arm_completion_wakeup()
+  // does the reverse: one of the two sees the other, so no completion is slept through.
+  done_pending_.store(true, std::memory_order_seq_cst);
   delete job;
+  if (!loop_asleep_.load(std::memory_order_seq_cst)) return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t r = ::write(event_fd_.get(), &one, sizeof(one));
+}
+
+bool HostEngine::arm_completion_wakeup() {
+  loop_asleep_.store(true, std::memory_order_seq_cst);
+  return !done_pending_.load(std::memory_order_seq_cst);
+}
+
+void HostEngine::disarm_completion_wakeup() {
+  loop_asleep_.store(false, std::memory_order_relaxed);
 }
 
 std::size_t HostEngine::poll(std::vector<CopyCompletion>& out) {

@@ -1,0 +1,118 @@
+// HostEngine: every copy lands and completes once, whether its worker was spinning or asleep; the
+// eventfd announces completions while the progress loop sleeps (armed), stays quiet while it is
+// awake, and arming with a completion already waiting refuses the sleep.
+#include "daemon/engines/host/host_engine.hpp"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace iris::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+
+EngineOptions host_options(uint32_t workers) {
+  EngineOptions options;
+  options.kind = "host";
+  options.workers = workers;
+  options.chunk_bytes = 4096;
+  return options;
+}
+
+bool fd_readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN) != 0;
+}
+
+// Polls the engine until `n` completions came, or 10 s passed.
+std::vector<CopyCompletion> completions(HostEngine& engine, std::size_t n) {
+  std::vector<CopyCompletion> out;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
+    if (engine.poll(out) == 0) std::this_thread::sleep_for(50us);
+  }
+  return out;
+}
+
+struct Buffers {
+  std::vector<std::byte> src, dst;
+  explicit Buffers(std::size_t bytes) : src(bytes), dst(bytes) {
+    for (std::size_t i = 0; i < bytes; ++i) src[i] = std::byte(i * 7 + 3);
+  }
+  CopyRequest copy(uint64_t cookie) { return {src.data(), dst.data(), src.size(), cookie}; }
+  bool landed() const { return std::memcmp(src.data(), dst.data(), src.size()) == 0; }
+};
+
+TEST(HostEngine, AnArmedEngineAnnouncesACompletionOnItsFd) {
+  HostEngine engine(host_options(2), "test");
+  Buffers b(10000);  // three chunks, shared by the workers
+  ASSERT_TRUE(engine.arm_completion_wakeup()) << "nothing waits yet: the loop may sleep";
+  const CopyRequest copy = b.copy(7);
+  engine.submit(std::span<const CopyRequest>(&copy, 1));
+  EXPECT_TRUE(fd_readable(engine.completion_fd(), 10000)) << "a sleeping loop was not woken";
+  engine.disarm_completion_wakeup();
+  auto done = completions(engine, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].cookie, 7u);
+  EXPECT_EQ(done[0].code, ErrorCode::kOk);
+  EXPECT_EQ(done[0].bytes, 10000u);
+  EXPECT_TRUE(b.landed());
+}
+
+TEST(HostEngine, AnAwakeLoopIsNotSignalledAndArmingWithACompletionWaitingRefusesTheSleep) {
+  HostEngine engine(host_options(2), "test");
+  Buffers b(100);
+  const CopyRequest copy = b.copy(1);
+  engine.submit(std::span<const CopyRequest>(&copy, 1));
+  // The copy finishes while the loop is awake: arming must see it and refuse the sleep.
+  bool refused = false;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!refused && std::chrono::steady_clock::now() < deadline) {
+    refused = !engine.arm_completion_wakeup();
+    engine.disarm_completion_wakeup();
+    if (!refused) std::this_thread::sleep_for(100us);
+  }
+  EXPECT_TRUE(refused) << "a finished copy did not keep the loop from sleeping";
+  EXPECT_FALSE(fd_readable(engine.completion_fd(), 0))
+      << "the fd was written although the loop was awake";
+  auto done = completions(engine, 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(b.landed());
+  EXPECT_TRUE(engine.arm_completion_wakeup()) << "polled: nothing waits any more";
+  engine.disarm_completion_wakeup();
+}
+
+TEST(HostEngine, EveryCopyCompletesOnceWhetherItsWorkersSpinOrSleep) {
+  HostEngine engine(host_options(3), "test");
+  std::vector<Buffers> buffers;
+  for (std::size_t i = 0; i < 40; ++i) buffers.emplace_back(1 + i * 997);
+  std::set<uint64_t> seen;
+  for (uint64_t round = 0; round < 4; ++round) {
+    // Back to back (workers still spinning), then after the workers went to sleep.
+    for (uint64_t i = 0; i < buffers.size(); ++i) {
+      std::fill(buffers[i].dst.begin(), buffers[i].dst.end(), std::byte{0});
+      const CopyRequest copy = buffers[i].copy(round * 1000 + i);
+      engine.submit(std::span<const CopyRequest>(&copy, 1));
+    }
+    auto done = completions(engine, buffers.size());
+    ASSERT_EQ(done.size(), buffers.size()) << "round " << round;
+    for (const CopyCompletion& c : done) {
+      EXPECT_TRUE(seen.insert(c.cookie).second) << "cookie " << c.cookie << " completed twice";
+      EXPECT_EQ(c.code, ErrorCode::kOk);
+    }
+    for (const Buffers& b : buffers) EXPECT_TRUE(b.landed());
+    std::this_thread::sleep_for(round % 2 == 0 ? 20ms : 0ms);
+  }
+  EXPECT_EQ(seen.size(), 4 * buffers.size());
+}
+
+}  // namespace
+}  // namespace iris::daemon
