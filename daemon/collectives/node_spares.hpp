@@ -1,11 +1,11 @@
 // Nodes of a std::map kept from erased entries for later insertions into maps of that type. The
-// scheduler makes a map entry per collective and one per arriving rank, and erases them when the
-// collective retires: with the nodes kept, steady traffic allocates and frees nothing per
-// collective or per arrival (glibc's malloc and free were about an eighth of the progress
-// thread's instructions for a 2-rank 64 B all-gather). A kept node's value is reset at once, so
-// that it holds nothing (no buffer mapping) while it waits; at most `cap` nodes are kept, so a
-// burst of collectives does not keep its memory for good. A value with a clear() member is reset
-// by it, so that it may keep memory of its own for the next use (a collective's rank records).
+// scheduler makes a map entry per collective and erases it when the collective retires: with the
+// nodes kept, steady traffic allocates and frees nothing per collective (glibc's malloc and free
+// were about an eighth of the progress thread's instructions for a 2-rank 64 B all-gather). A kept
+// node's value is reset at once, so that it holds nothing (no buffer mapping) while it waits; at
+// most `cap` nodes are kept, so a burst of collectives does not keep its memory for good. A value
+// with a clear() member is reset by it, so that it may keep memory of its own for the next use (a
+// collective's rank records).
 #pragma once
 
 #include <cstddef>
