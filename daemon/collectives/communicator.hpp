@@ -33,6 +33,8 @@ struct Communicator {
   bool resumed = false;
   std::vector<uint64_t> resumed_from;
   std::vector<std::set<uint64_t>> resumed_done;  // by rank: completed after resumed_from too
+  // A rank resumed past seq 1, or with completions after it: collectives ran before the restart.
+  bool resumed_after_collectives = false;
   // Whether rank `rank` completed collective `seq` under the previous irisd.
   bool done_before_restart(uint32_t rank, uint64_t seq) const {
     return resumed && (seq < resumed_from[rank] || resumed_done[rank].count(seq) != 0);
@@ -57,6 +59,9 @@ struct Communicator {
   LogLimiter trace_limit{1000, 2000};
 
   bool is_local(uint32_t rank) const { return !layout || layout->local(rank); }
+  // No collective has completed on it, here or under the previous irisd: a rank that joins anew
+  // and one that resumes at seq 1 with nothing completed are then the same.
+  bool before_first_collective() const { return completed == 0 && !resumed_after_collectives; }
 
   uint32_t joined() const {
     uint32_t n = 0;

@@ -21,7 +21,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
                                     uint64_t resume_seq,
                                     const std::vector<uint64_t>& completed_after) {
-  const bool resuming = resume_seq != 0;
+  bool resuming = resume_seq != 0;
   if (completed_after.size() > kMaxCompletedAfter ||
       std::any_of(completed_after.begin(), completed_after.end(),
                   [&](uint64_t seq) { return seq <= resume_seq; }))
@@ -47,6 +47,14 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
   Communicator* comm = nullptr;
   if (auto it = by_key_.find(key); it != by_key_.end()) {
     comm = comms_.at(it->second).get();
+    // An init in flight when irisd restarted is sent again as a new join, while the ranks that
+    // had joined resume: before the first collective (every rank at seq 1, nothing completed)
+    // joining and resuming are the same, so each joins as the communicator was made.
+    if (comm->resumed != resuming && comm->before_first_collective() && resume_seq <= 1 &&
+        completed_after.empty()) {
+      resuming = comm->resumed;
+      resume_seq = resuming ? 1 : 0;
+    }
     if (comm->resumed != resuming)
       throw Error(ErrorCode::kAlreadyExists,
                   "communicator '" + key + "' " +
@@ -104,6 +112,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     comm->next_seq[rank] = resume_seq;
     comm->resumed_from[rank] = resume_seq;
     comm->resumed_done[rank] = {completed_after.begin(), completed_after.end()};
+    if (resume_seq > 1 || !completed_after.empty()) comm->resumed_after_collectives = true;
     if (comm->all_local_joined()) comm->resume_deadline.reset();
     scheduler_.resumed_rank(*comm, rank);
   }

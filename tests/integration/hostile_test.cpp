@@ -350,6 +350,21 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   flood.mutable_comm_init()->set_key("flood");
   for (uint64_t seq = 6; seq < 6 + 5000; ++seq) flood.mutable_comm_init()->add_completed_seqs(seq);
   expect_call_refused(flood, {}, ErrorCode::kInvalidArgument, "at most 1024");
+  // A communicator resumed after collectives ran takes no new member in the place of a rank
+  // that did not come back (only one made before its first collective does).
+  v1::SessionRequest resume_past = steal;
+  resume_past.mutable_comm_init()->set_key("ran-before");
+  resume_past.mutable_comm_init()->set_nranks(2);
+  {
+    ASSERT_TRUE(net::send_frame(resumed.connection.get(), resume_past.SerializeAsString(), {}));
+    auto frame = net::recv_frame(resumed.connection.get(), std::chrono::seconds(10), 4);
+    ASSERT_TRUE(frame.has_value());
+    v1::SessionResponse response;
+    response.ParseFromString(frame->payload);
+    ASSERT_EQ(response.error_code(), 0u) << response.error_message();
+  }
+  EXPECT_EQ(code_of([&] { Communicator::init(honest, "ran-before", 2, 1); }),
+            ErrorCode::kAlreadyExists);
 
   EXPECT_TRUE(alive(daemon));
   EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }), ErrorCode::kOk);

@@ -203,6 +203,34 @@ TEST(Resume, ARestartUnderSessionCallsIsAPause) {
   EXPECT_EQ(uint64_t(ctl_json(daemon, {"stats"})["stats"]["sessions_resumed_total"]), 1u);
 }
 
+// An init in flight when irisd restarted is sent again as a new join, while the rank that had
+// joined resumes; which of the two the next irisd hears first is left to chance. Before the
+// communicator's first collective they are the same, and it works whichever came first.
+TEST(Resume, AJoinStraddlingARestartMeetsTheRankThatResumes) {
+  DaemonProcess daemon({"--resume-window-ms", "60000"});
+  auto first = Client::connect(options_for(daemon, "joined before"));
+  auto second = Client::connect(options_for(daemon, "joining during"));
+  auto rank0 = Communicator::init(first, "straddled", 2, 0);
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);
+  auto joining =
+      std::async(std::launch::async, [&] { return Communicator::init(second, "straddled", 2, 1); });
+  std::this_thread::sleep_for(100ms);  // the init is in flight to the stopped irisd
+  daemon.kill();
+  daemon.start();
+  ASSERT_EQ(joining.wait_for(20s), std::future_status::ready) << daemon.log();
+  Communicator rank1 = joining.get();
+  auto send0 = first.allocate(64), recv0 = first.allocate(128);
+  auto send1 = second.allocate(64), recv1 = second.allocate(128);
+  std::memset(send0.data(), 0x11, 64);
+  std::memset(send1.data(), 0x22, 64);
+  auto gathered0 = rank0.all_gather(send0.data(), recv0.data(), 64);
+  auto gathered1 = rank1.all_gather(send1.data(), recv1.data(), 64);
+  gathered0.wait();
+  gathered1.wait();
+  for (const Buffer* recv : {&recv0, &recv1})
+    for (int i = 0; i < 128; ++i) ASSERT_EQ(recv->as<uint8_t>()[i], i < 64 ? 0x11 : 0x22) << i;
+}
+
 // The window is the client's to choose: past it every call fails with daemon_gone, saying how
 // long it waited.
 TEST(Resume, PastTheClientsWindowCallsFailWithDaemonGone) {
