@@ -355,14 +355,8 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   v1::SessionRequest resume_past = steal;
   resume_past.mutable_comm_init()->set_key("ran-before");
   resume_past.mutable_comm_init()->set_nranks(2);
-  {
-    ASSERT_TRUE(net::send_frame(resumed.connection.get(), resume_past.SerializeAsString(), {}));
-    auto frame = net::recv_frame(resumed.connection.get(), std::chrono::seconds(10), 4);
-    ASSERT_TRUE(frame.has_value());
-    v1::SessionResponse response;
-    response.ParseFromString(frame->payload);
-    ASSERT_EQ(response.error_code(), 0u) << response.error_message();
-  }
+  const v1::SessionResponse past = resumed.call(resume_past);
+  ASSERT_NE(past.comm_id(), 0u) << past.error_message();
   EXPECT_EQ(code_of([&] { Communicator::init(honest, "ran-before", 2, 1); }),
             ErrorCode::kAlreadyExists);
 
