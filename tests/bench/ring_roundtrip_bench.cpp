@@ -7,6 +7,10 @@
 // be measured too). And the floor any such round trip has on the machine: a cache-line handoff
 // there and back between two threads on two cores (one writes a line, the other spins until it sees
 // it and answers in another line), so that a run gives irisd's round trip as a ratio to the floor.
+// Between the two, the same handoff through the session ring alone (two pinned threads, no irisd):
+// a ring entry costs the consumer the tail's line and then the entry's lines, one after the other;
+// the variants say how much of irisd's trip above the floor is that, for the 96-byte entry of
+// today, a 64-byte entry, and a 64-byte entry that carries its own ready mark (no tail to read).
 #include <benchmark/benchmark.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,9 +22,13 @@
 #include <vector>
 
 #include "iris/iris.hpp"
+#include "iris/shared/descriptor.hpp"
+#include "iris/shared/spsc_ring.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace {
+
+namespace shm = iris::shm;
 
 double percentile(std::vector<double>& v, double p) {
   std::sort(v.begin(), v.end());
@@ -82,20 +90,24 @@ void pin_to(std::thread::native_handle_type thread, unsigned core) {
   pthread_setaffinity_np(thread, sizeof(set), &set);
 }
 
-void BM_CacheLineRoundTrip(benchmark::State& state) {
+struct alignas(64) Line {
+  std::atomic<uint64_t> value{0};
+};
+
+// Times a handoff there and back between this thread and a partner, pinned to cores 0 and 1:
+// `channel.send(i)` hands i over, the partner's `channel.receive()` returns it (0: nothing yet),
+// and the partner answers in a line of its own.
+template <typename Channel>
+void time_handoffs(benchmark::State& state, Channel& channel) {
   if (std::thread::hardware_concurrency() < 2) {
     state.SkipWithError("needs two cores");
     return;
   }
-  struct alignas(64) Line {
-    std::atomic<uint64_t> value{0};
-  };
-  Line ping, pong;
+  Line answer;
   std::atomic<bool> stop{false};
   std::thread partner([&] {
-    for (uint64_t seen = 0; !stop.load(std::memory_order_relaxed);) {
-      const uint64_t v = ping.value.load(std::memory_order_acquire);
-      if (v != seen) pong.value.store(seen = v, std::memory_order_release);
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (const uint64_t v = channel.receive()) answer.value.store(v, std::memory_order_release);
     }
   });
   pin_to(pthread_self(), 0);
@@ -105,8 +117,8 @@ void BM_CacheLineRoundTrip(benchmark::State& state) {
   uint64_t i = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
-    ping.value.store(++i, std::memory_order_release);
-    while (pong.value.load(std::memory_order_acquire) != i) {
+    channel.send(++i);
+    while (answer.value.load(std::memory_order_acquire) != i) {
     }
     ns.push_back(
         std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
@@ -119,7 +131,91 @@ void BM_CacheLineRoundTrip(benchmark::State& state) {
   pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
   report_percentiles(state, ns);
 }
+
+// One line: the floor.
+struct LineChannel {
+  Line line;
+  void send(uint64_t i) { line.value.store(i, std::memory_order_release); }
+  uint64_t receive() {
+    const uint64_t v = line.value.load(std::memory_order_acquire);
+    return v == seen ? 0 : (seen = v);
+  }
+  uint64_t seen = 0;
+};
+
+void BM_CacheLineRoundTrip(benchmark::State& state) {
+  LineChannel channel;
+  time_handoffs(state, channel);
+}
 BENCHMARK(BM_CacheLineRoundTrip)->MinTime(1.0)->UseRealTime();
+
+constexpr uint32_t kRingDepth = 256;
+
+// The session ring (shm::RingProducer/RingConsumer) with entries of type Entry, `seq` carrying i.
+template <typename Entry>
+struct RingChannel {
+  shm::RingControl control;
+  alignas(64) Entry entries[kRingDepth];
+  shm::RingProducer<Entry> producer{&control, entries, kRingDepth};
+  shm::RingConsumer<Entry> consumer{&control, entries, kRingDepth};
+  RingChannel() : control{} {}
+  void send(uint64_t i) {
+    Entry e{};
+    e.seq = i;
+    while (!producer.try_push(e)) {
+    }
+  }
+  uint64_t receive() {
+    Entry e;
+    return consumer.try_pop(e) == shm::PopResult::kEntry ? e.seq : 0;
+  }
+};
+
+struct alignas(64) Entry64 {
+  uint64_t seq;
+  uint64_t words[7];
+};
+static_assert(sizeof(Entry64) == 64);
+
+void BM_RingHandoff96ByteEntry(benchmark::State& state) {
+  auto channel = std::make_unique<RingChannel<shm::SubmitEntry>>();
+  time_handoffs(state, *channel);
+}
+BENCHMARK(BM_RingHandoff96ByteEntry)->MinTime(1.0)->UseRealTime();
+
+void BM_RingHandoff64ByteEntry(benchmark::State& state) {
+  auto channel = std::make_unique<RingChannel<Entry64>>();
+  time_handoffs(state, *channel);
+}
+BENCHMARK(BM_RingHandoff64ByteEntry)->MinTime(1.0)->UseRealTime();
+
+// 64-byte entries whose last word marks them ready (the index they were written at, plus one),
+// so the consumer polls the next entry itself and never reads a tail.
+struct MarkedSlotChannel {
+  struct alignas(64) Slot {
+    uint64_t words[7];
+    std::atomic<uint64_t> mark;
+  };
+  Slot slots[kRingDepth]{};
+  uint64_t tail = 0, head = 0;
+  void send(uint64_t i) {
+    Slot& s = slots[tail % kRingDepth];
+    s.words[0] = i;
+    s.mark.store(++tail, std::memory_order_release);
+  }
+  uint64_t receive() {
+    Slot& s = slots[head % kRingDepth];
+    if (s.mark.load(std::memory_order_acquire) != head + 1) return 0;
+    ++head;
+    return s.words[0];
+  }
+};
+
+void BM_RingHandoffMarked64ByteEntry(benchmark::State& state) {
+  auto channel = std::make_unique<MarkedSlotChannel>();
+  time_handoffs(state, *channel);
+}
+BENCHMARK(BM_RingHandoffMarked64ByteEntry)->MinTime(1.0)->UseRealTime();
 
 }  // namespace
 
