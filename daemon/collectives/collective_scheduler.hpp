@@ -136,6 +136,10 @@ class CollectiveScheduler final : public Poller {
   // engine's copy_now_share of the arrival are done before it returns, untracked; the others
   // complete through poll().
   std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
+  // Plans into planned_ the copies between `rank` and the ranks arrived before it, both ways;
+  // false with `bad` set at the first disagreement, after planning what came before it.
+  bool plan_arrival(const Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
+                    std::optional<PlanError>& bad);
   // Adds the copy from `src`'s send buffer to `dst`'s receive buffer, if any, to planned_; false
   // with `bad` set when the two ranks' arguments disagree.
   bool plan_copy(const Communicator& comm, uint32_t src, ArrivedRank& from_rank, uint32_t dst,

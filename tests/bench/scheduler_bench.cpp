@@ -1,9 +1,9 @@
 // The progress thread's own work per collective, without clients, rings or other threads: n ranks
-// arrive at an all-gather of small blocks, the host engine copies them inline, and the scheduler
-// retires the completions. What irisd's one progress thread spends per collective bounds the
-// small-collective rate of the whole node (the 16-core profile in docs/PERFORMANCE.md), and this
-// measures it on any machine: run under `perf stat -e instructions` for a figure that other load
-// does not move.
+// arrive at an all-gather (or a broadcast from rank 0) of small blocks, the host engine copies
+// them inline, and the scheduler retires the completions. What irisd's one progress thread spends
+// per collective bounds the small-collective rate of the whole node (the 16-core profile in
+// docs/PERFORMANCE.md), and this measures it on any machine: run under `perf stat -e instructions`
+// for a figure that other load does not move.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -15,9 +15,10 @@
 namespace iris::daemon {
 namespace {
 
-void BM_SchedulerAllGather(benchmark::State& state) {
+void BM_SchedulerCollective(benchmark::State& state) {
   const auto nranks = static_cast<uint32_t>(state.range(0));
   const uint64_t bytes = static_cast<uint64_t>(state.range(1));
+  const auto kind = static_cast<CollectiveKind>(state.range(2));
   EngineOptions options;
   options.workers = 1;
   options.inline_bytes = uint64_t{1} << 30;  // every copy on this thread, as small ones are
@@ -42,9 +43,11 @@ void BM_SchedulerAllGather(benchmark::State& state) {
     recv[r].resize(bytes * nranks);
     requests[r].send = std::make_shared<MappedBuffer>(
         MappedBuffer{2 * r, r, send[r].data(), send[r].size(), nullptr});
-    requests[r].recv = std::make_shared<MappedBuffer>(
-        MappedBuffer{2 * r + 1, r, recv[r].data(), recv[r].size(), nullptr});
-    requests[r].args.kind = CollectiveKind::kAllGather;
+    requests[r].recv = kind == CollectiveKind::kBroadcast
+                           ? requests[r].send
+                           : std::make_shared<MappedBuffer>(MappedBuffer{
+                                 2 * r + 1, r, recv[r].data(), recv[r].size(), nullptr});
+    requests[r].args.kind = kind;
     requests[r].args.bytes = bytes;
   }
   uint64_t seq = 0;
@@ -57,11 +60,18 @@ void BM_SchedulerAllGather(benchmark::State& state) {
     }
   }
   if (completed != nranks * seq) state.SkipWithError("not every rank completed");
-  state.counters["ns_per_copy"] = benchmark::Counter(
-      static_cast<double>(nranks * nranks) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_arrival"] =
+      benchmark::Counter(static_cast<double>(nranks) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_SchedulerAllGather)->Args({2, 64})->Args({8, 64})->Args({8, 4096});
+constexpr auto kAllGather = static_cast<int64_t>(CollectiveKind::kAllGather);
+constexpr auto kBroadcast = static_cast<int64_t>(CollectiveKind::kBroadcast);
+BENCHMARK(BM_SchedulerCollective)
+    ->ArgNames({"ranks", "bytes", "opcode"})
+    ->Args({2, 64, kAllGather})
+    ->Args({8, 64, kAllGather})
+    ->Args({8, 4096, kAllGather})
+    ->Args({8, 64, kBroadcast});
 
 }  // namespace
 }  // namespace iris::daemon
