@@ -41,10 +41,13 @@ echo "- $(lscpu | sed -n 's/^Socket(s): *//p') socket(s), $(lscpu |
   sed -n 's/^Thread(s) per core: *//p') thread(s) per core; threads $(placement)"
 echo
 echo "## Ring round trip (no-op submitted, completion seen by the client) against the floor"
-echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores)"
+echo "(the floor: a cache-line handoff there and back between two threads pinned to two cores;"
+echo "the session ring alone: the same handoff through the ring's entries, with no irisd)"
 timeout 300 "${ring_pin[@]}" "$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
   awk -F, '/RingRoundTrip/ {r = $(NF-1); printf "ring p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
     /CacheLineRoundTrip/ {f = $(NF-1); printf "floor p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
+    /RingHandoff/ {n = $1; gsub(/"|BM_RingHandoff|\/.*/, "", n)
+      printf "session ring alone (%s) p50 %.3f us, p99 %.3f us\n", n, $(NF-1), $NF}
     END {if (f > 0) printf "ring / floor (p50): %.1f\n", r / f}'
 echo
 
