@@ -152,12 +152,13 @@ BENCHMARK(BM_CacheLineRoundTrip)->MinTime(1.0)->UseRealTime();
 constexpr uint32_t kRingDepth = 256;
 
 // The session ring (shm::RingProducer/RingConsumer) with entries of type Entry, `seq` carrying i.
+// Each side's own indices on a line of its own, as they are in two processes.
 template <typename Entry>
 struct RingChannel {
   shm::RingControl control;
   alignas(64) Entry entries[kRingDepth];
-  shm::RingProducer<Entry> producer{&control, entries, kRingDepth};
-  shm::RingConsumer<Entry> consumer{&control, entries, kRingDepth};
+  alignas(64) shm::RingProducer<Entry> producer{&control, entries, kRingDepth};
+  alignas(64) shm::RingConsumer<Entry> consumer{&control, entries, kRingDepth};
   RingChannel() : control{} {}
   void send(uint64_t i) {
     Entry e{};
@@ -197,7 +198,8 @@ struct MarkedSlotChannel {
     std::atomic<uint64_t> mark;
   };
   Slot slots[kRingDepth]{};
-  uint64_t tail = 0, head = 0;
+  alignas(64) uint64_t tail = 0;
+  alignas(64) uint64_t head = 0;
   void send(uint64_t i) {
     Slot& s = slots[tail % kRingDepth];
     s.words[0] = i;
