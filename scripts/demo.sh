@@ -28,10 +28,10 @@ Each size is first verified (3 rounds, every byte checked), then timed with noth
 all-gather in the loop. Columns: bytes/rank each rank contributes; iters timed; p50/p99 latency
 of one all-gather (the slowest rank's time); algbw = one rank's output bytes / p50 (NCCL's
 algorithm bandwidth); then Open MPI's MPI_Allgather p50 on this machine, same ranks and sizes,
-also the slowest rank's time, and irisd/MPI (below 1: irisd faster). The figures depend on the machine; the ratio is what to
-read. On the host engine irisd's worker threads copy with memcpy, so these bytes count as
-"compute units" in iris-ctl stats; on a GPU node the cuda or hsa engine moves them on copy
-engines instead.
+also the slowest rank's time, and irisd/MPI (below 1: irisd faster). The figures depend on the
+machine; the ratio is what to read. On the host engine irisd's worker threads copy with memcpy,
+so these bytes count as "compute units" in iris-ctl stats; on a GPU node the cuda or hsa engine
+moves them on copy engines instead.
 EOF
 pids=()
 for rank in 3 2 1 0; do
