@@ -252,15 +252,19 @@ class SteppedEngine final : public Engine {
 // Arrival by arrival, in any order, the scheduler issues exactly the copies of the collective's
 // plan (build_plan, the oracle that plan_test checks against the collectives' definitions): no
 // pair missed, none issued twice, whichever rank comes first. Every fixed-size collective, 1-6
-// ranks, any root; every copy goes to the engine (no budget), so each one is seen.
+// ranks, any root, and the pair a matched send and receive become; every copy goes to the engine
+// (no budget), so each one is seen.
 TEST(SchedulerArrivals, IssueExactlyThePlansCopiesInAnyArrivalOrder) {
   const CollectiveKind kinds[] = {CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
                                   CollectiveKind::kBroadcast, CollectiveKind::kGather,
-                                  CollectiveKind::kScatter,   CollectiveKind::kBarrier};
+                                  CollectiveKind::kScatter,   CollectiveKind::kBarrier,
+                                  CollectiveKind::kSendRecv};
   std::mt19937 rng(27);
-  for (int trial = 0; trial < 900; ++trial) {
+  for (int trial = 0; trial < 1050; ++trial) {
     const CollectiveKind kind = kinds[static_cast<std::size_t>(trial) % std::size(kinds)];
-    const uint32_t n = 1 + rng() % 6;
+    // A matched send and receive is a pair: the sender is its rank 0 and root.
+    const bool pair = kind == CollectiveKind::kSendRecv;
+    const uint32_t n = pair ? 2 : 1 + rng() % 6;
     const uint64_t bytes = 1 + rng() % 32;
     const bool one_buffer = kind == CollectiveKind::kBroadcast;
     std::vector<std::vector<std::byte>> send(n, std::vector<std::byte>(n * bytes));
@@ -269,7 +273,7 @@ TEST(SchedulerArrivals, IssueExactlyThePlansCopiesInAnyArrivalOrder) {
     for (RankArgs& a : args) {
       a.kind = kind;
       a.bytes = bytes;
-      a.root = static_cast<uint32_t>(trial / std::size(kinds)) % n;
+      a.root = pair ? shm::kSenderInPair : static_cast<uint32_t>(trial / std::size(kinds)) % n;
     }
     const auto built = build_plan(args);
     const auto* plan = std::get_if<std::vector<PlannedCopy>>(&built);
