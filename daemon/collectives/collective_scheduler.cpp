@@ -207,6 +207,7 @@ bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, 
   auto sends = [&](uint32_t r) { return !shape || shape->send.significant(r, args.root); };
   auto receives = [&](uint32_t r) { return !shape || shape->recv.significant(r, args.root); };
   const bool rank_sends = sends(rank), rank_receives = receives(rank);
+  if (!rank_sends && !rank_receives) return true;
   auto pair_with = [&](ArrivedRank& other) {
     if (!other.request) return true;
     if (rank_sends && receives(other.rank) &&
@@ -215,7 +216,6 @@ bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, 
     return other.rank == rank || !rank_receives || !sends(other.rank) ||
            plan_copy(comm, other.rank, other, rank, arrived, bad);
   };
-  if (!rank_sends && !rank_receives) return true;
   const bool root_alone = shape && shape->rooted &&
                           (!rank_sends || shape->recv.on == shm::On::kRoot) &&
                           (!rank_receives || shape->send.on == shm::On::kRoot);

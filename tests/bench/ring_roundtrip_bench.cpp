@@ -52,13 +52,13 @@ struct Attached {
   }
 };
 
-// Times `round_trip` (a submission waited for) once per iteration, after 1000 untimed ones that
-// get the daemon spinning and the pages mapped.
+// Times `round_trip` (a submission waited for, or a handoff there and back) once per iteration,
+// after 1000 untimed ones that get the daemon spinning and the pages mapped.
 template <typename RoundTrip>
 void time_round_trips(benchmark::State& state, RoundTrip round_trip) {
   for (int i = 0; i < 1000; ++i) round_trip();
   std::vector<double> ns;
-  ns.reserve(1 << 20);
+  ns.reserve(1 << 22);
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     round_trip();
@@ -112,24 +112,18 @@ void time_handoffs(benchmark::State& state, Channel& channel) {
   });
   pin_to(pthread_self(), 0);
   pin_to(partner.native_handle(), 1);
-  std::vector<double> ns;
-  ns.reserve(1 << 22);
   uint64_t i = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
+  time_round_trips(state, [&] {
     channel.send(++i);
     while (answer.value.load(std::memory_order_acquire) != i) {
     }
-    ns.push_back(
-        std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
-  }
+  });
   stop = true;
   partner.join();
   cpu_set_t all;
   CPU_ZERO(&all);
   for (unsigned c = 0; c < std::thread::hardware_concurrency(); ++c) CPU_SET(c, &all);
   pthread_setaffinity_np(pthread_self(), sizeof(all), &all);
-  report_percentiles(state, ns);
 }
 
 // One line: the floor.

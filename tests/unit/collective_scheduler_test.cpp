@@ -21,6 +21,17 @@
 namespace iris::daemon {
 namespace {
 
+// A communicator of `nranks` local ranks, rank r's session being r.
+Communicator test_communicator(uint32_t nranks) {
+  Communicator comm;
+  comm.id = 1;
+  comm.key = "k";
+  comm.nranks = nranks;
+  comm.next_seq.assign(nranks, 1);
+  for (uint32_t r = 0; r < nranks; ++r) comm.members.emplace_back(r);
+  return comm;
+}
+
 class Scheduler : public ::testing::Test {
  protected:
   static constexpr uint32_t kRanks = 3;
@@ -32,13 +43,8 @@ class Scheduler : public ::testing::Test {
     options.chunk_bytes = 4096;
     engine = std::make_unique<HostEngine>(options, "test");
     schedule_on(*engine);
-    comm.id = 1;
-    comm.key = "k";
-    comm.nranks = kRanks;
-    comm.members.resize(kRanks);
-    comm.next_seq.assign(kRanks, 1);
+    comm = test_communicator(kRanks);
     for (uint32_t r = 0; r < kRanks; ++r) {
-      comm.members[r] = r;
       send.emplace_back(1 << 16);
       recv.emplace_back(kRanks << 16, std::byte{0xEE});
     }
@@ -254,7 +260,7 @@ class SteppedEngine final : public Engine {
 // pair missed, none issued twice, whichever rank comes first. Every fixed-size collective, 1-6
 // ranks, any root, and the pair a matched send and receive become; every copy goes to the engine
 // (no budget), so each one is seen.
-TEST(SchedulerArrivals, IssueExactlyThePlansCopiesInAnyArrivalOrder) {
+TEST_F(Scheduler, ArrivalsIssueExactlyThePlansCopiesInAnyOrder) {
   const CollectiveKind kinds[] = {CollectiveKind::kAllGather, CollectiveKind::kAllToAll,
                                   CollectiveKind::kBroadcast, CollectiveKind::kGather,
                                   CollectiveKind::kScatter,   CollectiveKind::kBarrier,
@@ -267,8 +273,8 @@ TEST(SchedulerArrivals, IssueExactlyThePlansCopiesInAnyArrivalOrder) {
     const uint32_t n = pair ? 2 : 1 + rng() % 6;
     const uint64_t bytes = 1 + rng() % 32;
     const bool one_buffer = kind == CollectiveKind::kBroadcast;
-    std::vector<std::vector<std::byte>> send(n, std::vector<std::byte>(n * bytes));
-    std::vector<std::vector<std::byte>> recv(n, std::vector<std::byte>(n * bytes));
+    std::vector<std::vector<std::byte>> sends(n, std::vector<std::byte>(n * bytes));
+    std::vector<std::vector<std::byte>> recvs(n, std::vector<std::byte>(n * bytes));
     std::vector<RankArgs> args(n);
     for (RankArgs& a : args) {
       a.kind = kind;
@@ -278,55 +284,36 @@ TEST(SchedulerArrivals, IssueExactlyThePlansCopiesInAnyArrivalOrder) {
     const auto built = build_plan(args);
     const auto* plan = std::get_if<std::vector<PlannedCopy>>(&built);
     ASSERT_NE(plan, nullptr);
-    auto dst_of = [&](uint32_t r) { return (one_buffer ? send[r] : recv[r]).data(); };
+    auto dst_of = [&](uint32_t r) { return (one_buffer ? sends[r] : recvs[r]).data(); };
     std::multiset<std::tuple<const std::byte*, std::byte*, uint64_t>> expected, issued;
     for (const PlannedCopy& c : *plan)
-      expected.emplace(send[c.src_rank].data() + c.src_offset, dst_of(c.dst_rank) + c.dst_offset,
+      expected.emplace(sends[c.src_rank].data() + c.src_offset, dst_of(c.dst_rank) + c.dst_offset,
                        c.bytes);
 
-    Stats stats;
-    TenantLog log{stats.log_lines_suppressed_total};
     SteppedEngine stepped;
-    std::map<uint64_t, ErrorCode> completions;
-    CollectiveScheduler scheduler(
-        stepped, stats, log,
-        [&](const CompletionTarget& t, ErrorCode c, const std::string&) {
-          completions[t.session_id] = c;
-        },
-        8);
-    Communicator comm;
-    comm.id = 1;
-    comm.key = "k";
-    comm.nranks = n;
-    comm.next_seq.assign(n, 1);
+    schedule_on(stepped);
+    completions.clear();
+    comm = test_communicator(n);
     std::vector<uint32_t> order(n);
-    for (uint32_t r = 0; r < n; ++r) {
-      comm.members.emplace_back(r);
-      order[r] = r;
-    }
+    std::iota(order.begin(), order.end(), 0u);
     std::shuffle(order.begin(), order.end(), rng);
     for (uint32_t r : order) {
       ValidatedRequest p{};
       p.send = std::make_shared<MappedBuffer>(
-          MappedBuffer{2 * r, r, send[r].data(), send[r].size(), nullptr});
+          MappedBuffer{2 * r, r, sends[r].data(), sends[r].size(), nullptr});
       p.recv = one_buffer ? p.send
                           : std::make_shared<MappedBuffer>(MappedBuffer{
-                                2 * r + 1, r, recv[r].data(), recv[r].size(), nullptr});
+                                2 * r + 1, r, recvs[r].data(), recvs[r].size(), nullptr});
       p.args = args[r];
-      scheduler.arrive(comm, r, 1, {r, 0, 1}, std::move(p));
+      scheduler->arrive(comm, r, 1, {r, 0, 1}, std::move(p));
     }
     for (const CopyRequest& c : stepped.queued)
       issued.emplace(static_cast<const std::byte*>(c.src), static_cast<std::byte*>(c.dst), c.bytes);
     EXPECT_EQ(issued, expected) << shm::opcode_name(kind) << ", " << n << " ranks, root "
                                 << args[0].root << ", trial " << trial;
-    while (!stepped.queued.empty()) {
-      stepped.run(0);
-      std::vector<CopyCompletion> done;
-      stepped.poll(done);
-      for (const auto& c : done) scheduler.on_copy_complete(c);
-    }
+    run_all(stepped);
     ASSERT_EQ(completions.size(), n) << shm::opcode_name(kind) << ", trial " << trial;
-    for (const auto& [rank, code] : completions) EXPECT_EQ(code, ErrorCode::kOk) << rank;
+    for (const auto& [rank, code] : completions) EXPECT_EQ(code, ErrorCode::kOk) << reasons[rank];
     EXPECT_TRUE(comm.in_flight.empty());
   }
 }
