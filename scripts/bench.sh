@@ -46,7 +46,8 @@ echo "the session ring alone: the same handoff through the ring's entries, with 
 timeout 300 "${ring_pin[@]}" "$bin/iris-bench-ring" --benchmark_format=csv 2>/dev/null |
   awk -F, '/RingRoundTrip/ {r = $(NF-1); printf "ring p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
     /CacheLineRoundTrip/ {f = $(NF-1); printf "floor p50 %.3f us, p99 %.3f us\n", $(NF-1), $NF}
-    /RingHandoff/ {n = $1; gsub(/"|BM_RingHandoff|\/.*/, "", n)
+    /RingHandoff/ {n = $1; gsub(/"|BM_RingHandoff|\/min_time:[0-9.]*|\/real_time/, "", n)
+      sub(/\//, ", consumer ", n)
       printf "session ring alone (%s) p50 %.3f us, p99 %.3f us\n", n, $(NF-1), $NF}
     END {if (f > 0) printf "ring / floor (p50): %.1f\n", r / f}'
 echo
