@@ -80,8 +80,8 @@ sweep() {
     --collective "$collective" --max-bytes "$max" 2>"$run/mpi.err" | tail -n +2 >"$run/mpi.csv" ||
     echo "(Open MPI did not run here: $(tail -1 "$run/mpi.err"))"
   echo "## $collective, $nranks ranks"
-  echo "| bytes/block | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy |"
-  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  echo "| bytes/block | irisd p50 us | irisd p99 us | MPI p50 us | MPI p99 us | irisd/MPI p50 | irisd moved GB/s | memcpy GB/s ($workers threads) | irisd/memcpy | ranks' calls spread p50 us | last return after last call p50 us |"
+  echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   awk -F, -v OFS=' | ' '
     FILENAME ~ /memcpy/ {mem[$2] = $4; next}
     FILENAME ~ /mpi/ {mp50[$2] = $4; mp99[$2] = $5; next}
@@ -89,7 +89,7 @@ sweep() {
       b = $2; m = (b in mem) ? sprintf("%.2f", mem[b]) : "-";
       r = (b in mem) ? sprintf("%.2f", $7 / mem[b]) : "-";
       lr = (b in mp50) ? sprintf("%.2f", $4 / mp50[b]) : "-";
-      print "| " b, $4, $5, mp50[b], mp99[b], lr, $7, m, r " |"
+      print "| " b, $4, $5, mp50[b], mp99[b], lr, $7, m, r, $8, $9 " |"
     }' "$run/memcpy.csv" "$run/mpi.csv" "$run/iris.csv"
   echo
 }

@@ -8,6 +8,11 @@
 // byte checked after), untimed; then the timed rounds, which do nothing but the collective (a
 // barrier before each starts all ranks together; a round's time is that of its slowest rank),
 // so no rank's time includes waiting for a peer still checking the previous round.
+// With --csv, two more columns say where a round's time went: how far apart the ranks called
+// (the last call's start minus the first's) and how long after the last call the last rank
+// returned. Ranks on one machine share its monotonic clock (steady_clock), so their instants
+// compare. Ranks that call together but return late point at irisd; a wide spread of calls points
+// at the ranks (cores shared, a rank descheduled).
 // "bytes" is one block: what each rank sends (all-gather), sends to each peer (all-to-all), or
 // what the root sends (broadcast, from rank 0).
 #include <algorithm>
@@ -121,6 +126,20 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
+// One rank's timed round, as every rank gathers it: when it called and when it returned.
+struct Round {
+  double start;  // us on the machine's monotonic clock
+  double end;
+  double took() const { return end - start; }
+};
+bool by_duration(const Round& a, const Round& b) { return a.took() < b.took(); }
+bool by_start(const Round& a, const Round& b) { return a.start < b.start; }
+bool by_end(const Round& a, const Round& b) { return a.end < b.end; }
+
+double micros_since_epoch(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,8 +150,10 @@ int main(int argc, char** argv) {
     client_options.client_name = "collective_sweep rank " + std::to_string(o.rank);
     auto client = iris::Client::connect(client_options);
     auto comm = iris::Communicator::init(client, o.key, o.nranks, o.rank);
-    auto send = client.allocate(o.max_bytes * o.nranks);
-    auto recv = client.allocate(o.max_bytes * o.nranks);
+    // Room for the largest block, and for the seed and the rounds' times every rank gathers.
+    const uint64_t block_room = std::max<uint64_t>(o.max_bytes, sizeof(Round));
+    auto send = client.allocate(block_room * o.nranks);
+    auto recv = client.allocate(block_room * o.nranks);
     // Touch every page once, also with --no-verify: untouched shared memory reads as the
     // kernel's zero page, which would make the copies look faster than real data allows.
     std::memset(send.data(), 1, send.size());
@@ -147,7 +168,9 @@ int main(int argc, char** argv) {
     std::memcpy(&seed, recv.data(), sizeof(seed));
     if (o.rank == 0) {
       if (o.csv) {
-        std::printf("nranks,bytes_per_rank,iterations,p50_us,p99_us,algbw_GBps,moved_GBps\n");
+        std::printf(
+            "nranks,bytes_per_rank,iterations,p50_us,p99_us,algbw_GBps,moved_GBps,"
+            "call_spread_p50_us,after_last_call_p50_us\n");
       } else {
         std::printf("irisd %s, engine %s, %s, %u ranks%s\n", client.daemon_version().c_str(),
                     client.engine().c_str(), o.collective.c_str(), o.nranks,
@@ -192,24 +215,24 @@ int main(int argc, char** argv) {
         }
         comm.barrier();  // nobody refills its buffers while a peer still reads them
       }
-      std::vector<double> latency_us;
+      std::vector<double> latency_us, call_spread_us, after_last_call_us;
       for (uint32_t it = 0; it < iters; ++it) {
         comm.barrier();
         const auto start = std::chrono::steady_clock::now();
         run_collective();
         const auto end = std::chrono::steady_clock::now();
-        // The collective took as long as its slowest rank: gather every rank's time (through
-        // irisd itself) and keep the largest.
-        const double mine = std::chrono::duration<double, std::micro>(end - start).count();
+        // The collective took as long as its slowest rank: gather every rank's start and end
+        // (through irisd itself, after the timed part) and keep the longest time.
+        const Round mine{micros_since_epoch(start), micros_since_epoch(end)};
         std::memcpy(send.data(), &mine, sizeof(mine));
         comm.all_gather(send.data(), recv.data(), sizeof(mine)).wait();
-        double slowest = 0;
-        for (uint32_t r = 0; r < o.nranks; ++r) {
-          double t;
-          std::memcpy(&t, recv.as<char>() + r * sizeof(t), sizeof(t));
-          slowest = std::max(slowest, t);
-        }
-        latency_us.push_back(slowest);
+        std::vector<Round> rounds(o.nranks);
+        std::memcpy(rounds.data(), recv.data(), o.nranks * sizeof(Round));
+        latency_us.push_back(std::max_element(rounds.begin(), rounds.end(), by_duration)->took());
+        const auto [first, last] = std::minmax_element(rounds.begin(), rounds.end(), by_start);
+        call_spread_us.push_back(last->start - first->start);
+        const double last_end = std::max_element(rounds.begin(), rounds.end(), by_end)->end;
+        after_last_call_us.push_back(last_end - last->start);
       }
       if (o.rank != 0) continue;
       const double p50 = percentile(latency_us, 0.50);
@@ -221,8 +244,9 @@ int main(int argc, char** argv) {
       const double algbw = out_bytes / (p50 * 1e3);
       const double moved = algbw * (broadcast ? o.nranks - 1 : o.nranks);
       if (o.csv) {
-        std::printf("%u,%llu,%u,%.2f,%.2f,%.3f,%.3f\n", o.nranks,
-                    static_cast<unsigned long long>(bytes), iters, p50, p99, algbw, moved);
+        std::printf("%u,%llu,%u,%.2f,%.2f,%.3f,%.3f,%.2f,%.2f\n", o.nranks,
+                    static_cast<unsigned long long>(bytes), iters, p50, p99, algbw, moved,
+                    percentile(call_spread_us, 0.50), percentile(after_last_call_us, 0.50));
       } else {
         std::printf("%14llu %6u %10.1f %10.1f %12.2f %12.2f\n",
                     static_cast<unsigned long long>(bytes), iters, p50, p99, algbw, moved);
