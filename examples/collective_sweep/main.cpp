@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
         comm.barrier();  // nobody refills its buffers while a peer still reads them
       }
       std::vector<double> latency_us, call_spread_us, after_last_call_us;
+      std::vector<Round> rounds(o.nranks);
       for (uint32_t it = 0; it < iters; ++it) {
         comm.barrier();
         const auto start = std::chrono::steady_clock::now();
@@ -226,7 +227,6 @@ int main(int argc, char** argv) {
         const Round mine{micros_since_epoch(start), micros_since_epoch(end)};
         std::memcpy(send.data(), &mine, sizeof(mine));
         comm.all_gather(send.data(), recv.data(), sizeof(mine)).wait();
-        std::vector<Round> rounds(o.nranks);
         std::memcpy(rounds.data(), recv.data(), o.nranks * sizeof(Round));
         latency_us.push_back(std::max_element(rounds.begin(), rounds.end(), by_duration)->took());
         const auto [first, last] = std::minmax_element(rounds.begin(), rounds.end(), by_start);

@@ -158,6 +158,12 @@ BENCHMARK(BM_CacheLineRoundTrip)->MinTime(1.0)->UseRealTime();
 
 constexpr uint32_t kRingDepth = 256;
 
+// Every ring form runs twice: the consumer polling without a pause, and with 150 ns of other
+// work before each poll.
+void with_and_without_pause(benchmark::internal::Benchmark* b) {
+  b->ArgName("pause_ns")->Arg(0)->Arg(150)->MinTime(1.0)->UseRealTime();
+}
+
 // The session ring (shm::RingProducer/RingConsumer) with entries of type Entry, `seq` carrying i.
 // Each side's own indices on a line of its own, as they are in two processes.
 template <typename Entry>
@@ -189,23 +195,13 @@ void BM_RingHandoff96ByteEntry(benchmark::State& state) {
   auto channel = std::make_unique<RingChannel<shm::SubmitEntry>>();
   time_handoffs(state, *channel, std::chrono::nanoseconds(state.range(0)));
 }
-BENCHMARK(BM_RingHandoff96ByteEntry)
-    ->ArgName("pause_ns")
-    ->Arg(0)
-    ->Arg(150)
-    ->MinTime(1.0)
-    ->UseRealTime();
+BENCHMARK(BM_RingHandoff96ByteEntry)->Apply(with_and_without_pause);
 
 void BM_RingHandoff64ByteEntry(benchmark::State& state) {
   auto channel = std::make_unique<RingChannel<Entry64>>();
   time_handoffs(state, *channel, std::chrono::nanoseconds(state.range(0)));
 }
-BENCHMARK(BM_RingHandoff64ByteEntry)
-    ->ArgName("pause_ns")
-    ->Arg(0)
-    ->Arg(150)
-    ->MinTime(1.0)
-    ->UseRealTime();
+BENCHMARK(BM_RingHandoff64ByteEntry)->Apply(with_and_without_pause);
 
 // 64-byte entries whose last word marks them ready (the index they were written at, plus one),
 // so the consumer polls the next entry itself and never reads a tail.
@@ -234,12 +230,7 @@ void BM_RingHandoffMarked64ByteEntry(benchmark::State& state) {
   auto channel = std::make_unique<MarkedSlotChannel>();
   time_handoffs(state, *channel, std::chrono::nanoseconds(state.range(0)));
 }
-BENCHMARK(BM_RingHandoffMarked64ByteEntry)
-    ->ArgName("pause_ns")
-    ->Arg(0)
-    ->Arg(150)
-    ->MinTime(1.0)
-    ->UseRealTime();
+BENCHMARK(BM_RingHandoffMarked64ByteEntry)->Apply(with_and_without_pause);
 
 }  // namespace
 
