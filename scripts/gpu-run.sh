@@ -16,7 +16,7 @@ want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
-rm -f "$out/pytorch.txt"
+rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export IRIS_BIN_DIR=$PWD/.gpu/bin
 # Never NVLink multicast (see the GPU host's rules).
@@ -121,9 +121,15 @@ if want p2p; then
   # against broadcast and the copy ceiling, and a GEMM beside a ring of sends and receives.
   pyenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
          PYTHONPATH="$PWD/client/python")
+  # The ranks share the GPU: the backend's host path, then its streams' path.
   "${pyenv[@]}" timeout 400 python3 tests/python/gpu/pipeline_test.py >"$out/pipeline.txt" 2>&1
   p2p_rc=$?
-  "${pyenv[@]}" timeout 300 python3 tests/bench/gpu/p2p_bench.py >"$out/p2p_bench.md" 2>&1
+  "${pyenv[@]}" IRIS_TORCH_SHARED_GPU=stream timeout 400 python3 tests/python/gpu/pipeline_test.py \
+    >>"$out/pipeline.txt" 2>&1 || p2p_rc=1
+  for mode in host stream; do
+    "${pyenv[@]}" IRIS_TORCH_SHARED_GPU=$mode timeout 300 python3 tests/bench/gpu/p2p_bench.py \
+      >>"$out/p2p_bench.md" 2>&1
+  done
   "${pyenv[@]}" timeout 200 python3 tests/bench/gpu/gemm_beside_allgather.py --op send_recv \
     --nranks 2 --socket "$run/irisd.sock" >"$out/gemm_p2p.md" 2>&1
 fi

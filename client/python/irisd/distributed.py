@@ -30,9 +30,10 @@ stream of one rank waiting for irisd's copies holds the GPU from the others (hun
 microseconds a collective). For such ranks each collective instead waits on the host, as gloo's
 do: the caller's stream is synchronized, irisd copies while the ranks' streams are idle, and the
 call returns once the data is there. $IRIS_TORCH_SHARED_GPU says what they do: "host" (the
-default) or "stream" (ordered on streams as on separate GPUs). Sends and receives stay on
-streams (two ranks exchanging would otherwise wait for each other), and so does everything under
-CUDA graph capture.
+default) or "stream" (ordered on streams as on separate GPUs). Their sends and receives wait on
+the host too, without a send waiting for its receive: a send hands irisd a copy of its tensor and
+returns (so two ranks may both send first, as on streams), a receive's wait() waits for the data.
+Everything under CUDA graph capture stays on streams.
 
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
@@ -121,6 +122,28 @@ def _op_of(opts):
     return getattr(op, "op", op)
 
 
+class _HostRequests:
+    """What a Work of ranks sharing a GPU waits for: irisd requests made without a stream, waited
+    for on the host (synchronize() and query() as a torch event's)."""
+
+    def __init__(self, requests):
+        self.requests = requests
+
+    def synchronize(self):
+        irisd.wait_all(self.requests)
+
+    def query(self):
+        return all(_finished(r) for r in self.requests)  # a failure: wait() raises it
+
+
+def _finished(request, block=False):
+    """Whether `request` completed, failed or not (waiting for it when `block`)."""
+    try:
+        return request.wait() if block else request.test()
+    except irisd.IrisError:
+        return True
+
+
 class _OnHost:
     """Where the collectives of ranks sharing a GPU are ordered: `stream` (the caller's) is
     synchronized before irisd is called, and irisd's call waited for on the host."""
@@ -197,7 +220,8 @@ class Work(dist.Work):
     """An irisd collective ordered on a stream: wait() orders the caller's current stream after
     it (the host does not wait), synchronize() waits on the host. `done` is the event recorded
     after it, or the handle of the stream it was issued on (a blocking call issued on the
-    caller's own stream, on `device`), or None (finished when the call returned)."""
+    caller's own stream, on `device`), or _HostRequests (ranks sharing a GPU: wait() waits on
+    the host), or None (finished when the call returned)."""
 
     def __init__(self, group, done, result, device=None):
         super().__init__()
@@ -211,7 +235,9 @@ class Work(dist.Work):
 
     def wait(self, timeout=None):
         done = self._done
-        if isinstance(done, torch.cuda.Event):
+        if isinstance(done, _HostRequests):
+            done.synchronize()
+        elif isinstance(done, torch.cuda.Event):
             _current_stream(done.device).wait_event(done)
         elif done is not None and _current_stream_handle(self._device) != done:
             _current_stream(self._device).wait_stream(self._waitable())
@@ -262,6 +288,8 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
         self._coalescing = None  # tensors of the batch_isend_irecv being built
+        self._coalesced_receives = []  # and its receives, when they wait on the host
+        self._send_copies = collections.deque()  # (request, copy): what sends on the host read
 
     # ProcessGroup's names. ProcessGroup keeps its name in its backends, and this group has
     # none of C++'s: it keeps them itself.
@@ -622,11 +650,14 @@ class IrisProcessGroup(dist.ProcessGroup):
     # (which the stream waits for until the peer receives) would hold back the receive after it,
     # and two ranks exchanging with isend then irecv would wait for each other for ever. torch's
     # batch_isend_irecv issues such lists op by op for a group that is not its own C++ class.
+    # Ranks sharing a GPU wait on the host instead (_send_on_host, _recv_on_host).
     def send(self, tensors, dst, tag=0):
         t = tensors[0]
         if t.device.type == "cpu":
             return self._gloo.send(tensors, dst, tag)
         src = _flat(t, "send", "tensor")
+        if self._p2p_waits_on_host():
+            return self._p2p_issued(t, self._send_on_host(src, dst))
         return self._p2p(t, "sends",
                          lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s))
 
@@ -635,8 +666,50 @@ class IrisProcessGroup(dist.ProcessGroup):
         if t.device.type == "cpu":
             return self._gloo.recv(tensors, src, tag)
         dst = _flat(t, "recv", "tensor")
+        if self._p2p_waits_on_host():
+            return self._p2p_issued(t, self._recv_on_host(t, dst, src))
         return self._p2p(t, "receives",
                          lambda s: self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s))
+
+    # Copies not yet sent may hold this much before a send waits for the oldest to be received.
+    _SEND_COPIES_BYTES = 256 << 20
+
+    def _p2p_waits_on_host(self):
+        return self.waits_on_host and not torch.cuda.is_current_stream_capturing()
+
+    def _send_on_host(self, src, dst):
+        """irisd sends a copy of `src`, made after the caller's stream's work: the Work is done at
+        once, so no send waits for its receive (two ranks may both send first)."""
+        self._check_engine()
+        self._raise_failures(block=False)
+        # A failed send's error reaches the caller through _pending; here it only ends the wait.
+        while self._send_copies and _finished(self._send_copies[0][0]):
+            self._send_copies.popleft()
+        while self._send_copies and sum(_nbytes(c) for _, c in
+                                        self._send_copies) >= self._SEND_COPIES_BYTES:
+            _finished(self._send_copies.popleft()[0], block=True)
+        copy = src.clone()
+        _current_stream(src.device).synchronize()
+        request = self.comm.send(self._mem(copy), _nbytes(copy), dst)
+        self._pending.append(request)
+        self._send_copies.append((request, copy))
+        return Work(self, None, [src])
+
+    def _recv_on_host(self, t, dst, src):
+        """irisd receives into `dst` once the caller's stream's work is done; wait() waits for the
+        data on the host."""
+        self._check_engine()
+        self._raise_failures(block=False)
+        _current_stream(dst.device).synchronize()
+        request = self.comm.recv(self._mem(dst), _nbytes(dst), src)
+        if self._coalescing is not None:
+            self._coalesced_receives.append(request)
+        return Work(self, _HostRequests([request]), [t])
+
+    def _p2p_issued(self, t, work):
+        if self._coalescing is not None:
+            self._coalescing.append(t)
+        return work
 
     def recv_anysource(self, tensors, tag=0):
         raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
@@ -644,10 +717,8 @@ class IrisProcessGroup(dist.ProcessGroup):
                                  "of one named rank; pass src")
 
     def _p2p(self, t, purpose, body):
-        work = self._run(t.device, [t], True, lambda s: [body(s)], [t], False, purpose)
-        if self._coalescing is not None:
-            self._coalescing.append(t)
-        return work
+        return self._p2p_issued(t, self._run(t.device, [t], True, lambda s: [body(s)], [t], False,
+                                             purpose))
 
     # torch's coalescing, where it calls it (batch_isend_irecv on its own process groups): the
     # batch's Work waits for both point-to-point streams.
@@ -656,6 +727,9 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def _end_coalescing(self, device):
         tensors, self._coalescing = self._coalescing, None
+        receives, self._coalesced_receives = self._coalesced_receives, []
+        if self._p2p_waits_on_host():
+            return Work(self, _HostRequests(receives), tensors)
         receives = self._stream(device, "receives")[0]
         receives.wait_stream(self._stream(device, "sends")[0])
         return Work(self, receives.record_event(), tensors)

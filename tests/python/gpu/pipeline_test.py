@@ -8,9 +8,12 @@ within rtol 1e-4 and its stage's parameters after the steps within atol 2e-5 + r
 same tolerance as the FSDP2 test: the two sum the micro-batches' gradients in different orders).
 Last, Schedule1F1B with 2 stages whose modules are torch.compile'd (Module.compile: the stages'
 compute compiled, their sends and receives issued by the schedule around it), same tolerances.
+The ranks share the GPU, so the backend's sends and receives wait on the host; with
+IRIS_TORCH_SHARED_GPU=stream the same checks run on its streams.
     python3 tests/python/gpu/pipeline_test.py [--steps 3]"""
 import argparse
 import inspect
+import os
 import pathlib
 import sys
 
@@ -19,6 +22,8 @@ import ranks  # noqa: E402
 from fsdp_train_test import LAYERS, VOCAB, build_model  # noqa: E402  the same small transformer
 
 SEQ, BATCH, MICRO = 16, 8, 4
+# How the backend orders ranks sharing a GPU, as on the GPU host (irisd.distributed).
+SHARED_GPU = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
 
 
 def p2p_checks(rank, nranks):
@@ -43,6 +48,20 @@ def p2p_checks(rank, nranks):
             dist.send(data(rank), nxt)
         assert torch.equal(out, data(prev)), f"send/recv of {size} {dtype} wrong"
         checks += 1
+        # Ranks sharing a GPU, on the host: every rank sends first with blocking calls, which
+        # no send waits for its receive to allow (irisd sends a copy; the send is done when the
+        # call returns). On streams, as with NCCL, this would hang: the receive's stream
+        # follows the caller's, which waits for the send.
+        if SHARED_GPU == "host":
+            out = torch.full((size,), -1, dtype=dtype, device="cuda")
+            sent = dist.isend(data(rank), nxt)
+            assert sent.is_completed(), "a send on the host waited for its receive"
+            sent.wait()
+            dist.send(data(rank), nxt)
+            dist.recv(out, prev)
+            dist.recv(out, prev)
+            assert torch.equal(out, data(prev)), f"send-first send/recv of {size} {dtype} wrong"
+            checks += 1
         # Batched, both orders: never deadlocks.
         for recv_first in (False, True):
             out = torch.full((size,), -1, dtype=dtype, device="cuda")
@@ -166,19 +185,21 @@ def main():
     args = parser.parse_args()
     for n in (2, 3):
         results = ranks.run(p2p_checks, nranks=n, timeout=90)
-        print(f"torch point to point on irisd: {n} ranks, {sum(results.values())} checks, "
+        print(f"torch point to point on irisd (shared GPU: {SHARED_GPU}): {n} ranks, "
+              f"{sum(results.values())} checks, "
               f"0 failures")
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
         for n in (2, 3):
             results = ranks.run(pipeline_run, nranks=n, args=(schedule, args.steps), timeout=120)
             worst = max(r["worst"] for r in results.values())
-            print(f"pipelining {schedule} on irisd: {n} stages, {MICRO} micro-batches, "
+            print(f"pipelining {schedule} on irisd (shared GPU: {SHARED_GPU}): {n} stages, {MICRO} micro-batches, "
                   f"{args.steps} steps; losses {[round(x, 5) for x in results[n - 1]['losses']]} "
                   f"equal the single-process run's within rtol 1e-4; max parameter difference "
                   f"{worst:.2e}")
     results = ranks.run(pipeline_run, nranks=2, args=("Schedule1F1B", args.steps, True),
                         timeout=300)
-    print(f"pipelining Schedule1F1B on irisd, stages torch.compile'd: 2 stages; losses "
+    print(f"pipelining Schedule1F1B on irisd (shared GPU: {SHARED_GPU}), stages torch.compile'd: "
+          f"2 stages; losses "
           f"{[round(x, 5) for x in results[1]['losses']]} equal the single-process run's within "
           f"rtol 1e-4; max parameter difference {max(r['worst'] for r in results.values()):.2e}")
 
