@@ -32,8 +32,9 @@ do: the caller's stream is synchronized, irisd copies while the ranks' streams a
 call returns once the data is there. $IRIS_TORCH_SHARED_GPU says what they do: "host" (the
 default) or "stream" (ordered on streams as on separate GPUs). Their sends and receives wait on
 the host too, without a send waiting for its receive: a send hands irisd a copy of its tensor and
-returns (so two ranks may both send first, as on streams), a receive's wait() waits for the data.
-Everything under CUDA graph capture stays on streams.
+returns (so a rank that sends, then meets its peer elsewhere before the peer receives, goes on as
+on streams), a receive's wait() waits for the data. Everything under CUDA graph capture stays on
+streams.
 
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
@@ -679,7 +680,8 @@ class IrisProcessGroup(dist.ProcessGroup):
 
     def _send_on_host(self, src, dst):
         """irisd sends a copy of `src`, made after the caller's stream's work: the Work is done at
-        once, so no send waits for its receive (two ranks may both send first)."""
+        once, so no send waits for its receive (a wait on the host there would hang a rank that
+        sends and then meets its peer elsewhere before the peer receives)."""
         self._check_engine()
         self._raise_failures(block=False)
         # A failed send's error reaches the caller through _pending; here it only ends the wait.
