@@ -14,9 +14,7 @@ RingPoller::RingPoller(SessionRegistry& sessions, Arrivals& arrivals, Stats& sta
 
 bool RingPoller::poll() {
   bool worked = false;
-  const std::vector<Session*>& sessions = sessions_.list();
-  for (std::size_t i = 0; i < sessions.size(); ++i) {
-    Session* s = sessions[i];
+  for (Session* s : sessions_.list()) {
     shm::SubmitEntry entry;
     // At most a ring's worth per session per pass: one busy client cannot hold the others off.
     for (uint32_t n = 0; n < s->ring_depth(); ++n) {
@@ -29,10 +27,6 @@ bool RingPoller::poll() {
         corrupt_.push_back(s->id());
         break;
       }
-      // Ranks of one collective submit together: by the time this entry is taken the next
-      // sessions' entries are likely written, and their lines travel during this one's work.
-      for (std::size_t next = i + 1; next < sessions.size() && next <= i + kPrefetchAhead; ++next)
-        sessions[next]->ring().prefetch_next();
       arrivals_.take(*s, entry);
       worked = true;
     }

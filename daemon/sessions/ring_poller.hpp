@@ -23,9 +23,6 @@ class RingPoller final : public Poller {
   void exit_sleep() override;
 
  private:
-  // Sessions after the one whose entry is taken whose ring lines are asked for meanwhile.
-  static constexpr std::size_t kPrefetchAhead = 2;
-
   SessionRegistry& sessions_;
   Arrivals& arrivals_;
   Stats& stats_;

@@ -86,16 +86,6 @@ class RingConsumer {
   // Whether a pop since the last call found every entry taken (the producer had to wait).
   bool take_found_full() { return std::exchange(found_full_, false); }
 
-  // Asks for the lines the next try_pop reads (the tail's and the next entry's, whose place is
-  // known without the tail), so that they travel while the consumer works elsewhere. A hint: it
-  // reads nothing the consumer uses and changes nothing.
-  void prefetch_next() const {
-    __builtin_prefetch(&control_->tail);
-    const auto* entry = reinterpret_cast<const char*>(&entries_[head_ & mask_]);
-    __builtin_prefetch(entry);
-    __builtin_prefetch(entry + sizeof(Entry) - 1);
-  }
-
   // Copies the entry out of shared memory before returning it, so that a producer rewriting the
   // slot afterwards cannot change what the consumer validated.
   PopResult try_pop(Entry& out) {
