@@ -3,8 +3,8 @@ sharing the one GPU), back to back. Beside it, in the same run: a broadcast from
 bytes moved the same way, through a collective), each both host-blocking (the raw binding,
 wait() per call) and through the torch backend (timed with CUDA events on rank 1's stream; the
 ranks share the GPU, so the backend waits on the host unless IRIS_TORCH_SHARED_GPU=stream, which
-the table's title says); and the copy ceiling (cudaMemcpyAsync device to device on that GPU, the path a transfer
-between two processes on one GPU takes). Prints a markdown table.
+the table's title says); and the copy ceiling (cudaMemcpyAsync device to device on that GPU, the
+path a transfer between two processes on one GPU takes). Prints a markdown table.
     python3 tests/bench/gpu/p2p_bench.py"""
 import os
 import pathlib

@@ -186,16 +186,15 @@ def main():
     for n in (2, 3):
         results = ranks.run(p2p_checks, nranks=n, timeout=90)
         print(f"torch point to point on irisd (shared GPU: {SHARED_GPU}): {n} ranks, "
-              f"{sum(results.values())} checks, "
-              f"0 failures")
+              f"{sum(results.values())} checks, 0 failures")
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
         for n in (2, 3):
             results = ranks.run(pipeline_run, nranks=n, args=(schedule, args.steps), timeout=120)
             worst = max(r["worst"] for r in results.values())
-            print(f"pipelining {schedule} on irisd (shared GPU: {SHARED_GPU}): {n} stages, {MICRO} micro-batches, "
-                  f"{args.steps} steps; losses {[round(x, 5) for x in results[n - 1]['losses']]} "
-                  f"equal the single-process run's within rtol 1e-4; max parameter difference "
-                  f"{worst:.2e}")
+            losses = [round(x, 5) for x in results[n - 1]["losses"]]
+            print(f"pipelining {schedule} on irisd (shared GPU: {SHARED_GPU}): {n} stages, "
+                  f"{MICRO} micro-batches, {args.steps} steps; losses {losses} equal the "
+                  f"single-process run's within rtol 1e-4; max parameter difference {worst:.2e}")
     results = ranks.run(pipeline_run, nranks=2, args=("Schedule1F1B", args.steps, True),
                         timeout=300)
     print(f"pipelining Schedule1F1B on irisd (shared GPU: {SHARED_GPU}), stages torch.compile'd: "
