@@ -130,11 +130,7 @@ double percentile(std::vector<double> v, double p) {
 struct Round {
   double start;  // us on the machine's monotonic clock
   double end;
-  double took() const { return end - start; }
 };
-bool by_duration(const Round& a, const Round& b) { return a.took() < b.took(); }
-bool by_start(const Round& a, const Round& b) { return a.start < b.start; }
-bool by_end(const Round& a, const Round& b) { return a.end < b.end; }
 
 double micros_since_epoch(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
@@ -228,11 +224,17 @@ int main(int argc, char** argv) {
         std::memcpy(send.data(), &mine, sizeof(mine));
         comm.all_gather(send.data(), recv.data(), sizeof(mine)).wait();
         std::memcpy(rounds.data(), recv.data(), o.nranks * sizeof(Round));
-        latency_us.push_back(std::max_element(rounds.begin(), rounds.end(), by_duration)->took());
-        const auto [first, last] = std::minmax_element(rounds.begin(), rounds.end(), by_start);
-        call_spread_us.push_back(last->start - first->start);
-        const double last_end = std::max_element(rounds.begin(), rounds.end(), by_end)->end;
-        after_last_call_us.push_back(last_end - last->start);
+        double slowest = 0, first_call = rounds[0].start, last_call = rounds[0].start,
+               last_return = rounds[0].end;
+        for (const Round& r : rounds) {
+          slowest = std::max(slowest, r.end - r.start);
+          first_call = std::min(first_call, r.start);
+          last_call = std::max(last_call, r.start);
+          last_return = std::max(last_return, r.end);
+        }
+        latency_us.push_back(slowest);
+        call_spread_us.push_back(last_call - first_call);
+        after_last_call_us.push_back(last_return - last_call);
       }
       if (o.rank != 0) continue;
       const double p50 = percentile(latency_us, 0.50);
