@@ -98,6 +98,16 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "irisd restarts (0: nothing kept, and a node that goes away fails them at once)")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 44))
       ->capture_default_str();
+  app.add_option("--max-comm-bytes-per-uid", c.limits.max_comm_bytes_per_uid,
+                 "irisd memory the communicators of one user may hold (per-rank tables, and what "
+                 "ranks resuming after a restart bring back)")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--max-attaches-per-uid-per-s", c.limits.max_attaches_per_uid_per_s,
+                 "attaches (new or resuming) one user may make per second, and at once; past it "
+                 "an attach is refused as busy and the client retries")
+      ->check(CLI::Range(1u, 1u << 20))
+      ->capture_default_str();
   app.add_option("--max-graph-plans-per-uid", c.limits.max_graph_plans_per_uid,
                  "collectives captured in CUDA graphs that one user's sessions may hold")
       ->check(CLI::Range(1u, 1u << 20))

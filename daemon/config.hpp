@@ -17,7 +17,13 @@ struct Limits {
   uint32_t max_sessions = 256;
   uint32_t max_sessions_per_uid = 64;  // one user cannot take every session
   uint32_t max_buffers_per_session = 1024;
-  uint32_t max_comms_per_session = 1024;             // communicators one session may hold a rank in
+  uint32_t max_comms_per_session = 1024;  // communicators one session may hold a rank in
+  // irisd memory the communicators of one user may hold (their per-rank tables, and what resuming
+  // ranks bring back): a user's many or huge communicators cannot take the node's memory.
+  uint64_t max_comm_bytes_per_uid = 64ull << 20;
+  // Attaches (new or resuming) one user may make per second, and as a burst: a user attaching in
+  // a loop is refused (busy) instead of taking the progress thread from everyone else.
+  uint32_t max_attaches_per_uid_per_s = 200;
   uint64_t max_buffer_bytes = 16ull << 30;           // one registered buffer
   uint64_t max_buffer_bytes_per_uid = 256ull << 30;  // host buffers of all of a uid's sessions
   uint32_t ring_depth = 256;  // per session; also its limit of requests in flight

@@ -46,11 +46,14 @@ class Runtime {
   struct Resume {
     net::Fd segment;
     uint64_t previous_session_id = 0;
-    uint64_t held_ms = 0;
+    uint64_t held_ms = 0;          // the client's word: only logged, clamped
     std::string previous_version;  // the client's word: only logged
   };
   AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name,
                       int connection, std::optional<Resume> resume = std::nullopt);
+  // The client has its attach answer: the session's ring is read from now on (Session::serving).
+  // Unknown ids are ignored.
+  void start_serving(uint64_t session_id);
   // Ends a session: `lost` when its connection dropped without Detach. Unknown ids are ignored.
   void end_session(uint64_t session_id, bool lost);
 
@@ -68,10 +71,12 @@ class Runtime {
     std::vector<uint32_t> node_of_rank;
     std::string secret;
   };
-  // `resume_seq` > 0: the rank comes back after a restart (CommunicatorRegistry::join).
+  // `resume_seq` > 0: the rank comes back after a restart with the communicator's `secret`
+  // (CommunicatorRegistry::join). Returns the id; comms().find(id)->secret goes to the rank.
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
                      std::optional<NodesOfComm> nodes = std::nullopt, uint64_t resume_seq = 0,
-                     const std::vector<uint64_t>& completed_after = {});
+                     const std::vector<uint64_t>& completed_after = {},
+                     const std::string& secret = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
   // How many of the nodes of the session's communicator `comm_id` have joined it, of how many
@@ -104,6 +109,7 @@ class Runtime {
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;
+  const std::chrono::steady_clock::time_point started_at_ = std::chrono::steady_clock::now();
   TenantLog tenant_log_;
   SessionRegistry sessions_;
   Completer completer_;

@@ -35,7 +35,7 @@ enum class MetricKind { kCounter, kGauge };
   X(graph_replays_total, kCounter, "graph replays that reached a captured collective") \
   X(log_lines_suppressed_total, kCounter, "log lines a tenant caused that its per-user limits left out") \
   X(sessions_resumed_total, kCounter, "sessions of a previous irisd that attached again and resumed") \
-  X(resume_held_us_total, kCounter, "time resumed clients waited for irisd to come back, in all") \
+  X(resume_after_start_us_total, kCounter, "time from this irisd's start to each resumed session's attach, measured by irisd, in all") \
   X(collectives_rerun_total, kCounter, "requests submitted again after a restart (unfinished when the previous irisd went)")
 // clang-format on
 

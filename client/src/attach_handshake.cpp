@@ -1,14 +1,17 @@
 #include "client/src/attach_handshake.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include "iris/error.hpp"
 #include "iris/shared/version.hpp"
 
 namespace iris::client {
 
-Attached attach(const std::string& socket_path, v1::AttachRequest request,
-                std::chrono::milliseconds timeout, std::size_t max_fds,
-                const std::vector<int>& fds) {
-  const std::string path = socket_path + ".attach";
+namespace {
+Attached attach_once(const std::string& path, const v1::AttachRequest& request,
+                     std::chrono::milliseconds timeout, std::size_t max_fds,
+                     const std::vector<int>& fds) {
   Attached out;
   try {
     out.connection = net::connect_unix(path);
@@ -16,7 +19,6 @@ Attached attach(const std::string& socket_path, v1::AttachRequest request,
     throw Error(ErrorCode::kUnavailable,
                 std::string(e.what()) + "; is irisd running, and may this user use its socket?");
   }
-  request.set_protocol_version(kProtocolVersion);
   if (!net::send_frame(out.connection.get(), request.SerializeAsString(), fds))
     throw Error(ErrorCode::kUnavailable, "irisd closed the attach socket " + path);
   auto frame = net::recv_frame(out.connection.get(), timeout, max_fds);
@@ -27,6 +29,28 @@ Attached attach(const std::string& socket_path, v1::AttachRequest request,
                 "attach refused: " + out.response.error_message());
   out.fds = std::move(frame->fds);
   return out;
+}
+}  // namespace
+
+Attached attach(const std::string& socket_path, v1::AttachRequest request,
+                std::chrono::milliseconds timeout, std::size_t max_fds,
+                const std::vector<int>& fds) {
+  using clock = std::chrono::steady_clock;
+  const std::string path = socket_path + ".attach";
+  request.set_protocol_version(kProtocolVersion);
+  const auto deadline = clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+    try {
+      return attach_once(path, request, std::max(left, std::chrono::milliseconds(1)), max_fds, fds);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kBusy || clock::now() + pause >= deadline) throw;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
 }
 
 }  // namespace iris::client

@@ -19,8 +19,9 @@ struct Attached {
 };
 
 // Sets the protocol version in `request`. Throws kUnavailable when irisd cannot be reached or
-// does not answer, and the daemon's own code and message when it refuses.
-// `fds` ride with the request (a resuming session's segment).
+// does not answer, and the daemon's own code and message when it refuses. An attach refused as
+// busy (this user attached too often in the last second) is tried again, backing off, until
+// `timeout` has passed. `fds` ride with the request (a resuming session's segment).
 Attached attach(const std::string& socket_path, v1::AttachRequest request,
                 std::chrono::milliseconds timeout, std::size_t max_fds,
                 const std::vector<int>& fds = {});

@@ -299,11 +299,11 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->secret = init->secret();
   for (;;) {
     uint64_t connection = 0;
-    const uint64_t id =
-        session_call(request, "communicator init", {}, nullptr, &connection).comm_id();
+    const auto answer = session_call(request, "communicator init", {}, nullptr, &connection);
     std::lock_guard lock(comms_mutex_);
     if (!answered_by_current_irisd(connection)) continue;  // see there
-    joined->id = id;
+    joined->id = answer.comm_id();
+    joined->resume_secret = answer.comm_secret();
     joined->connection = connection;
     std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
     comms_.push_back(joined);

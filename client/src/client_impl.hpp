@@ -49,6 +49,8 @@ struct CommRank {
   std::vector<std::string> node_addresses;
   std::vector<uint32_t> node_of_rank;
   std::string secret;
+  // What irisd gave the communicator at creation: a resume presents it (under comms_mutex_).
+  std::string resume_secret;
   std::atomic<bool> destroyed{false};
   // The irisd that gave `id` (Client::Impl::connection_'s count); both change together, under
   // Client::Impl::comms_mutex_, when a resume carries the communicator to the next irisd.

@@ -258,6 +258,10 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
     for (uint32_t node : comm->node_of_rank) init->add_node_of_rank(node);
     init->set_secret(comm->secret);
     init->set_resume_seq(resume_seq);
+    {
+      std::lock_guard lock(comms_mutex_);
+      init->set_comm_secret(comm->resume_secret);
+    }
     for (uint64_t seq = resume_seq + 1; seq < next; ++seq) {
       if (unfinished.count(seq) != 0) continue;
       init->add_completed_seqs(seq);
@@ -266,7 +270,10 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
                     "communicator '" + comm->key + "' completed more than 1024 collectives after " +
                         "its oldest unfinished one (seq " + std::to_string(resume_seq) + ")");
     }
-    ids[old_id] = call(request, "resume a communicator", {}, nullptr).comm_id();
+    const auto answer = call(request, "resume a communicator", {}, nullptr);
+    ids[old_id] = answer.comm_id();
+    std::lock_guard lock(comms_mutex_);
+    comm->resume_secret = answer.comm_secret();
   }
   return ids;
 }

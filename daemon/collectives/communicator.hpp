@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "daemon/collectives/collective.hpp"
@@ -25,6 +26,14 @@ struct Communicator {
   std::string key;
   uint32_t nranks = 0;
   uid_t uid = 0;
+  // Handed to its ranks at creation; a rank resuming it after irisd restarted presents it, and
+  // resumes only the communicator made with it (a tenant who knows the key cannot squat it).
+  std::string secret;
+  // Where CommunicatorRegistry finds it while it accepts ranks (its scope, key and kind).
+  std::string lookup;
+  // irisd memory this communicator's state holds, counted against the uids that caused it
+  // (max_comm_bytes_per_uid) until it goes.
+  std::vector<std::pair<uid_t, uint64_t>> charges;
   std::vector<std::optional<uint64_t>> members;  // session id by rank
   std::vector<uint64_t> next_seq;                // by rank; the first collective is seq 1
   // Made by ranks coming back after irisd restarted: each resumed rank's first sequence number

@@ -1,6 +1,11 @@
 #include "daemon/collectives/communicator_registry.hpp"
 
+#include <malloc.h>
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -17,11 +22,114 @@ void CommunicatorRegistry::count() {
   stats_.communicators.store(comms_.size(), std::memory_order_relaxed);
 }
 
+namespace {
+// Bytes of irisd memory a communicator's state takes, as counted against max_comm_bytes_per_uid:
+// its per-rank tables (a resumed one's are larger) and each completed sequence number a resuming
+// rank brought (a node of an ordered set).
+constexpr uint64_t kCommBytes = sizeof(Communicator) + 256;
+constexpr uint64_t kRankBytes = sizeof(std::optional<uint64_t>) + sizeof(uint64_t);
+constexpr uint64_t kResumedRankBytes = sizeof(uint64_t) + sizeof(std::set<uint64_t>);
+constexpr uint64_t kCompletedSeqBytes = 48;
+
+std::string random_secret() {
+  std::string secret(CommunicatorRegistry::kSecretBytes, '\0');
+  std::size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t r = ::getrandom(secret.data() + got, secret.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      throw Error(ErrorCode::kInternal, std::string("getrandom: ") + std::strerror(errno));
+    got += static_cast<std::size_t>(r);
+  }
+  return secret;
+}
+}  // namespace
+
+std::string CommunicatorRegistry::scope_of(uid_t uid, const std::string& key) const {
+  // Unless users may share communicators, each user's keys are their own: another user's
+  // communicator of the same key is never found, so it can neither block nor capture a job.
+  return config_.allow_cross_uid_comms ? key : std::to_string(uid) + "/" + key;
+}
+
+uint64_t CommunicatorRegistry::charge(uid_t uid, uint64_t bytes) {
+  uint64_t& held = bytes_of_uid_[uid];
+  const uint64_t limit = config_.limits.max_comm_bytes_per_uid;
+  if (bytes > limit - std::min(held, limit)) {
+    if (held == 0) bytes_of_uid_.erase(uid);
+    throw Error(ErrorCode::kLimitExceeded,
+                "uid " + std::to_string(uid) + "'s communicators hold " + std::to_string(held) +
+                    " bytes of irisd's memory; this one needs " + std::to_string(bytes) +
+                    " more, past max_comm_bytes_per_uid (" + std::to_string(limit) +
+                    "): destroy communicators, or ask the operator to raise "
+                    "--max-comm-bytes-per-uid");
+  }
+  held += bytes;
+  return bytes;
+}
+
+void CommunicatorRegistry::refund(Communicator& comm) {
+  for (const auto& [uid, bytes] : comm.charges) {
+    auto it = bytes_of_uid_.find(uid);
+    if (it == bytes_of_uid_.end()) continue;
+    it->second -= std::min(it->second, bytes);
+    if (it->second == 0) bytes_of_uid_.erase(it);
+    freed_since_trim_ += bytes;
+  }
+  comm.charges.clear();
+}
+
+uint64_t CommunicatorRegistry::bytes_of_uid(uid_t uid) const {
+  auto it = bytes_of_uid_.find(uid);
+  return it == bytes_of_uid_.end() ? 0 : it->second;
+}
+
+Communicator* CommunicatorRegistry::accepting(const std::string& lookup) const {
+  auto it = by_key_.find(lookup);
+  return it == by_key_.end() ? nullptr : find(it->second);
+}
+
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
                                     uint64_t resume_seq,
-                                    const std::vector<uint64_t>& completed_after) {
+                                    const std::vector<uint64_t>& completed_after,
+                                    const std::string& secret) {
+  try {
+    return join_checked(s, key, nranks, rank, std::move(layout), resume_seq, completed_after,
+                        secret);
+  } catch (const Error& e) {
+    if (resume_seq != 0) {
+      // The operator sees who was refused, and whose communicator of that key is here.
+      std::string owners;
+      for (const auto& [id, comm] : comms_)
+        if (comm->key == key)
+          owners += (owners.empty() ? "" : ", ") + std::to_string(comm->id) + " of uid " +
+                    std::to_string(comm->uid);
+      scheduler_.log().warn(s.peer().uid, TenantLogKind::kCommunicator,
+                            "session {} (pid {} uid {}) could not resume communicator '{}' "
+                            "(communicators of that key here: {}): {}",
+                            s.id(), s.peer().pid, s.peer().uid, printable(key, 64),
+                            owners.empty() ? "none" : owners, e.message());
+    }
+    throw;
+  }
+}
+
+uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, uint32_t nranks,
+                                            uint32_t rank, std::shared_ptr<const NodeLayout> layout,
+                                            uint64_t resume_seq,
+                                            const std::vector<uint64_t>& completed_after,
+                                            const std::string& secret) {
   bool resuming = resume_seq != 0;
+  if (resuming && !s.resumed())
+    throw Error(ErrorCode::kPermissionDenied,
+                "only a session resuming after irisd restarted may resume a communicator; a new "
+                "session joins with resume_seq 0");
+  if (resuming && secret.size() != kSecretBytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                "resuming communicator '" + printable(key, 64) + "' takes the " +
+                    std::to_string(kSecretBytes) +
+                    "-byte secret irisd gave it at creation (a libiris older than this irisd?); "
+                    "create a new communicator");
   if (completed_after.size() > kMaxCompletedAfter ||
       std::any_of(completed_after.begin(), completed_after.end(),
                   [&](uint64_t seq) { return seq <= resume_seq; }))
@@ -44,32 +152,43 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     throw Error(ErrorCode::kLimitExceeded,
                 "this session already holds ranks in " + std::to_string(s.comm_ranks.size()) +
                     " communicators (max_comms); destroy some or raise --max-comms");
-  Communicator* comm = nullptr;
-  if (auto it = by_key_.find(key); it != by_key_.end()) {
-    comm = comms_.at(it->second).get();
-    // An init in flight when irisd restarted is sent again as a new join, while the ranks that
-    // had joined resume: before the first collective (every rank at seq 1, nothing completed)
-    // joining and resuming are the same, so each joins as the communicator was made.
-    if (comm->resumed != resuming && comm->before_first_collective() && resume_seq <= 1 &&
-        completed_after.empty()) {
-      resuming = comm->resumed;
-      resume_seq = resuming ? 1 : 0;
+  const uid_t uid = s.peer().uid;
+  const std::string scope = scope_of(uid, key);
+  // A new communicator is found by its scope and key; a resumed one by its secret as well.
+  const std::string new_lookup = "new/" + scope;
+  const std::string resumed_lookup = "resumed/" + scope + '\0' + secret;
+  Communicator* comm = accepting(resuming ? resumed_lookup : new_lookup);
+  // An init in flight when irisd restarted is sent again as a new join, while the ranks that had
+  // joined resume: before the first collective (every rank at seq 1, nothing completed) joining
+  // and resuming are the same, so each joins as the communicator was made, if it is this user's.
+  auto same_before_first = [&](const Communicator* c) {
+    return c != nullptr && c->uid == uid && c->before_first_collective() && !c->members[rank];
+  };
+  if (comm == nullptr && resuming && resume_seq <= 1 && completed_after.empty()) {
+    if (Communicator* fresh = accepting(new_lookup); same_before_first(fresh)) {
+      comm = fresh;
+      resuming = false;
+      resume_seq = 0;
     }
-    if (comm->resumed != resuming)
-      throw Error(ErrorCode::kAlreadyExists,
-                  "communicator '" + key + "' " +
-                      (resuming ? "was created anew since irisd restarted, so this rank cannot "
-                                  "resume in it: use another key for new jobs"
-                                : "is resuming after irisd restarted (its ranks are coming back): "
-                                  "use another key"));
+  }
+  if (comm == nullptr && !resuming) {
+    for (uint64_t id : resuming_) {
+      Communicator* c = find(id);
+      if (c != nullptr && c->lookup.rfind("resumed/" + scope + '\0', 0) == 0 &&
+          same_before_first(c)) {
+        comm = c;
+        resuming = true;
+        resume_seq = 1;
+        break;
+      }
+    }
+  }
+  uint64_t completed_bytes = resuming ? completed_after.size() * kCompletedSeqBytes : 0;
+  if (comm != nullptr) {
     if (comm->nranks != nranks)
       throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
                                                   std::to_string(comm->nranks) +
                                                   ", this rank passed " + std::to_string(nranks));
-    if (comm->uid != s.peer().uid && !config_.allow_cross_uid_comms)
-      throw Error(ErrorCode::kPermissionDenied,
-                  "communicator '" + key + "' belongs to uid " + std::to_string(comm->uid) +
-                      "; irisd is configured to keep users apart (allow_cross_uid_comms)");
     if (static_cast<bool>(comm->layout) != static_cast<bool>(layout) ||
         (layout && !(*comm->layout == *layout)))
       throw Error(ErrorCode::kInvalidArgument,
@@ -84,12 +203,20 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
       throw Error(ErrorCode::kAlreadyExists, "this session already holds rank " +
                                                  std::to_string(s.comm_ranks[comm->id]) +
                                                  " of communicator '" + key + "'");
+    if (completed_bytes != 0) comm->charges.emplace_back(uid, charge(uid, completed_bytes));
   } else {
+    const uint64_t bytes = kCommBytes + key.size() +
+                           nranks * (kRankBytes + (resuming ? kResumedRankBytes : 0)) +
+                           completed_bytes;
+    charge(uid, bytes);
     auto created = std::make_unique<Communicator>();
+    created->charges.emplace_back(uid, bytes);
     created->id = next_id_++;
     created->key = key;
     created->nranks = nranks;
-    created->uid = s.peer().uid;
+    created->uid = uid;
+    created->secret = resuming ? secret : random_secret();
+    created->lookup = resuming ? resumed_lookup : new_lookup;
     created->members.resize(nranks);
     created->next_seq.assign(nranks, 1);
     created->layout = std::move(layout);
@@ -100,9 +227,17 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
       created->resume_deadline = std::chrono::steady_clock::now() +
                                  std::chrono::milliseconds(config_.limits.resume_window_ms);
       resuming_.push_back(created->id);
+      // Someone else's communicator of this key (another secret) goes on beside it, untouched.
+      for (const auto& [id, other] : comms_)
+        if (other->key == key && other->uid != uid)
+          scheduler_.log().warn(uid, TenantLogKind::kCommunicator,
+                                "session {} (pid {} uid {}) resumes communicator '{}' apart from "
+                                "communicator {} of uid {}, which has another secret",
+                                s.id(), s.peer().pid, uid, printable(key, 64), other->id,
+                                other->uid);
     }
     comm = created.get();
-    by_key_.emplace(key, comm->id);
+    by_key_.emplace(comm->lookup, comm->id);
     comms_.emplace(comm->id, std::move(created));
     count();
   }
@@ -116,9 +251,9 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
     if (comm->all_local_joined()) comm->resume_deadline.reset();
     scheduler_.resumed_rank(*comm, rank);
   }
-  scheduler_.log().log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
-                       "session {} joined communicator '{}' (id {}) as rank {}/{}", s.id(), key,
-                       comm->id, rank, nranks);
+  scheduler_.log().log(spdlog::level::info, uid, TenantLogKind::kCommunicator,
+                       "session {} {} communicator '{}' (id {}) as rank {}/{}", s.id(),
+                       resuming ? "resumed" : "joined", key, comm->id, rank, nranks);
   return comm->id;
 }
 
@@ -137,7 +272,7 @@ void CommunicatorRegistry::leave(Session& s, uint64_t comm_id, const std::string
                               "' (session " + std::to_string(s.id()) + ", pid " +
                               std::to_string(s.peer().pid) + ") " + how +
                               "; create a new communicator to go on");
-  if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm_id)
+  if (auto k = by_key_.find(comm.lookup); k != by_key_.end() && k->second == comm_id)
     by_key_.erase(k);  // the key is free for a new communicator
   remove_if_unused(comm_id);
 }
@@ -158,6 +293,7 @@ void CommunicatorRegistry::remove_if_unused(uint64_t comm_id) {
   scheduler_.break_comm(comm, ErrorCode::kPeerLost, "every rank left the communicator");
   if (comm.in_flight.empty()) {
     scheduler_.forget_comm(comm);
+    refund(comm);
     comms_.erase(it);
     count();
   }
@@ -180,13 +316,20 @@ void CommunicatorRegistry::expire_resumes() {
                               std::to_string(config_.limits.resume_window_ms) +
                               " ms after irisd restarted (--resume-window-ms); create a new "
                               "communicator to go on");
-    if (auto k = by_key_.find(comm->key); k != by_key_.end() && k->second == id) by_key_.erase(k);
+    if (auto k = by_key_.find(comm->lookup); k != by_key_.end() && k->second == id)
+      by_key_.erase(k);
     return true;
   });
 }
 
 bool CommunicatorRegistry::poll() {
   if (!resuming_.empty()) expire_resumes();
+  // Large communicators gone: give their memory back to the system rather than keep it in the
+  // allocator's free lists (what one user made irisd hold does not stay after it).
+  if (freed_since_trim_ >= kTrimAfterBytes) {
+    freed_since_trim_ = 0;
+    ::malloc_trim(0);
+  }
   if (emptied_.empty()) return false;
   auto emptied = std::move(emptied_);
   emptied_.clear();

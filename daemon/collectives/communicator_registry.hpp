@@ -23,16 +23,24 @@ class CommunicatorRegistry final : public Poller {
   CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler, Stats& stats);
 
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
-  // that key accepts ranks. `layout`: its nodes when it spans several daemons (every local rank
-  // must pass the same). Returns its id; throws iris::Error naming the conflict.
+  // that key accepts ranks. Keys are each user's own unless allow_cross_uid_comms. `layout`: its
+  // nodes when it spans several daemons (every local rank must pass the same). Returns its id;
+  // throws iris::Error naming the conflict. The communicator's secret() goes back to the rank.
   //
-  // `resume_seq` > 0: the rank comes back after irisd restarted, its first sequence number here
-  // being `resume_seq`. Its communicator is then one made by resuming ranks only (a new job's
-  // communicator of the same key is a conflict), and every rank must be back within the resume
-  // window, else the communicator fails as peer_lost.
+  // `resume_seq` > 0 (a resumed session only): the rank comes back after irisd restarted, its
+  // first sequence number here being `resume_seq`, with `secret` (the one irisd gave the
+  // communicator at creation). It joins the communicator made by resuming ranks with that secret
+  // (a new job's communicator of the same key, or a communicator with another secret, is someone
+  // else's: it goes on beside them), and every rank must be back within the resume window, else
+  // the communicator fails as peer_lost. A refused resume is logged with the uids involved.
+  //
+  // The state a communicator makes irisd hold counts against its creator's uid, and what a
+  // resuming rank adds (its completed sequence numbers) against the rank's, up to
+  // max_comm_bytes_per_uid (kLimitExceeded past it).
   uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
                 std::shared_ptr<const NodeLayout> layout = nullptr, uint64_t resume_seq = 0,
-                const std::vector<uint64_t>& completed_after = {});
+                const std::vector<uint64_t>& completed_after = {}, const std::string& secret = {});
+  static constexpr std::size_t kSecretBytes = 16;
   static constexpr std::size_t kMaxCompletedAfter = 1024;
   // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
   // collective, so every collective in flight and every later one fails with kPeerLost and a
@@ -44,20 +52,35 @@ class CommunicatorRegistry final : public Poller {
   bool poll() override;
 
   Communicator* find(uint64_t id) const;
+  // Bytes of communicator state counted against `uid` now (max_comm_bytes_per_uid).
+  uint64_t bytes_of_uid(uid_t uid) const;
+  const std::unordered_map<uid_t, uint64_t>& bytes_by_uid() const { return bytes_of_uid_; }
   const std::unordered_map<uint64_t, std::unique_ptr<Communicator>>& all() const { return comms_; }
   std::size_t size() const { return comms_.size(); }
 
  private:
+  uint64_t join_checked(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
+                        std::shared_ptr<const NodeLayout> layout, uint64_t resume_seq,
+                        const std::vector<uint64_t>& completed_after, const std::string& secret);
   void remove_if_unused(uint64_t comm_id);
   void count();
+  std::string scope_of(uid_t uid, const std::string& key) const;
+  // The communicator accepting ranks under `lookup` (Communicator::lookup), or null.
+  Communicator* accepting(const std::string& lookup) const;
+  // Counts `bytes` against `uid` (kLimitExceeded past max_comm_bytes_per_uid); returns them.
+  uint64_t charge(uid_t uid, uint64_t bytes);
+  void refund(Communicator& comm);
+  static constexpr uint64_t kTrimAfterBytes = 64ull << 20;
 
   const Config& config_;
   CollectiveScheduler& scheduler_;
   Stats& stats_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
-  std::unordered_map<std::string, uint64_t> by_key_;  // communicators still accepting ranks
-  std::vector<uint64_t> emptied_;                     // no members left, copies still in flight
-  std::vector<uint64_t> resuming_;                    // resumed, not every rank back yet
+  std::unordered_map<std::string, uint64_t> by_key_;  // accepting ranks, by Communicator::lookup
+  std::unordered_map<uid_t, uint64_t> bytes_of_uid_;
+  uint64_t freed_since_trim_ = 0;
+  std::vector<uint64_t> emptied_;   // no members left, copies still in flight
+  std::vector<uint64_t> resuming_;  // resumed, not every rank back yet
   void expire_resumes();
   uint64_t next_id_ = 1;
 };

@@ -62,7 +62,8 @@ AttachListener::AttachListener(const Config& config, Runtime& runtime, ProgressL
           net::listen_unix(config.attach_socket_path(), config.socket_mode, config.socket_group)),
       epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC)),
-      max_handshakes_(quarter_of_descriptor_limit()) {
+      max_handshakes_(quarter_of_descriptor_limit()),
+      attach_rate_(config.limits.max_attaches_per_uid_per_s) {
   if (!epoll_fd_ || !stop_fd_)
     throw std::runtime_error(std::string("attach listener: ") + std::strerror(errno));
   add_to_epoll(epoll_fd_.get(), listen_fd_.get());
@@ -230,6 +231,12 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
   const net::PeerCredentials& peer = conn.peer;
   try {
     require_protocol(std::to_string(request.protocol_version()));
+    if (!attach_rate_.take(peer.uid, Clock::now()))
+      throw Error(ErrorCode::kBusy,
+                  "uid " + std::to_string(peer.uid) + " attached more than " +
+                      std::to_string(config_.limits.max_attaches_per_uid_per_s) +
+                      " times in the last second (max_attaches_per_uid_per_s); try again in a "
+                      "moment, or attach once and keep the session");
     v1::AttachResponse response;
     response.set_protocol_version(kProtocolVersion);
     response.set_daemon_version(std::string(release_version()));
@@ -266,11 +273,15 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
     conn.attached = true;
     handshakes_.erase({conn.deadline, fd});
     if (!net::send_frame(fd, response.SerializeAsString(), fds)) {
+      const int error = errno;
       runtime_.tenant_log().warn(peer.uid, TenantLogKind::kConnection,
-                                 "attach from pid {}: client went away during the handshake",
-                                 peer.pid);
+                                 "attach from pid {} uid {}: the answer could not be sent ({}); "
+                                 "closing the connection",
+                                 peer.pid, peer.uid, std::strerror(error));
       return false;
     }
+    // Only now may anything the client writes to its ring end the session: it knows it attached.
+    if (conn.session_id) loop_.post([this, id = *conn.session_id] { runtime_.start_serving(id); });
     return true;
   } catch (const Error& e) {
     runtime_.tenant_log().warn(peer.uid, TenantLogKind::kAttach,

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "daemon/config.hpp"
+#include "daemon/front/attach_rate.hpp"
 #include "daemon/front/caller_tokens.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
@@ -84,6 +85,7 @@ class AttachListener {
   Clock::time_point last_accept_warning_{};
   uint64_t accept_failures_since_warning_ = 0;
   uint64_t handshakes_evicted_ = 0;
+  AttachRate attach_rate_;
   std::thread thread_;
 };
 

@@ -147,7 +147,9 @@ grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::Li
                                           v1::ListSessionsResponse* resp) {
   return handle(ctx, [&] {
     const Caller caller = caller_of(ctx);
-    loop_.call([&] { fill_sessions(runtime_.sessions(), runtime_.comms(), caller, *resp); });
+    loop_.call([&] {
+      fill_sessions(runtime_.sessions(), runtime_.comms(), config_.limits, caller, *resp);
+    });
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace iris::daemon {
 
@@ -12,7 +13,28 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,
-                   const Caller& caller, v1::ListSessionsResponse& out) {
+                   const Limits& limits, const Caller& caller, v1::ListSessionsResponse& out) {
+  std::map<uid_t, v1::UserUsage> users;
+  auto user = [&](uid_t uid) -> v1::UserUsage& {
+    v1::UserUsage& u = users[uid];
+    u.set_uid(uid);
+    return u;
+  };
+  for (const Session* s : sessions.list()) {
+    if (!caller.sees_all && s->peer().uid != caller.uid) continue;
+    v1::UserUsage& u = user(s->peer().uid);
+    u.set_sessions(u.sessions() + 1);
+    u.set_host_buffer_bytes(u.host_buffer_bytes() + s->host_buffer_bytes);
+  }
+  for (const auto& [uid, bytes] : comms.bytes_by_uid())
+    if (caller.sees_all || uid == caller.uid) user(uid);
+  for (auto& [uid, u] : users) {
+    u.set_comm_bytes(comms.bytes_of_uid(uid));
+    u.set_max_sessions(limits.max_sessions_per_uid);
+    u.set_max_host_buffer_bytes(limits.max_buffer_bytes_per_uid);
+    u.set_max_comm_bytes(limits.max_comm_bytes_per_uid);
+    *out.add_users() = u;
+  }
   for (const Session* s : sessions.list()) {
     if (!caller.sees_all && s->peer().uid != caller.uid) continue;
     auto* info = out.add_sessions();

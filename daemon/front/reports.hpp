@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/config.hpp"
 #include "daemon/front/caller_tokens.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/v1/control.pb.h"
@@ -10,8 +11,9 @@
 namespace iris::daemon {
 
 // Progress thread only. What `caller` may see: its uid's own, or everything for an operator.
+// Sessions come with their users' usage against `limits`.
 void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,
-                   const Caller& caller, v1::ListSessionsResponse& out);
+                   const Limits& limits, const Caller& caller, v1::ListSessionsResponse& out);
 void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessions,
                 const Caller& caller, v1::ListCommsResponse& out);
 

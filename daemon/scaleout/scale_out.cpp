@@ -190,7 +190,7 @@ void ScaleOut::joined(Communicator& comm) {
       }
     }
     it = states_.emplace(comm.id, std::move(state)).first;
-    by_key_[comm.key] = comm.id;
+    by_key_.emplace(comm.key, comm.id);
     if (!comm.resumed) {
       // Joins that came before this node's first rank.
       for (auto p = pending_joins_.begin(); p != pending_joins_.end();) {
@@ -545,20 +545,27 @@ void ScaleOut::forget(const Communicator& comm) {
   states_.erase(comm.id);
   // Stopping, the ranks resume with the next irisd, which needs what moved.
   if (!stopping_) book_.forget(comm.key, comm.layout->secret);
-  if (auto k = by_key_.find(comm.key); k != by_key_.end() && k->second == comm.id) by_key_.erase(k);
+  auto [first, last] = by_key_.equal_range(comm.key);
+  for (auto k = first; k != last; ++k)
+    if (k->second == comm.id) {
+      by_key_.erase(k);
+      break;
+    }
 }
 
 Communicator* ScaleOut::authenticated(const std::string& key, const std::string& secret,
                                       uint32_t nranks) {
-  auto it = by_key_.find(key);
-  if (it == by_key_.end()) return nullptr;
-  Communicator* comm = comms_.find(it->second);
-  if (comm == nullptr || comm->key != key || !comm->layout) {
-    by_key_.erase(it);  // gone since
-    return nullptr;
+  auto [it, last] = by_key_.equal_range(key);
+  while (it != last) {
+    Communicator* comm = comms_.find(it->second);
+    if (comm == nullptr || comm->key != key || !comm->layout) {
+      it = by_key_.erase(it);  // gone since
+      continue;
+    }
+    if (comm->nranks == nranks && same_secret(comm->layout->secret, secret)) return comm;
+    ++it;
   }
-  if (comm->nranks != nranks || !same_secret(comm->layout->secret, secret)) return nullptr;
-  return comm;
+  return nullptr;
 }
 
 void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) {
@@ -570,7 +577,7 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
   }
   Communicator* comm = authenticated(m.key(), m.secret(), m.nranks());
   if (comm == nullptr) {
-    if (m.has_join() && by_key_.count(m.key()) == 0) {
+    if (m.has_join()) {
       // The job's rank here may not have joined yet: keep it for then (bounded; oldest first).
       if (pending_joins_.size() >= kMaxPendingJoins) pending_joins_.pop_front();
       pending_joins_.push_back({m.key(), m.secret(), m.nranks(), m.join().node()});

@@ -172,8 +172,10 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   StagingPool staging_;  // before worker_: what UCX still sends lives in it
   std::unique_ptr<UcxWorker> worker_;
   NodeAddressBook book_;
-  std::unordered_map<uint64_t, CommState> states_;    // by communicator id
-  std::unordered_map<std::string, uint64_t> by_key_;  // multi-node communicators here
+  std::unordered_map<uint64_t, CommState> states_;  // by communicator id
+  // Multi-node communicators here by key: several users' (or a resumed and a new one) may share
+  // a key, and a message reaches the one whose secret it carries.
+  std::unordered_multimap<std::string, uint64_t> by_key_;
   std::deque<PendingJoin> pending_joins_;
   std::vector<ParkedBreak> parked_breaks_;
   // Some communicator holds a node or has retired collectives to tell (tend_nodes has work).

@@ -25,13 +25,20 @@ void BufferRegistry::check_limits(const Session& s, uint64_t bytes) const {
 
 RegisteredBuffer BufferRegistry::add(Session& s, std::shared_ptr<MappedBuffer> buffer,
                                      net::Fd memfd) {
-  s.buffer_bytes += buffer->bytes;
-  if (buffer->device == kHostMemory) s.host_buffer_bytes += buffer->bytes;
+  const uint64_t id = buffer->id;
+  const uint64_t bytes = buffer->bytes;
+  const bool host = buffer->device == kHostMemory;
+  // take_id checked the id; a failed insert still fails the call rather than leave the id naming
+  // another buffer.
+  if (!s.buffers.emplace(id, std::move(buffer)).second)
+    throw Error(ErrorCode::kAlreadyExists,
+                "this session already has a buffer of id " + std::to_string(id));
+  if (id >= s.next_buffer_id) s.next_buffer_id = id + 1;
+  s.buffer_bytes += bytes;
+  if (host) s.host_buffer_bytes += bytes;
   stats_.registered_buffers.fetch_add(1, std::memory_order_relaxed);
-  stats_.registered_buffer_bytes.fetch_add(buffer->bytes, std::memory_order_relaxed);
-  RegisteredBuffer out{buffer->id, buffer->bytes, std::move(memfd)};
-  s.buffers.emplace(buffer->id, std::move(buffer));
-  return out;
+  stats_.registered_buffer_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  return {id, bytes, std::move(memfd)};
 }
 
 void BufferRegistry::forget(Session& s, const MappedBuffer& buffer) {
@@ -55,12 +62,23 @@ void BufferRegistry::check_host_limits(const Session& s, uint64_t bytes) const {
                     "): free buffers, or ask the operator to raise --max-buffer-bytes-per-uid");
 }
 
-uint64_t BufferRegistry::take_id(const Session& s, uint64_t resume_id) {
-  if (resume_id == 0) return next_id_++;
+uint64_t BufferRegistry::take_id(const Session& s, uint64_t resume_id) const {
+  if (resume_id == 0) {
+    // The session's own counter, past every id it holds (resumed ones may lie anywhere): at most
+    // max_buffers steps, and never 0 (kNoBuffer), even after it wraps. add() moves the counter
+    // once the buffer is in, so that a refused call changes nothing.
+    uint64_t id = s.next_buffer_id;
+    while (id == shm::kNoBuffer || s.buffers.count(id) != 0) ++id;
+    return id;
+  }
+  if (!s.resumed())
+    throw Error(ErrorCode::kPermissionDenied,
+                "cannot register buffer " + std::to_string(resume_id) +
+                    " by its id: only a session resuming after irisd restarted names its "
+                    "buffers' ids (a new session is given them)");
   if (resume_id == shm::kNoBuffer || s.buffers.count(resume_id) != 0)
     throw Error(ErrorCode::kAlreadyExists, "cannot resume buffer " + std::to_string(resume_id) +
                                                ": this session already has a buffer of that id");
-  next_id_ = std::max(next_id_, resume_id + 1);
   return resume_id;
 }
 
@@ -97,6 +115,7 @@ RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
 
 void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd) {
   check_host_limits(s, bytes);
+  take_id(s, id);  // checked before anything is mapped
   shm::ShmSegment segment;
   try {
     segment = shm::ShmSegment::map(std::move(memfd), config_.limits.max_buffer_bytes);
@@ -109,15 +128,15 @@ void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot resume buffer " + std::to_string(id) + " of " + std::to_string(bytes) +
                     " bytes: the memory sent holds " + std::to_string(segment.size()));
-  add_host(s, take_id(s, id), std::move(segment), bytes);
+  add_host(s, id, std::move(segment), bytes);
 }
 
 RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported,
                                                  uint64_t resume_id) {
   check_limits(s, exported.bytes);
-  if (resume_id != 0) take_id(s, resume_id);  // checked before the import, taken after it
+  // Checked before the import; the import keeps nothing when the insert fails (its keepalive).
+  const uint64_t id = take_id(s, resume_id);
   ImportedMemory imported = engine_.import_device_memory(exported);
-  const uint64_t id = resume_id != 0 ? resume_id : take_id(s, 0);
   return add(s,
              std::make_shared<MappedBuffer>(MappedBuffer{id, s.id(), imported.base, imported.bytes,
                                                          imported.keepalive, imported.device}),

@@ -41,9 +41,10 @@ class BufferRegistry {
  private:
   void check_limits(const Session& s, uint64_t bytes) const;
   void check_host_limits(const Session& s, uint64_t bytes) const;
-  // The id a buffer gets: `resume_id` when resuming (checked: free in this session), else a new
-  // one. New ones stay above every resumed one.
-  uint64_t take_id(const Session& s, uint64_t resume_id);
+  // The id a buffer gets: `resume_id` when the session is resuming (checked: free in this session;
+  // kPermissionDenied in a session that is not resuming), else the session's next free one. Ids
+  // are the session's own: no call of one session can change which ids another gets.
+  uint64_t take_id(const Session& s, uint64_t resume_id) const;
   // Host memory mapped for `s` and pinned by the engine as buffer `id`.
   RegisteredBuffer add_host(Session& s, uint64_t id, shm::ShmSegment segment, uint64_t bytes);
   RegisteredBuffer add(Session& s, std::shared_ptr<MappedBuffer> buffer, net::Fd memfd);
@@ -53,7 +54,6 @@ class BufferRegistry {
   Engine& engine_;
   Stats& stats_;
   const SessionRegistry& sessions_;
-  uint64_t next_id_ = 1;
 };
 
 }  // namespace iris::daemon

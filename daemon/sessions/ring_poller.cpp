@@ -15,6 +15,7 @@ RingPoller::RingPoller(SessionRegistry& sessions, Arrivals& arrivals, Stats& sta
 bool RingPoller::poll() {
   bool worked = false;
   for (Session* s : sessions_.list()) {
+    if (!s->serving()) continue;
     shm::SubmitEntry entry;
     // At most a ring's worth per session per pass: one busy client cannot hold the others off.
     for (uint32_t n = 0; n < s->ring_depth(); ++n) {
@@ -43,7 +44,7 @@ bool RingPoller::poll() {
 bool RingPoller::try_enter_sleep() {
   for (Session* s : sessions_.list()) s->set_daemon_needs_wakeup(true);
   for (Session* s : sessions_.list())
-    if (s->ring_has_entries()) return false;
+    if (s->serving() && s->ring_has_entries()) return false;
   return true;
 }
 

@@ -11,7 +11,7 @@ namespace iris::daemon {
 
 Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name,
                  shm::ShmSegment segment, const shm::SegmentLayout& layout, net::Fd wake_fd,
-                 net::Fd connection)
+                 net::Fd connection, bool resumed)
     : id_(id),
       peer_(peer),
       client_name_(std::move(client_name)),
@@ -20,7 +20,8 @@ Session::Session(uint64_t id, net::PeerCredentials peer, std::string client_name
       view_(shm::SegmentView::at(segment_.data(), layout)),
       ring_(view_.ring_control, view_.ring_entries, layout.ring_depth),
       wake_fd_(std::move(wake_fd)),
-      connection_(std::move(connection)) {}
+      connection_(std::move(connection)),
+      resumed_(resumed) {}
 
 Session::~Session() {
   // The client learns at once that its session is over (detached, or ended by the daemon).

@@ -21,8 +21,9 @@ namespace iris::daemon {
 
 class Session {
  public:
+  // `resumed`: a client of a previous irisd brought the segment back (SessionRegistry::create).
   Session(uint64_t id, net::PeerCredentials peer, std::string client_name, shm::ShmSegment segment,
-          const shm::SegmentLayout& layout, net::Fd wake_fd, net::Fd connection);
+          const shm::SegmentLayout& layout, net::Fd wake_fd, net::Fd connection, bool resumed);
   ~Session();
 
   uint64_t id() const { return id_; }
@@ -33,6 +34,13 @@ class Session {
   std::chrono::steady_clock::time_point attached_at() const { return attached_at_; }
   int wake_fd() const { return wake_fd_.get(); }
   uint32_t ring_depth() const { return view_.ring_depth; }
+  // Whether this session continues one of a previous irisd: only such a session may name the ids
+  // of its buffers (those the previous irisd gave them) or resume communicators and graph plans.
+  bool resumed() const { return resumed_; }
+  // Whether the client has its attach answer: until then nothing reads the ring, so that nothing
+  // the client writes there can end the session before the client hears it was attached.
+  bool serving() const { return serving_; }
+  void start_serving() { serving_ = true; }
 
   shm::RingConsumer<shm::SubmitEntry>& ring() { return ring_; }
   bool ring_has_entries() const { return ring_.has_entries(); }
@@ -61,7 +69,9 @@ class Session {
     return view_.header->client_rejections.load(std::memory_order_relaxed);
   }
 
+  // Buffer ids name buffers within this session only: no session's ids can move another's.
   std::unordered_map<uint64_t, std::shared_ptr<MappedBuffer>> buffers;
+  uint64_t next_buffer_id = 1;
   // The registered buffer `id`, or null.
   std::shared_ptr<MappedBuffer> buffer(uint64_t id) const {
     auto it = buffers.find(id);
@@ -90,6 +100,8 @@ class Session {
   net::Fd wake_fd_;
   net::Fd connection_;  // a duplicate of the attach connection, shut down when the session ends
   bool needs_wake_ = false;
+  bool resumed_;
+  bool serving_ = false;
 };
 
 }  // namespace iris::daemon

@@ -29,7 +29,8 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
                     "the operator to raise --max-sessions-per-uid");
   const uint64_t id = next_id_++;
   shm::ShmSegment segment;
-  if (resumed) {
+  const bool resuming = static_cast<bool>(resumed);
+  if (resuming) {
     try {
       segment = shm::ShmSegment::map(std::move(resumed), layout_.total_bytes);
     } catch (const std::exception& e) {
@@ -55,7 +56,7 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
   if (!wake) throw Error(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
   net::Fd connection_dup(::fcntl(connection, F_DUPFD_CLOEXEC, 0));
   auto s = std::make_unique<Session>(id, peer, client_name, std::move(segment), layout_,
-                                     std::move(wake), std::move(connection_dup));
+                                     std::move(wake), std::move(connection_dup), resuming);
   Session& created = *s;
   ++of_uid;
   list_.push_back(s.get());

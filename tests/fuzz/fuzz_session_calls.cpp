@@ -39,6 +39,7 @@ struct World {
   void attach() {
     session =
         runtime->attach({::getpid(), ::getuid(), ::getgid()}, "fuzz", connection[0]).session_id;
+    runtime->start_serving(session);
   }
 };
 World* world = nullptr;

@@ -237,34 +237,6 @@ TEST(Hostile, NoCallReachesASessionButThroughItsOwnConnection) {
   EXPECT_EQ(code_of([&] { owner.nop().wait(); }), ErrorCode::kOk);
 }
 
-// A resume attach carrying `fds` (the segment the client claims it had): the answer.
-v1::AttachResponse resume_attach(const DaemonProcess& daemon, const std::vector<int>& fds,
-                                 net::Fd* keep = nullptr) {
-  net::Fd connection = net::connect_unix(daemon.socket() + ".attach");
-  v1::AttachRequest request;
-  request.set_protocol_version(kProtocolVersion);
-  request.set_client_name("forger");
-  request.mutable_resume()->set_ring_depth(256);
-  net::send_frame(connection.get(), request.SerializeAsString(), fds);
-  v1::AttachResponse answer;
-  if (auto frame = net::recv_frame(connection.get(), std::chrono::seconds(10), 4))
-    answer.ParseFromString(frame->payload);
-  if (keep != nullptr) *keep = std::move(connection);
-  return answer;
-}
-
-// A memfd of `bytes`, sealed against shrinking or not, its first bytes `fill`.
-net::Fd forged_memfd(std::size_t bytes, bool sealed, unsigned char fill = 0) {
-  net::Fd fd(::memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  EXPECT_EQ(::ftruncate(fd.get(), static_cast<off_t>(bytes)), 0);
-  std::vector<unsigned char> head(std::min<std::size_t>(bytes, 4096), fill);
-  EXPECT_EQ(::pwrite(fd.get(), head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
-  if (sealed) {
-    EXPECT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-  }
-  return fd;
-}
-
 // Resuming is a way in for forged memory and stolen places: a tenant sends memory that is no
 // session segment (unsealed, too large, garbage, another layout), host buffers it could shrink,
 // ids already in use, and tries to take a rank in another job's communicator or to flood irisd
@@ -277,15 +249,17 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
     EXPECT_EQ(answer.error_code(), static_cast<uint32_t>(code)) << answer.error_message();
     EXPECT_NE(answer.error_message().find(says), std::string::npos) << answer.error_message();
   };
-  expect_refused(resume_attach(daemon, {}), ErrorCode::kInvalidArgument, "takes its segment");
+  expect_refused(resume_attach(daemon.socket(), {}), ErrorCode::kInvalidArgument,
+                 "takes its segment");
   {
     net::Fd unsealed = forged_memfd(layout.total_bytes, false);
-    expect_refused(resume_attach(daemon, {unsealed.get()}), ErrorCode::kProtocolMismatch,
+    expect_refused(resume_attach(daemon.socket(), {unsealed.get()}), ErrorCode::kProtocolMismatch,
                    "sealed against shrinking");
     net::Fd huge = forged_memfd(layout.total_bytes * 64, true);
-    expect_refused(resume_attach(daemon, {huge.get()}), ErrorCode::kProtocolMismatch, "expected");
+    expect_refused(resume_attach(daemon.socket(), {huge.get()}), ErrorCode::kProtocolMismatch,
+                   "expected");
     net::Fd garbage = forged_memfd(layout.total_bytes, true, 0xA5);
-    expect_refused(resume_attach(daemon, {garbage.get()}), ErrorCode::kProtocolMismatch,
+    expect_refused(resume_attach(daemon.socket(), {garbage.get()}), ErrorCode::kProtocolMismatch,
                    "not of this irisd's layout");
     // A real segment of another ring depth.
     const auto other = *shm::SegmentLayout::for_depth(64);
@@ -296,7 +270,7 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
     shm::initialize_segment(base, other, 1);
     ::munmap(base, other.total_bytes);
     ASSERT_EQ(::fcntl(shallow.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
-    expect_refused(resume_attach(daemon, {shallow.get()}), ErrorCode::kProtocolMismatch,
+    expect_refused(resume_attach(daemon.socket(), {shallow.get()}), ErrorCode::kProtocolMismatch,
                    "ring depth");
   }
 
@@ -309,7 +283,8 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
   // A segment of the attacker's own (from a normal attach), resumed as a second session.
   auto attacker = RawClient::attach(daemon.socket(), "attacker");
   net::Fd resumed_connection;
-  const auto twice = resume_attach(daemon, {attacker.ring.segment.fd()}, &resumed_connection);
+  const auto twice =
+      resume_attach(daemon.socket(), {attacker.ring.segment.fd()}, &resumed_connection);
   ASSERT_EQ(twice.error_code(), 0u) << twice.error_message();
   EXPECT_TRUE(twice.resumed());
   RawSession resumed{std::move(resumed_connection), twice, {}};
@@ -339,26 +314,36 @@ TEST(Hostile, ForgedResumesAreRefusedAndHarmNobody) {
     ASSERT_TRUE(frame.has_value());
   }
   expect_call_refused(adopt, {fine.get()}, ErrorCode::kAlreadyExists, "already has a buffer");
-  // Another job's communicator cannot be entered by resuming into it.
+  // Another job's communicator cannot be entered by resuming into it: a resume must bring the
+  // secret irisd gave the communicator, and one with any other secret resumes apart from it.
   v1::SessionRequest steal;
   steal.mutable_comm_init()->set_key("honest-job");
   steal.mutable_comm_init()->set_nranks(1);
   steal.mutable_comm_init()->set_rank(0);
   steal.mutable_comm_init()->set_resume_seq(5);
-  expect_call_refused(steal, {}, ErrorCode::kAlreadyExists, "created anew since irisd restarted");
+  expect_call_refused(steal, {}, ErrorCode::kInvalidArgument, "16-byte secret");
+  steal.mutable_comm_init()->set_comm_secret(std::string(16, 'g'));
+  const v1::SessionResponse apart = resumed.call(steal);
+  ASSERT_EQ(apart.error_code(), 0u) << apart.error_message();
+  EXPECT_NE(apart.comm_id(), comm.id()) << "a guessed secret resumed the honest communicator";
   v1::SessionRequest flood = steal;
   flood.mutable_comm_init()->set_key("flood");
   for (uint64_t seq = 6; seq < 6 + 5000; ++seq) flood.mutable_comm_init()->add_completed_seqs(seq);
   expect_call_refused(flood, {}, ErrorCode::kInvalidArgument, "at most 1024");
   // A communicator resumed after collectives ran takes no new member in the place of a rank
-  // that did not come back (only one made before its first collective does).
+  // that did not come back (only one made before its first collective does): a new rank of
+  // that key gets a communicator of its own.
   v1::SessionRequest resume_past = steal;
   resume_past.mutable_comm_init()->set_key("ran-before");
   resume_past.mutable_comm_init()->set_nranks(2);
   const v1::SessionResponse past = resumed.call(resume_past);
   ASSERT_NE(past.comm_id(), 0u) << past.error_message();
-  EXPECT_EQ(code_of([&] { Communicator::init(honest, "ran-before", 2, 1); }),
-            ErrorCode::kAlreadyExists);
+  auto newcomer = Communicator::init(honest, "ran-before", 2, 1);
+  EXPECT_NE(newcomer.id(), past.comm_id());
+  // A session that is not resuming cannot resume communicators or name its buffers' ids.
+  v1::SessionRequest fresh_resume = steal;
+  EXPECT_EQ(attacker.session.call(fresh_resume).error_code(),
+            static_cast<uint32_t>(ErrorCode::kPermissionDenied));
 
   EXPECT_TRUE(alive(daemon));
   EXPECT_EQ(code_of([&] { comm.all_gather(send.data(), recv.data(), 64).wait(); }), ErrorCode::kOk);

@@ -11,6 +11,7 @@
 
 #include "iris/iris.hpp"
 #include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/raw_session.hpp"
 
@@ -110,9 +111,12 @@ TEST(Isolation, OneSessionCannotReachAnothersBuffers) {
   DaemonProcess daemon;
   auto a = RawClient::attach(daemon.socket());
   auto b = Client::connect(options_for(daemon));
+  // Buffer ids name buffers within a session: b's second buffer has an id a has not (a holds one).
+  auto b_first = b.allocate(4096);
   auto theirs = b.allocate(4096);
   const uint64_t comm = a.comm_init("mine", 1, 0);
   const auto mine = a.allocate(4096);
+  ASSERT_NE(theirs.id(), mine.id);
   shm::SubmitEntry e{};
   e.opcode = static_cast<uint32_t>(shm::Opcode::kAllGather);
   e.comm_id = comm;
@@ -140,8 +144,17 @@ TEST(Isolation, CommunicatorsDoNotSpanUsers) {
   DaemonProcess daemon({"--socket-mode", "0666"});
   auto client = Client::connect(options_for(daemon));
   auto comm = Communicator::init(client, "root-only", 2, 0);
+  // The other user's rank of the same key joins a communicator of its own: keys are each user's
+  // own, so it can neither enter root's communicator nor keep root's ranks out of it.
   OtherUserRank other(daemon, "root-only", 2, 1);
-  EXPECT_EQ(other.finish(), 10 + static_cast<int>(ErrorCode::kPermissionDenied));
+  const auto listed = [&] { return ctl_json(daemon, {"comms"})["communicators"]; };
+  ASSERT_TRUE(eventually([&] { return listed().size() == 2; })) << listed().dump();
+  for (const auto& c : listed()) {  // each holds its own user's rank only
+    EXPECT_EQ(c["key"], "root-only");
+    const uint32_t uid = c["uid"];
+    EXPECT_EQ(c["joined"], nlohmann::json::array({uid == 0 ? 0 : 1})) << c.dump();
+  }
+  EXPECT_EQ(other.finish(), 0);
   // The other user's shared memory has no name a third party could open: irisd maps it as
   // memfds, and only the owner's process received the descriptors.
   OtherUserRank owner(daemon, "own-comm", 1, 0);  // stays attached until its stdin closes

@@ -2,10 +2,13 @@
 // libiris never sends, descriptors it never keeps (the segment's memfd), frames it never splits.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -144,5 +147,34 @@ struct RawClient {
     return ::recv(session.connection.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
 };
+
+// A resume attach carrying `fds` (the segment the client claims it had): the answer.
+inline v1::AttachResponse resume_attach(const std::string& socket_path, const std::vector<int>& fds,
+                                        net::Fd* keep = nullptr, uint64_t held_ms = 0) {
+  net::Fd connection = net::connect_unix(socket_path + ".attach");
+  v1::AttachRequest request;
+  request.set_protocol_version(kProtocolVersion);
+  request.set_client_name("forger");
+  request.mutable_resume()->set_ring_depth(256);
+  request.mutable_resume()->set_held_ms(held_ms);
+  net::send_frame(connection.get(), request.SerializeAsString(), fds);
+  v1::AttachResponse answer;
+  if (auto frame = net::recv_frame(connection.get(), std::chrono::seconds(10), 4))
+    answer.ParseFromString(frame->payload);
+  if (keep != nullptr) *keep = std::move(connection);
+  return answer;
+}
+
+// A memfd of `bytes`, sealed against shrinking or not, its first bytes `fill`.
+inline net::Fd forged_memfd(std::size_t bytes, bool sealed, unsigned char fill = 0) {
+  net::Fd fd(::memfd_create("forged", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) throw std::runtime_error("ftruncate");
+  std::vector<unsigned char> head(std::min<std::size_t>(bytes, 4096), fill);
+  if (::pwrite(fd.get(), head.data(), head.size(), 0) != static_cast<ssize_t>(head.size()))
+    throw std::runtime_error("pwrite");
+  if (sealed && ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0)
+    throw std::runtime_error("F_ADD_SEALS");
+  return fd;
+}
 
 }  // namespace iris::testing

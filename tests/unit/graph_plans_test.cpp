@@ -92,6 +92,7 @@ class GraphPlansTest : public ::testing::Test {
     Rank& r = ranks.emplace_back();
     r.peer = fds[1];
     r.attached = runtime->attach({::getpid(), ::getuid(), ::getgid()}, "rank", fds[0]);
+    runtime->start_serving(r.attached.session_id);  // as the attach listener does once answered
     runtime->register_device_done_flags(
         r.attached.session_id, {DeviceApi::kCuda, "handle", "0000:00:00.0", 0, 4096, {}, {}});
     r.done_flags = engine.flags(ranks.size() - 1);

@@ -53,6 +53,7 @@ TEST(RuntimeDoneFlags, AFlagThatCannotBeWrittenFailsTheRequest) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, connection), 0);
   AttachResult attached =
       runtime.attach({::getpid(), ::getuid(), ::getgid()}, "test", connection[0]);
+  runtime.start_serving(attached.session_id);  // as the attach listener does once answered
   DeviceBufferExport flags{DeviceApi::kCuda, "handle", "0000:00:00.0", 0, 4096, {}, {}};
   runtime.register_device_done_flags(attached.session_id, flags);
   const auto send = runtime.register_buffer(attached.session_id, 64);

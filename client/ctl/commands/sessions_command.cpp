@@ -20,6 +20,11 @@ Report SessionsCommand::run(const client::ControlChannel& channel) const {
                           s.buffer_bytes(), s.communicators(), held.empty() ? "-" : held,
                           s.submitted(), s.client_rejections(), s.attached_seconds()});
   }
+  auto& users = report.table("users", {"uid", "sessions", "max_sessions", "host_buffer_bytes",
+                                       "max_host_buffer_bytes", "comm_bytes", "max_comm_bytes"});
+  for (const auto& u : r.users())
+    users.rows.push_back({u.uid(), u.sessions(), u.max_sessions(), u.host_buffer_bytes(),
+                          u.max_host_buffer_bytes(), u.comm_bytes(), u.max_comm_bytes()});
   return report;
 }
 
