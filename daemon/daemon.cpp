@@ -257,6 +257,9 @@ void Daemon::shutdown() {
   p.server.reset();
   p.service.reset();
   p.listener.reset();
+  // No copy may outlive the mappings it writes: the engine stops before the sessions (and their
+  // buffers) go with the runtime.
+  if (p.engine) p.engine->stop();
   p.runtime.reset();
   p.loop.reset();
   p.engine.reset();

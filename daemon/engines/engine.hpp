@@ -129,6 +129,11 @@ class Engine {
   virtual const EngineDescription& description() const = 0;
   // Starts the copies; the source and destination must stay mapped until each completes.
   virtual void submit(std::span<const CopyRequest> copies) = 0;
+  // Waits until no copy touches the memory it was given (those running end; the host engine drops
+  // those still queued, the GPU engines let them finish), so that the buffers may be unmapped:
+  // irisd stops its engine before it frees its sessions. No copy may be submitted after it.
+  // Completions are not reported: irisd is stopping and its clients run the copies again.
+  virtual void stop() = 0;
   // Appends finished copies to `out` without blocking; returns how many were appended.
   virtual std::size_t poll(std::vector<CopyCompletion>& out) = 0;
   // An eventfd written when completions wait while the progress loop sleeps; the caller drains

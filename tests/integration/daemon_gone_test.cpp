@@ -155,7 +155,7 @@ TEST_F(DaemonGone, EveryPathNoticesASigkill) {
 }
 
 TEST_F(DaemonGone, EveryPathNoticesASigterm) {
-  every_path_notices([&] { daemon.stop(); }, "SIGTERM");
+  every_path_notices([&] { EXPECT_EQ(daemon.stop(), 0) << daemon.log(); }, "SIGTERM");
 }
 
 }  // namespace

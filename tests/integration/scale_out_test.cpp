@@ -209,7 +209,7 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
     }
     pause(50, 400);
     if (k % 4 == 3)
-      node.stop();
+      EXPECT_EQ(node.stop(), 0) << "irisd died by a signal while stopping\n" << logs(job);
     else
       node.kill();
     pause(0, 100);

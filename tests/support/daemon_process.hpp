@@ -30,7 +30,8 @@ class DaemonProcess {
   void start();
   // The irisd binary the next start() runs (an upgrade); irisd_path() until this is called.
   void use_binary(std::string path) { binary_ = std::move(path); }
-  // SIGTERM and wait; returns the exit status.
+  // SIGTERM and wait; returns the exit status (128 + signal when irisd died by one: under load
+  // that is a crash, which tests that stop irisd assert against).
   int stop();
   // SIGKILL and wait: leaves sockets and segments behind, as a crash would.
   void kill();

@@ -225,6 +225,7 @@ class SteppedEngine final : public Engine {
   explicit SteppedEngine(uint64_t copy_now_budget = 0, uint32_t helpers = 1)
       : Engine(copy_now_budget, helpers) {}
   const EngineDescription& description() const override { return description_; }
+  void stop() override {}  // its copies run only when a test steps them
   void submit(std::span<const CopyRequest> copies) override {
     queued.insert(queued.end(), copies.begin(), copies.end());
   }

@@ -27,6 +27,7 @@ class PlainMemoryEngine final : public Engine {
   PlainMemoryEngine() : Engine(0), fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
   ~PlainMemoryEngine() override { ::close(fd_); }
   const EngineDescription& description() const override { return description_; }
+  void stop() override {}  // copies on the submitting thread
   void submit(std::span<const CopyRequest> copies) override {
     for (const CopyRequest& c : copies) {
       std::memcpy(c.dst, c.src, c.bytes);
@@ -137,14 +138,15 @@ class GraphPlansTest : public ::testing::Test {
     return e;
   }
 
+  // Buffer ids are each session's own: a rank's buffers are found by the rank's record of them.
   std::byte* memory(const RegisteredBuffer& b) {
     for (auto& m : mappings)
-      if (m.first == b.id) return static_cast<std::byte*>(m.second.data());
+      if (m.first == &b) return static_cast<std::byte*>(m.second.data());
     return nullptr;
   }
   void map_buffers(Rank& r) {
-    mappings.emplace_back(r.send.id, shm::ShmSegment::map(std::move(r.send.memfd)));
-    mappings.emplace_back(r.recv.id, shm::ShmSegment::map(std::move(r.recv.memfd)));
+    mappings.emplace_back(&r.send, shm::ShmSegment::map(std::move(r.send.memfd)));
+    mappings.emplace_back(&r.recv, shm::ShmSegment::map(std::move(r.recv.memfd)));
   }
 
   uint32_t index(const Rank& r, uint32_t plan_slot) const { return r.view.ring_depth + plan_slot; }
@@ -172,7 +174,7 @@ class GraphPlansTest : public ::testing::Test {
   std::unique_ptr<Runtime> runtime;
   std::deque<Rank> ranks;
   std::vector<int> connections;
-  std::vector<std::pair<uint64_t, shm::ShmSegment>> mappings;
+  std::vector<std::pair<const RegisteredBuffer*, shm::ShmSegment>> mappings;
 };
 
 TEST_F(GraphPlansTest, EveryReplayRunsTheCapturedCollectiveWithConstantFlags) {

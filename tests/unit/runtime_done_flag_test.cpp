@@ -20,6 +20,7 @@ namespace {
 class FlagWriteFailsEngine final : public Engine {
  public:
   const EngineDescription& description() const override { return description_; }
+  void stop() override {}  // copies nothing
   void submit(std::span<const CopyRequest> copies) override { submitted += copies.size(); }
   std::size_t poll(std::vector<CopyCompletion>&) override { return 0; }
   int completion_fd() const override { return fd_[0]; }

@@ -26,6 +26,7 @@ class PinCountingEngine : public Engine {
  public:
   PinCountingEngine() : Engine(0) {}
   const EngineDescription& description() const override { return description_; }
+  void stop() override {}  // copies nothing
   void submit(std::span<const CopyRequest>) override {
     throw std::logic_error("the staging pool never copies");
   }

@@ -101,6 +101,15 @@ CudaEngine::CudaEngine(const cuda::Driver& driver, const EngineOptions& options,
 
 CudaEngine::~CudaEngine() = default;
 
+void CudaEngine::stop() {
+  // The DMA engines write into imported memory that is closed after this.
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    use_device(static_cast<int>(i));
+    for (Stream& st : devices_[i].streams) cu_.cuStreamSynchronize(st.handle);
+    cu_.cuStreamSynchronize(devices_[i].signal);
+  }
+}
+
 void CudaEngine::create_stream(int device, CUstream& stream) {
   check(cu_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   releases_.push([this, device, stream] {

@@ -48,13 +48,19 @@ HostEngine::HostEngine(const EngineOptions& options, std::string reason)
 }
 
 HostEngine::~HostEngine() {
+  stop();
+  for (const Chunk& c : queue_) finish_chunk(c.job);
+}
+
+void HostEngine::stop() {
   {
     std::lock_guard lock(queue_mutex_);
     stopping_ = true;
   }
   queue_cv_.notify_all();
-  for (auto& w : workers_) w.join();
-  for (const Chunk& c : queue_) finish_chunk(c.job);
+  // A worker ends the chunk it copies and takes no other: then none writes anywhere.
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
 }
 
 void HostEngine::submit(std::span<const CopyRequest> copies) {

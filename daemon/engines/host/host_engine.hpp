@@ -26,6 +26,7 @@ class HostEngine final : public Engine {
 
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override;
+  void stop() override;
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
   bool arm_completion_wakeup() override;

@@ -114,16 +114,20 @@ HsaEngine::HsaEngine(const hsa::Runtime& hsa, const hip::Runtime* hip, const Eng
 }
 
 HsaEngine::~HsaEngine() {
+  stop();
+  for (const StagingBlock& b : staging_blocks_) {
+    hsa_.hsa_amd_memory_unlock(b.host);
+    std::free(b.host);
+  }
+}
+
+void HsaEngine::stop() {
   // Copies still running write into buffers about to be unmapped: give them until their
   // deadlines.
   for (const InFlight& f : in_flight_) {
     while (hsa_.hsa_signal_load_scacquire(f.signal) > 0 &&
            std::chrono::steady_clock::now() < f.deadline)
       ::usleep(100);
-  }
-  for (const StagingBlock& b : staging_blocks_) {
-    hsa_.hsa_amd_memory_unlock(b.host);
-    std::free(b.host);
   }
 }
 
