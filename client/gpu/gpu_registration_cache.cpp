@@ -21,7 +21,7 @@ std::optional<GpuRegistrationCache::Location> GpuRegistrationCache::locate(uintp
   auto it = entries_.upper_bound(ptr);
   if (it != entries_.begin() && std::prev(it)->second.end > ptr) {
     --it;
-    if (!still_mapped(it->second, ptr, std::min(end, it->second.end))) {
+    if (!still_mapped(it->second.chunks, ptr, std::min(end, it->second.end))) {
       retire(it);  // freed, or mapped anew: what irisd imported is not this memory
       end_finished_retirements();
     } else if (end <= it->second.end) {
@@ -36,7 +36,7 @@ std::optional<GpuRegistrationCache::Location> GpuRegistrationCache::locate(uintp
   // irisd's imports do not keep freed VRAM allocated.
   for (auto e = entries_.begin(); e != entries_.end();) {
     auto next = std::next(e);
-    if (!still_mapped(e->second, e->second.begin, e->second.end)) retire(e);
+    if (!still_mapped(e->second.chunks, e->second.begin, e->second.end)) retire(e);
     e = next;
   }
   Entry fresh = register_covering(ptr, end - ptr);
@@ -109,7 +109,7 @@ GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t pt
       std::lock_guard lock(registry_mutex_);
       if (!session_.answered_by_current_irisd(made.connection)) continue;
       e.id = made.buffer_id;
-      registered_[e.id] = {begin, end};
+      registered_[e.id] = {begin, end, e.chunks};
       registered = true;
     } catch (const Error& refused) {
       if (refused.code() != ErrorCode::kLimitExceeded || !end_least_recently_used()) throw;
@@ -119,8 +119,9 @@ GpuRegistrationCache::Entry GpuRegistrationCache::register_covering(uintptr_t pt
   return e;
 }
 
-bool GpuRegistrationCache::still_mapped(const Entry& e, uintptr_t begin, uintptr_t end) const {
-  for (const GpuChunk& chunk : e.chunks) {
+bool GpuRegistrationCache::still_mapped(const std::vector<GpuChunk>& chunks, uintptr_t begin,
+                                        uintptr_t end) const {
+  for (const GpuChunk& chunk : chunks) {
     if (chunk.base + chunk.bytes <= begin || chunk.base >= end) continue;
     const auto now = runtime_.chunk_of(chunk.base);
     if (!now || now->block_id != chunk.block_id || now->base != chunk.base ||
@@ -244,9 +245,10 @@ void HeldRegistrations::submitted(std::optional<GpuRegistrationCache::Use> use) 
 }
 
 void GpuRegistrationCache::for_each_registration(
-    const std::function<void(uintptr_t, uintptr_t, uint64_t)>& visit) const {
+    const std::function<void(uintptr_t, uintptr_t, uint64_t, bool)>& visit) const {
   std::lock_guard lock(registry_mutex_);
-  for (const auto& [id, range] : registered_) visit(range.first, range.second, id);
+  for (const auto& [id, r] : registered_)
+    visit(r.begin, r.end, id, still_mapped(r.chunks, r.begin, r.end));
 }
 
 }  // namespace iris

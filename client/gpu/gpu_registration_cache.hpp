@@ -87,11 +87,14 @@ class GpuRegistrationCache {
 
   std::size_t registrations() const;
   std::size_t retiring() const;
-  // Every registration, held or retiring, as [begin, end) and its id: a session resumed with a
-  // restarted irisd registers them again under the same ids. Never waits for mutex_ (a lookup
-  // holds it across its session call, which waits for that resume).
+  // Every registration, held or retiring, as [begin, end), its id, and whether its memory is
+  // still the allocation it registered (not freed, nor freed and mapped anew): a session resumed
+  // with a restarted irisd registers again those whose memory is, under the same ids; the others
+  // end at their next lookup. Never waits for mutex_ (a lookup holds it across its session call,
+  // which waits for that resume).
   void for_each_registration(
-      const std::function<void(uintptr_t begin, uintptr_t end, uint64_t id)>& visit) const;
+      const std::function<void(uintptr_t begin, uintptr_t end, uint64_t id, bool present)>& visit)
+      const;
 
  private:
   struct Entry {
@@ -104,8 +107,8 @@ class GpuRegistrationCache {
     bool pinned = false;     // named by a captured collective
     uint32_t held = 0;       // located for requests not yet submitted
   };
-  // With mutex_ held.
-  bool still_mapped(const Entry& e, uintptr_t begin, uintptr_t end) const;
+  // Whether `chunks` are still mapped as they were, in [begin, end).
+  bool still_mapped(const std::vector<GpuChunk>& chunks, uintptr_t begin, uintptr_t end) const;
   bool in_flight(const Entry& e) const;
   // The entry `found` names, active or retiring; null when it is gone.
   Entry* find(const Location& found);
@@ -124,7 +127,12 @@ class GpuRegistrationCache {
   // What irisd holds (id -> [begin, end)), entries and retiring ones, under a lock of its own
   // for the resume.
   mutable std::mutex registry_mutex_;
-  std::map<uint64_t, std::pair<uintptr_t, uintptr_t>> registered_;
+  struct Registered {
+    uintptr_t begin;
+    uintptr_t end;
+    std::vector<GpuChunk> chunks;
+  };
+  std::map<uint64_t, Registered> registered_;
   std::vector<Entry> retiring_;
   uint64_t tick_ = 0;
 };

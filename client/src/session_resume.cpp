@@ -14,6 +14,7 @@
 
 #include "client/src/attach_handshake.hpp"
 #include "client/src/client_impl.hpp"
+#include "client/src/debug_log.hpp"
 #include "iris/shared/collective_shape.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -202,6 +203,13 @@ void Client::Impl::resume_buffers() {
       } else if (b.gpu) {
         const auto runtime = make_gpu_runtime(b.vendor);
         runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
+        // Freed without being deregistered (a cudaFree in user code): it stays behind, and a
+        // request naming it fails as an unknown buffer; the rest of the session resumes.
+        if (!runtime->chunk_of(address)) {
+          client::debug_log("resume: GPU buffer " + std::to_string(b.id) +
+                            " was freed; not registered again");
+          continue;
+        }
         register_gpu(*runtime, b.vendor, base, b.bytes, b.id);
       }
     }
@@ -212,7 +220,14 @@ void Client::Impl::resume_buffers() {
       adopt(arena.buffer_id, arena.stride * slots_.size(), arena.mapping.fd());
   }
   if (GpuRegistrationCache* cache = existing_gpu_cache()) {
-    cache->for_each_registration([&](uintptr_t begin, uintptr_t end, uint64_t id) {
+    cache->for_each_registration([&](uintptr_t begin, uintptr_t end, uint64_t id, bool present) {
+      // Memory freed since (torch's empty_cache, an OOM retry, a graph capture entered, an
+      // expandable segment unmapped): dropped; memory allocated there again registers anew.
+      if (!present) {
+        client::debug_log("resume: first-use GPU registration " + std::to_string(id) +
+                          " names freed memory; dropped");
+        return;
+      }
       gpu_cache_runtime_->use_context_of(reinterpret_cast<void*>(begin));
       register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, reinterpret_cast<void*>(begin),
                    end - begin, id);

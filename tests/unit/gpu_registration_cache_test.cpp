@@ -42,8 +42,12 @@ class FakeSession final : public GpuRegistrationCache::Session {
     return answered == connection;
   }
   uint64_t current_connection() const override { return connection; }
+  // As irisd answers an id it never got (a registration a resume left behind): not_found.
+  bool unknown_is_not_found = false;
   void deregister(uint64_t id, uint64_t on) override {
     ASSERT_EQ(on, connection);
+    if (unknown_is_not_found && !live.contains(id))
+      throw Error(ErrorCode::kNotFound, "buffer " + std::to_string(id) + " is not registered");
     ASSERT_EQ(live.erase(id), 1u) << "deregistered twice or never registered: " << id;
     deregistered.push_back(id);
   }
@@ -290,7 +294,8 @@ TEST_F(GpuRegistrationCacheTest, ARestartUnderARegistrationListsTheRestAndTheRan
     session.live.erase(id);  // it went with its irisd
     ++session.connection;
     auto resume = std::async(std::launch::async, [&] {
-      cache.for_each_registration([&](uintptr_t, uintptr_t, uint64_t id) { listed.push_back(id); });
+      cache.for_each_registration(
+          [&](uintptr_t, uintptr_t, uint64_t id, bool) { listed.push_back(id); });
     });
     ASSERT_EQ(resume.wait_for(std::chrono::seconds(10)), std::future_status::ready)
         << "the resume waited for the lookup, which waits for the resume";
@@ -301,8 +306,40 @@ TEST_F(GpuRegistrationCacheTest, ARestartUnderARegistrationListsTheRestAndTheRan
   EXPECT_NE(after.buffer_id, stale);
   EXPECT_TRUE(session.live.contains(after.buffer_id));
   std::vector<uint64_t> now;
-  cache.for_each_registration([&](uintptr_t, uintptr_t, uint64_t id) { now.push_back(id); });
+  cache.for_each_registration([&](uintptr_t, uintptr_t, uint64_t id, bool) { now.push_back(id); });
   EXPECT_EQ(now, (std::vector<uint64_t>{before.buffer_id, after.buffer_id}));
+}
+
+// Seen: torch.cuda.empty_cache() (or entering a graph capture) freed memory registered on first
+// use, and the next resume registered it again, failed, and ended the session. The resume now
+// learns which registrations' memory is gone (freed, or freed and allocated anew at the same
+// address) and registers only the others; the gone ones end at their next lookup (irisd, which
+// never got them, answers their deregistration as unknown), and memory at the same address is
+// registered anew.
+TEST_F(GpuRegistrationCacheTest, AResumeSkipsRegistrationsWhoseMemoryWasFreed) {
+  GpuRegistrationCache cache(runtime, session, 16);
+  allocate(0x80000000, 2 * kMiB);
+  allocate(0x81000000, 2 * kMiB);
+  allocate(0x82000000, 2 * kMiB);
+  const auto kept = use(cache, 0x80000000, 64);
+  const auto freed = use(cache, 0x81000000, 64);
+  const auto moved = use(cache, 0x82000000, 64);
+  runtime.chunks.erase(0x81000000);  // empty_cache
+  runtime.chunks.erase(0x82000000);
+  allocate(0x82000000, 2 * kMiB);  // another allocation at the same address
+  std::map<uint64_t, bool> listed;
+  cache.for_each_registration(
+      [&](uintptr_t, uintptr_t, uint64_t id, bool present) { listed[id] = present; });
+  EXPECT_EQ(listed, (std::map<uint64_t, bool>{
+                        {kept.buffer_id, true}, {freed.buffer_id, false}, {moved.buffer_id, false}}));
+  // The next irisd holds only what the resume registered again.
+  ++session.connection;
+  session.live = {{kept.buffer_id, {0x80000000, 2 * kMiB}}};
+  session.unknown_is_not_found = true;
+  const auto again = use(cache, 0x82000000, 64);
+  EXPECT_NE(again.buffer_id, moved.buffer_id) << "new memory under the id of freed memory";
+  EXPECT_TRUE(session.live.contains(again.buffer_id));
+  EXPECT_EQ(use(cache, 0x80000000, 64).buffer_id, kept.buffer_id);
 }
 
 }  // namespace
