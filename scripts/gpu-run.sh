@@ -3,15 +3,17 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
-#                                 pytorch,p2p,resume,nodes,cpu,compare (default: all). shared: small
+#                                 pytorch,p2p,resume,freed,nodes,cpu,compare (default: all). shared: small
 #                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
 #                                 on this host's CPU cores against Open MPI (host engine, no GPU),
 #                                 and scripts/bench-scale-out.sh (3 daemons as 3 nodes).
 #                                 compare runs scripts/bench-compare.sh (CPU only) between the bundle
 #                                 .gpu-old, when there is one, and .gpu. nodes: two irisd as two
 #                                 nodes, restarted one at a time under a job on CUDA tensors.
+#                                 freed: jobs that freed registered GPU memory (empty_cache, a
+#                                 graph capture, expandable segments) through a restart of irisd.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,nodes,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,freed,nodes,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -149,6 +151,19 @@ if want resume; then
       --restarts 5 >"$out/resume_$engine.md" 2>&1
   done
 fi
+freed_rc=0
+if want freed; then
+  # Registered GPU memory freed before a restart of irisd: each case must come through it.
+  : >"$out/freed.txt"
+  for case in empty_cache graph expandable; do
+    alloc=""; kind=$case
+    [ "$case" = expandable ] && { alloc="expandable_segments:True"; kind=empty_cache; }
+    env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" \
+      ${alloc:+PYTORCH_CUDA_ALLOC_CONF=$alloc} timeout 240 \
+      python3 tests/python/gpu/freed_memory_resume.py --irisd "$bin/irisd" --case "$kind" \
+      >>"$out/freed.txt" 2>&1 || freed_rc=$?
+  done
+fi
 nodes_rc=skipped
 if want nodes; then
   # Across nodes through restarts: two irisd (cuda engine) stand in for two nodes, the job of
@@ -246,6 +261,10 @@ fi
 if want resume; then
   echo "-- FSDP2 through irisd restarts (exit $resume_rc)"; grep -E "^FSDP2|^step|Error|failures" "$out/fsdp_restarts.txt" | tail -5
   echo "-- resume time"; cat "$out/resume_cuda.md" "$out/resume_host.md"
+fi
+if want freed; then
+  echo "-- freed GPU memory through a restart (exit $freed_rc)"
+  grep -E "^freed memory|Error|assert" "$out/freed.txt" | tail -6
 fi
 if want nodes; then
   echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"
