@@ -56,6 +56,7 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
   stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
   if (resume) {
+    s.next_buffer_id = std::max<uint64_t>(1, resume->next_buffer_id);
     stats_.sessions_resumed_total.fetch_add(1, std::memory_order_relaxed);
     // What irisd measures itself; the client's own figure is only shown, clamped and labelled.
     const auto after_start = std::chrono::duration_cast<std::chrono::microseconds>(

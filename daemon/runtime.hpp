@@ -47,6 +47,7 @@ class Runtime {
     net::Fd segment;
     uint64_t previous_session_id = 0;
     uint64_t held_ms = 0;          // the client's word: only logged, clamped
+    uint64_t next_buffer_id = 1;   // the session's own names: ids below it are not given again
     std::string previous_version;  // the client's word: only logged
   };
   AttachResult attach(const net::PeerCredentials& peer, const std::string& client_name,

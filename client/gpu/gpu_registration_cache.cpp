@@ -247,8 +247,17 @@ void HeldRegistrations::submitted(std::optional<GpuRegistrationCache::Use> use) 
 void GpuRegistrationCache::for_each_registration(
     const std::function<void(uintptr_t, uintptr_t, uint64_t, bool)>& visit) const {
   std::lock_guard lock(registry_mutex_);
-  for (const auto& [id, r] : registered_)
-    visit(r.begin, r.end, id, still_mapped(r.chunks, r.begin, r.end));
+  for (const auto& [id, r] : registered_) {
+    // The resume's thread is libiris's own, with no context: the driver's answer needs one, and
+    // memory that is gone has none to give.
+    bool present = true;
+    try {
+      runtime_.use_context_of(reinterpret_cast<void*>(r.begin));
+    } catch (const Error&) {
+      present = false;
+    }
+    visit(r.begin, r.end, id, present && still_mapped(r.chunks, r.begin, r.end));
+  }
 }
 
 }  // namespace iris

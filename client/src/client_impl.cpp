@@ -243,6 +243,14 @@ std::optional<v1::SessionResponse> Client::Impl::exchange(
   if (response.error_code() != 0)
     throw Error(static_cast<ErrorCode>(response.error_code()),
                 std::string(what) + ": " + response.error_message());
+  if (response.has_registered()) {
+    // Past every id this session was given: a resume asks the next irisd to give none of them
+    // again (a registration the resume dropped may still be named until its next lookup).
+    const uint64_t next = response.registered().buffer_id() + 1;
+    uint64_t seen = next_buffer_id_.load(std::memory_order_relaxed);
+    while (next > seen && !next_buffer_id_.compare_exchange_weak(seen, next)) {
+    }
+  }
   return response;
 }
 

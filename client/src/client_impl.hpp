@@ -321,6 +321,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::vector<PlanRecord> plan_records_ = std::vector<PlanRecord>(shm::kGraphPlanSlots);
   uint64_t next_plan_order_ = 1;           // 0: a slot not (yet) registered
   std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
+  // Above every buffer id irisd has given this session (ResumeSession.next_buffer_id).
+  std::atomic<uint64_t> next_buffer_id_{1};
 
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
   // completion slot, so a request's arguments stay put until it completes (irisd copies them

@@ -107,6 +107,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
                                  "(ClientOptions::resume_window, IRIS_RESUME_WINDOW_MS)");
   };
   for (;;) {
+    request.mutable_resume()->set_next_buffer_id(next_buffer_id_.load(std::memory_order_relaxed));
     request.mutable_resume()->set_held_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - started).count());
     std::optional<client::Attached> attached;
@@ -202,10 +203,15 @@ void Client::Impl::resume_buffers() {
         adopt(b.id, b.bytes, b.memfd->get());
       } else if (b.gpu) {
         const auto runtime = make_gpu_runtime(b.vendor);
-        runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
         // Freed without being deregistered (a cudaFree in user code): it stays behind, and a
         // request naming it fails as an unknown buffer; the rest of the session resumes.
-        if (!runtime->chunk_of(address)) {
+        bool present = true;
+        try {
+          runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
+        } catch (const Error&) {
+          present = false;
+        }
+        if (!present || !runtime->chunk_of(address)) {
           client::debug_log("resume: GPU buffer " + std::to_string(b.id) +
                             " was freed; not registered again");
           continue;

@@ -257,7 +257,7 @@ bool AttachListener::handshake(Connection& conn, const net::Frame& frame) {
           throw Error(ErrorCode::kLimitExceeded,
                       std::string("irisd is out of descriptors: ") + std::strerror(errno));
         resume = Runtime::Resume{std::move(segment), request.resume().previous_session_id(),
-                                 request.resume().held_ms(),
+                                 request.resume().held_ms(), request.resume().next_buffer_id(),
                                  printable(request.resume().previous_daemon_version(), 64)};
         response.set_resumed(true);
       }

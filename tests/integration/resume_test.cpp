@@ -23,6 +23,7 @@
 #include "tests/support/client_helpers.hpp"
 #include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
+#include "tests/support/raw_session.hpp"
 
 namespace iris::testing {
 namespace {
@@ -117,6 +118,25 @@ TEST(Resume, StoppingUnderLoadNeverCrashes) {
   }
   touch(stop);
   for (pid_t pid : ranks) EXPECT_EQ(wait_for(pid), 0) << "a rank failed";
+}
+
+// A resume may leave registrations behind (GPU memory freed since), which the client names until
+// their next lookup ends them: the next irisd must give the session none of its earlier ids again,
+// else a new buffer would take such an id and the stale one's end would free it.
+TEST(Resume, IdsTheSessionWasGivenAreNotGivenAgain) {
+  DaemonProcess daemon;
+  auto own = RawClient::attach(daemon.socket(), "resumer");
+  net::Fd connection;
+  const auto answer =
+      resume_attach(daemon.socket(), {own.ring.segment.fd()}, &connection, 0, /*next=*/50);
+  ASSERT_EQ(answer.error_code(), 0u) << answer.error_message();
+  RawSession resumed{std::move(connection), answer, {}};
+  v1::SessionRequest allocate;
+  allocate.mutable_allocate_host()->set_bytes(4096);
+  std::vector<net::Fd> fds;
+  const auto fresh = resumed.call(allocate, &fds);
+  ASSERT_EQ(fresh.error_code(), 0u) << fresh.error_message();
+  EXPECT_EQ(fresh.registered().buffer_id(), 50u);
 }
 
 // An upgrade: irisd stopped (as the package's scripts restart the service) and the next release

@@ -150,13 +150,15 @@ struct RawClient {
 
 // A resume attach carrying `fds` (the segment the client claims it had): the answer.
 inline v1::AttachResponse resume_attach(const std::string& socket_path, const std::vector<int>& fds,
-                                        net::Fd* keep = nullptr, uint64_t held_ms = 0) {
+                                        net::Fd* keep = nullptr, uint64_t held_ms = 0,
+                                        uint64_t next_buffer_id = 0) {
   net::Fd connection = net::connect_unix(socket_path + ".attach");
   v1::AttachRequest request;
   request.set_protocol_version(kProtocolVersion);
   request.set_client_name("forger");
   request.mutable_resume()->set_ring_depth(256);
   request.mutable_resume()->set_held_ms(held_ms);
+  request.mutable_resume()->set_next_buffer_id(next_buffer_id);
   net::send_frame(connection.get(), request.SerializeAsString(), fds);
   v1::AttachResponse answer;
   if (auto frame = net::recv_frame(connection.get(), std::chrono::seconds(10), 4))

@@ -52,16 +52,18 @@ def job(rank, nranks, case, marker, restarted):
     del t, out
     graph = None
     if case == "graph":
-        # Entering a capture empties torch's cache: the memory above is freed now.
-        src = torch.full((n,), float(rank + 100), device="cuda")
+        # A graph captured after the first collectives (irisd's own API, as graphs are captured
+        # with it): entering the capture empties torch's cache, freeing the memory above.
+        import irisd
+        client = irisd.Client(name=f"freed graph {rank}")
+        comm = irisd.Communicator(client, "freed/graph", nranks, rank)
+        src = torch.empty(n, device="cuda")
         dst = torch.empty(n * nranks, device="cuda")
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            dist.all_gather_into_tensor(dst, src)  # warm-up outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
+        client.register_tensor(src)
+        client.register_tensor(dst)
+        stream, graph = torch.cuda.Stream(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
-            dist.all_gather_into_tensor(dst, src)
+            comm.all_gather(src, dst, n * 4, stream=stream)
         torch.cuda.synchronize()
     else:
         torch.cuda.empty_cache()
@@ -79,10 +81,16 @@ def job(rank, nranks, case, marker, restarted):
         checks += 1
         if graph is not None:
             src.fill_(float(rank + 200 + step))
+            torch.cuda.synchronize()  # every rank's new data is in place before any replays
+            dist.barrier()
             graph.replay()
             torch.cuda.synchronize()
+            client.check_graphs()
             assert torch.equal(dst, gathered([r + 200 + step for r in range(nranks)], n)), step
             checks += 1
+    if graph is not None:
+        del graph
+        comm.destroy()
     return checks
 
 
