@@ -45,6 +45,9 @@ if want readme; then
     timeout 120 python3 tests/python/gpu/readme_example.py python-torch >"$out/readme.txt" 2>&1
   IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
     timeout 120 python3 tests/python/gpu/readme_example.py python-graph >>"$out/readme.txt" 2>&1
+  # The package's own first example (its docstring): collectives on PyTorch's default stream.
+  IRIS_SOCKET=$run/irisd.sock IRIS_LIBRARY=$PWD/.gpu/lib/libiris.so.0 PYTHONPATH=$PWD/client/python \
+    timeout 150 python3 tests/python/gpu/package_example.py >>"$out/readme.txt" 2>&1
 fi
 
 # Benchmarks (not tests): ranks on the one GPU (8 unless RANKS says); rank 0 prints markdown tables.

@@ -437,6 +437,7 @@ class Communicator:
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
         self._hip = client.engine == "hsa"
+        self._side_streams = {}  # by device: where calls on PyTorch's default stream go
         if nodes is None:
             self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks,
                                     rank)
@@ -455,7 +456,19 @@ class Communicator:
                                 len(nodes.secret), int(nodes.join_timeout * 1000))
 
     def _submit(self, call, *args, stream=None):
-        return Request(_created(call, self._handle, *args, _stream(stream, self._hip)))
+        if getattr(stream, "cuda_stream", None) != 0 or not hasattr(stream, "wait_stream"):
+            return Request(_created(call, self._handle, *args, _stream(stream, self._hip)))
+        # PyTorch's default stream is the legacy stream (handle 0), which cannot order irisd's
+        # stream waits: the call goes on a side stream that follows it, and it follows back, so
+        # the order on the caller's stream is the same.
+        side = self._side_streams.get(stream.device)
+        if side is None:
+            import torch  # the stream is PyTorch's: it is loaded
+            side = self._side_streams[stream.device] = torch.cuda.Stream(device=stream.device)
+        side.wait_stream(stream)
+        request = Request(_created(call, self._handle, *args, _stream(side, self._hip)))
+        stream.wait_stream(side)
+        return request
 
     def all_gather(self, send, recv, nbytes, stream=None):
         """ncclAllGather: `nbytes` from each rank's send land at recv + rank * nbytes. With

@@ -45,6 +45,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 from datetime import timedelta
 
 import torch
@@ -125,16 +126,34 @@ def _op_of(opts):
 
 class _HostRequests:
     """What a Work of ranks sharing a GPU waits for: irisd requests made without a stream, waited
-    for on the host (synchronize() and query() as a torch event's)."""
+    for on the host (synchronize() and query() as a torch event's), then `after` (copies of
+    received data into non-contiguous tensors), once."""
 
-    def __init__(self, requests):
-        self.requests = requests
+    def __init__(self, requests, after=()):
+        self.requests, self.after = requests, list(after)
 
-    def synchronize(self):
-        irisd.wait_all(self.requests)
+    def _finish(self):
+        after, self.after = self.after, []
+        for f in after:
+            f()
+
+    def synchronize(self, timeout=None):
+        """False when `timeout` (a timedelta) ran out first."""
+        if timeout is None:
+            irisd.wait_all(self.requests)
+        else:
+            deadline = time.monotonic() + timeout.total_seconds()
+            for r in self.requests:
+                if not r.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+        self._finish()
+        return True
 
     def query(self):
-        return all(_finished(r) for r in self.requests)  # a failure: wait() raises it
+        done = all(_finished(r) for r in self.requests)  # a failure: wait() raises it
+        if done:
+            self._finish()
+        return done
 
 
 def _finished(request, block=False):
@@ -235,9 +254,17 @@ class Work(dist.Work):
         return self._done
 
     def wait(self, timeout=None):
+        """Waits on the host for what waits there (ranks sharing a GPU); `timeout` (a timedelta;
+        none or 0: no bound) bounds that wait, past it IrisError(TIMEOUT). Stream-ordered work
+        is only made the current stream's to wait for."""
         done = self._done
         if isinstance(done, _HostRequests):
-            done.synchronize()
+            bound = timeout if timeout else None  # torch's kNoTimeout is a timedelta of 0
+            if not done.synchronize(bound):
+                raise irisd.IrisError.of(irisd.ErrorCode.TIMEOUT,
+                                         f"irisd: the operation was not done within {bound} "
+                                         "(its peers have not all called it; iris-ctl comms "
+                                         "shows which ranks it waits on)")
         elif isinstance(done, torch.cuda.Event):
             _current_stream(done.device).wait_event(done)
         elif done is not None and _current_stream_handle(self._device) != done:
@@ -290,6 +317,7 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._pending = collections.deque()  # requests not yet seen complete
         self._coalescing = None  # tensors of the batch_isend_irecv being built
         self._coalesced_receives = []  # and its receives, when they wait on the host
+        self._coalesced_after = []  # and their copies into non-contiguous tensors
         self._send_copies = collections.deque()  # (request, copy): what sends on the host read
 
     # ProcessGroup's names. ProcessGroup keeps its name in its backends, and this group has
@@ -652,25 +680,37 @@ class IrisProcessGroup(dist.ProcessGroup):
     # and two ranks exchanging with isend then irecv would wait for each other for ever. torch's
     # batch_isend_irecv issues such lists op by op for a group that is not its own C++ class.
     # Ranks sharing a GPU wait on the host instead (_send_on_host, _recv_on_host).
+    # A dense tensor that is not contiguous (a transpose, a slice of rows) travels through a
+    # contiguous copy, as with NCCL: the send's copy made on the caller's stream, the receive's
+    # copied into the tensor once it landed.
     def send(self, tensors, dst, tag=0):
         t = tensors[0]
         if t.device.type == "cpu":
             return self._gloo.send(tensors, dst, tag)
-        src = _flat(t, "send", "tensor")
+        src = _flat(t if t.is_contiguous() else t.contiguous(), "send", "tensor")
         if self._p2p_waits_on_host():
             return self._p2p_issued(t, self._send_on_host(src, dst))
         return self._p2p(t, "sends",
-                         lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s))
+                         lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s),
+                         keep=[t, src])
 
     def recv(self, tensors, src, tag=0):
         t = tensors[0]
         if t.device.type == "cpu":
             return self._gloo.recv(tensors, src, tag)
-        dst = _flat(t, "recv", "tensor")
+        landing = t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
+        dst = _flat(landing, "recv", "tensor")
+        after = [] if landing is t else [lambda: t.copy_(landing)]
         if self._p2p_waits_on_host():
-            return self._p2p_issued(t, self._recv_on_host(t, dst, src))
-        return self._p2p(t, "receives",
-                         lambda s: self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s))
+            return self._p2p_issued(t, self._recv_on_host(t, dst, src, after))
+
+        def body(s):
+            request = self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s)
+            if after:
+                with torch.cuda.stream(s):
+                    after[0]()
+            return request
+        return self._p2p(t, "receives", body, keep=[t, landing])
 
     # Copies not yet sent may hold this much before a send waits for the oldest to be received.
     _SEND_COPIES_BYTES = 256 << 20
@@ -697,16 +737,17 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._send_copies.append((request, copy))
         return Work(self, None, [src])
 
-    def _recv_on_host(self, t, dst, src):
+    def _recv_on_host(self, t, dst, src, after=()):
         """irisd receives into `dst` once the caller's stream's work is done; wait() waits for the
-        data on the host."""
+        data on the host, then runs `after`."""
         self._check_engine()
         self._raise_failures(block=False)
         _current_stream(dst.device).synchronize()
         request = self.comm.recv(self._mem(dst), _nbytes(dst), src)
         if self._coalescing is not None:
             self._coalesced_receives.append(request)
-        return Work(self, _HostRequests([request]), [t])
+            self._coalesced_after.extend(after)
+        return Work(self, _HostRequests([request], after), [t])
 
     def _p2p_issued(self, t, work):
         if self._coalescing is not None:
@@ -718,9 +759,10 @@ class IrisProcessGroup(dist.ProcessGroup):
                                  "recv from any source: irisd matches a receive with the sends "
                                  "of one named rank; pass src")
 
-    def _p2p(self, t, purpose, body):
-        return self._p2p_issued(t, self._run(t.device, [t], True, lambda s: [body(s)], [t], False,
-                                             purpose))
+    def _p2p(self, t, purpose, body, keep):
+        """`keep`: the tensors the stream's work uses (kept for it by the allocator)."""
+        return self._p2p_issued(t, self._run(t.device, keep, True, lambda s: [body(s)], [t],
+                                             False, purpose))
 
     # torch's coalescing, where it calls it (batch_isend_irecv on its own process groups): the
     # batch's Work waits for both point-to-point streams.
@@ -730,8 +772,9 @@ class IrisProcessGroup(dist.ProcessGroup):
     def _end_coalescing(self, device):
         tensors, self._coalescing = self._coalescing, None
         receives, self._coalesced_receives = self._coalesced_receives, []
+        after, self._coalesced_after = self._coalesced_after, []
         if self._p2p_waits_on_host():
-            return Work(self, _HostRequests(receives), tensors)
+            return Work(self, _HostRequests(receives, after), tensors)
         receives = self._stream(device, "receives")[0]
         receives.wait_stream(self._stream(device, "sends")[0])
         return Work(self, receives.record_event(), tensors)

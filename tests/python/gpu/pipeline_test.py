@@ -77,6 +77,51 @@ def p2p_checks(rank, nranks):
             w.wait()
         assert torch.equal(out, data(prev)), f"isend/irecv of {size} {dtype} wrong"
         checks += 1
+    # Dense tensors that are not contiguous (a transpose, every other column) go through a
+    # contiguous copy, as with NCCL, blocking and batched.
+    for shape in [(64, 48), (3, 1000)]:
+        def grid(src):
+            return (torch.arange(shape[0] * shape[1], device="cuda").reshape(shape) * (src + 5)
+                    % 997).float()
+
+        send_t = grid(rank).t()
+        assert not send_t.is_contiguous()
+        out = torch.full(shape[::-1], -1.0, device="cuda")
+        out_t = torch.full(shape, -1.0, device="cuda").t()  # a transposed receive
+        if rank % 2 == 0:
+            dist.send(send_t, nxt)
+            dist.recv(out_t, prev)
+        else:
+            dist.recv(out_t, prev)
+            dist.send(send_t, nxt)
+        assert torch.equal(out_t, grid(prev).t()), f"non-contiguous send/recv {shape} wrong"
+        checks += 1
+        wide = torch.full((shape[0], 2 * shape[1]), -1.0, device="cuda")
+        strided = wide[:, ::2]  # every other column
+        ops = [dist.P2POp(dist.isend, grid(rank)[:, :], nxt),
+               dist.P2POp(dist.irecv, strided, prev)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        assert torch.equal(strided, grid(prev)), f"batched strided receive {shape} wrong"
+        assert bool((wide[:, 1::2] == -1).all()), "a strided receive wrote between its columns"
+        checks += 1
+        del out
+    # A host wait bounded by its timeout: no rank sends until every rank's wait ran out.
+    if SHARED_GPU == "host":
+        from datetime import timedelta
+        out = torch.full((16,), -1.0, device="cuda")
+        pending = dist.irecv(out, prev)
+        try:
+            pending.wait(timeout=timedelta(milliseconds=300))
+            raise AssertionError("a wait past its timeout returned")
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001 - irisd's timeout, with its reason
+            assert "not done within" in str(e), e
+        dist.send(torch.arange(16, device="cuda").float() + rank, nxt)
+        pending.wait()
+        assert torch.equal(out, torch.arange(16, device="cuda").float() + prev)
+        checks += 1
     try:
         dist.recv(torch.empty(4, device="cuda"))
         raise AssertionError("a receive from any source was accepted")
