@@ -94,6 +94,7 @@ class Runtime {
   const SessionRegistry& sessions() const { return sessions_; }
   const CommunicatorRegistry& comms() const { return comms_; }
   const GraphPlans& graph_plans() const { return plans_; }
+  const PointToPoint& point_to_point() const { return p2p_; }
   // Lines a tenant causes, limited per uid (the attach thread logs through it too).
   TenantLog& tenant_log() { return tenant_log_; }
   // Immutable after start: safe to read from any thread.

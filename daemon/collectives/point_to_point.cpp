@@ -49,6 +49,17 @@ std::optional<PointToPoint::Match> PointToPoint::post(const Communicator& parent
   return Match{state.pair, seq, std::move(other), std::move(side)};
 }
 
+void PointToPoint::for_each_waiting(uint64_t parent_id, const WaitingVisitor& visit) const {
+  auto it = by_parent_.find(parent_id);
+  if (it == by_parent_.end()) return;
+  for (const auto& [channel_key, channel] : it->second->channels) {
+    for (const Side& side : channel.sends)
+      visit(channel_key.first, channel_key.second, true, side.request.args.bytes, side.posted);
+    for (const Side& side : channel.recvs)
+      visit(channel_key.first, channel_key.second, false, side.request.args.bytes, side.posted);
+  }
+}
+
 Communicator* PointToPoint::find_pair(uint64_t pair_id) const {
   auto it = by_pair_id_.find(pair_id);
   return it == by_pair_id_.end() ? nullptr : &it->second->pair;

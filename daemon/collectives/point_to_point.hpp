@@ -13,6 +13,8 @@
 // it with peer_lost, as it fails the parent's collectives.
 #pragma once
 
+#include <functional>
+
 #include <chrono>
 #include <deque>
 #include <map>
@@ -63,6 +65,13 @@ class PointToPoint final : public Poller {
 
   // The pair communicator with this id, or null (the arrivals look up stream-ordered sides).
   Communicator* find_pair(uint64_t pair_id) const;
+
+  // The sides of `parent_id` waiting for their peer (for iris-ctl comms): each with its
+  // channel, whether it is the send, its bytes and when it was posted.
+  using WaitingVisitor =
+      std::function<void(uint32_t src, uint32_t dst, bool is_send, uint64_t bytes,
+                         std::chrono::steady_clock::time_point posted)>;
+  void for_each_waiting(uint64_t parent_id, const WaitingVisitor& visit) const;
 
   // A rank left `parent_id` (`why` says who): every waiting side fails with `code`, and so does
   // every later one; matches in flight fail through the scheduler.

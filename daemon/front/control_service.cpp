@@ -157,7 +157,9 @@ grpc::Status ControlService::ListComms(grpc::ServerContext* ctx, const v1::ListC
                                        v1::ListCommsResponse* resp) {
   return handle(ctx, [&] {
     const Caller caller = caller_of(ctx);
-    loop_.call([&] { fill_comms(runtime_.comms(), runtime_.sessions(), caller, *resp); });
+    loop_.call([&] {
+      fill_comms(runtime_.comms(), runtime_.sessions(), runtime_.point_to_point(), caller, *resp);
+    });
   });
 }
 

@@ -60,8 +60,21 @@ void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& 
   }
 }
 
+namespace {
+// Rank `r` of `comm`, with the session and pid holding it.
+void describe_rank(const Communicator& comm, const SessionRegistry& sessions, uint32_t r,
+                   v1::MissingRank& out) {
+  out.set_rank(r);
+  if (const auto& member = comm.members[r]) {
+    out.set_session_id(*member);
+    if (const Session* s = sessions.find(*member))
+      out.set_pid(static_cast<uint32_t>(s->peer().pid));
+  }
+}
+}  // namespace
+
 void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessions,
-                const Caller& caller, v1::ListCommsResponse& out) {
+                const PointToPoint& p2p, const Caller& caller, v1::ListCommsResponse& out) {
   for (const auto& [id, comm] : comms.all()) {
     if (!caller.sees_all && comm->uid != caller.uid) continue;
     auto* info = out.add_comms();
@@ -87,15 +100,20 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
           continue;
         }
         f->add_waiting_on_ranks(r);
-        auto* missing = f->add_missing();
-        missing->set_rank(r);
-        if (const auto& member = comm->members[r]) {
-          missing->set_session_id(*member);
-          if (const Session* s = sessions.find(*member))
-            missing->set_pid(static_cast<uint32_t>(s->peer().pid));
-        }
+        describe_rank(*comm, sessions, r, *f->add_missing());
       }
     }
+    p2p.for_each_waiting(id, [&](uint32_t src, uint32_t dst, bool is_send, uint64_t bytes,
+                                 std::chrono::steady_clock::time_point posted) {
+      auto* w = info->add_waiting_p2p();
+      w->set_op(is_send ? "send" : "recv");
+      w->set_src(src);
+      w->set_dst(dst);
+      w->set_bytes(bytes);
+      w->set_waiting_seconds(seconds_since(posted));
+      const uint32_t peer = is_send ? dst : src;
+      if (peer < comm->nranks) describe_rank(*comm, sessions, peer, *w->mutable_waits_on());
+    });
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/collectives/communicator_registry.hpp"
+#include "daemon/collectives/point_to_point.hpp"
 #include "daemon/config.hpp"
 #include "daemon/front/caller_tokens.hpp"
 #include "daemon/sessions/session_registry.hpp"
@@ -15,6 +16,6 @@ namespace iris::daemon {
 void fill_sessions(const SessionRegistry& sessions, const CommunicatorRegistry& comms,
                    const Limits& limits, const Caller& caller, v1::ListSessionsResponse& out);
 void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessions,
-                const Caller& caller, v1::ListCommsResponse& out);
+                const PointToPoint& p2p, const Caller& caller, v1::ListCommsResponse& out);
 
 }  // namespace iris::daemon

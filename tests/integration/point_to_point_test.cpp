@@ -12,6 +12,7 @@
 
 #include "iris/iris.hpp"
 #include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/raw_session.hpp"
 
@@ -239,6 +240,31 @@ TEST(PointToPoint, APeerOutOfRangeIsRefusedByLibirisAndByIrisd) {
   auto pair_entry = entry;
   pair_entry.opcode = static_cast<uint32_t>(shm::Opcode::kSendRecv);
   EXPECT_EQ(raw.wait(2, raw.submit(pair_entry, 2)), ErrorCode::kInvalidArgument);
+}
+
+// An operator sees the sends and receives waiting for their peer, and whom each waits on, in
+// iris-ctl comms and top; a matched pair leaves the list.
+TEST(PointToPoint, IrisCtlShowsWaitingSendsAndReceivesAndWhomTheyWaitOn) {
+  DaemonProcess daemon;
+  TwoRanks t(daemon, "shown", 64);
+  auto send = t.ca.send(t.sa.data(), 48, 1);
+  auto listed = [&] { return ctl_json(daemon, {"comms"})["point_to_point"]; };
+  ASSERT_TRUE(eventually([&] { return listed().size() == 1; })) << listed().dump();
+  const auto row = listed()[0];
+  EXPECT_EQ(row["op"], "send");
+  EXPECT_EQ(row["src"], 0);
+  EXPECT_EQ(row["dst"], 1);
+  EXPECT_EQ(row["bytes"], 48);
+  const std::string waits_on = row["waits_on (rank: session/pid)"];
+  EXPECT_EQ(waits_on.rfind("1: ", 0), 0u) << waits_on;
+  EXPECT_NE(waits_on.find("/" + std::to_string(::getpid())), std::string::npos) << waits_on;
+  const auto top = ctl_json(daemon, {"top", "--interval", "0.05", "--count", "1"})["waiting"];
+  ASSERT_EQ(top.size(), 1u) << top.dump();
+  EXPECT_EQ(top[0]["collective"], "send 0->1");
+  auto recv = t.cb.recv(t.rb.data(), 48, 0);
+  EXPECT_EQ(wait_code(send), ErrorCode::kOk);
+  EXPECT_EQ(wait_code(recv), ErrorCode::kOk);
+  EXPECT_TRUE(listed().empty()) << listed().dump();
 }
 
 TEST(PointToPoint, AReceiveNobodyMatchesTimesOutAndHoldsNothing) {

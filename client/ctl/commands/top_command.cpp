@@ -81,10 +81,14 @@ Report top_report(const Sample& before, const Sample& now) {
   }
   auto& waiting = report.table("waiting", {"key", "seq", "collective", "bytes", "waiting_s",
                                            "waits_on (rank: session/pid)"});
-  for (const auto& c : now.comms.comms())
+  for (const auto& c : now.comms.comms()) {
     for (const auto& f : c.in_flight())
       waiting.rows.push_back(
           {c.key(), f.seq(), f.collective(), f.bytes(), f.waiting_seconds(), describe_missing(f)});
+    for (const auto& w : c.waiting_p2p())  // sends and receives carry no sequence number
+      waiting.rows.push_back({c.key(), "-", describe_channel(w), w.bytes(), w.waiting_seconds(),
+                              describe_rank(w.waits_on())});
+  }
   if (!now.status.healthy()) report.exit_code = 2;
   return report;
 }

@@ -6,6 +6,10 @@
     comm.all_gather(x, y, x.numel() * x.element_size(),   # torch CUDA tensors, as they are
                     stream=torch.cuda.current_stream()).wait()
 
+A stream orders the call on it (PyTorch's default stream too: the call goes on a side stream
+that follows it and that it follows back; tests/python/gpu/package_example.py runs this example
+on the GPU host).
+
 With irisd's cuda engine any CUDA tensor works as it is: libiris registers its allocation with
 irisd on first use and keeps it while the allocation lives (client.gpu_registrations() counts
 them). PyTorch integration: irisd.distributed (the torch.distributed backend "irisd"), irisd.fsdp
