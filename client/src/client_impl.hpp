@@ -39,12 +39,20 @@ struct BufferLocation {
 
 // A communicator rank as libiris submits for it: shared by its Communicator and the session, which
 // rejoins it when irisd restarts (irisd then gives it a new id).
+// The channel of a send or receive entry, as CommRank::p2p_posted keys it: (a send, its peer).
+inline std::pair<bool, uint32_t> p2p_channel(const shm::SubmitEntry& e) {
+  return {e.opcode == static_cast<uint32_t>(shm::Opcode::kSend), e.root};
+}
+
 struct CommRank {
   std::string key;
   uint32_t nranks = 0;
   uint32_t rank = 0;
   std::atomic<uint64_t> id{0};
   std::atomic<uint64_t> next_seq{1};  // the next collective's sequence number
+  // Sends (true) and receives (false) posted so far, by peer: each one's position in its
+  // channel, which a resume tells irisd about (under Client::Impl::submit_mutex_).
+  std::map<std::pair<bool, uint32_t>, uint64_t> p2p_posted;
   // A communicator across nodes: its layout as the job passed it, passed again on resuming.
   std::vector<std::string> node_addresses;
   std::vector<uint32_t> node_of_rank;
@@ -229,6 +237,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void resume_buffers();
   void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);
+  // What a resuming communicator tells irisd of its sends' and receives' progress.
+  void add_p2p_progress(const CommRank& comm, v1::CommInitRequest& init);
   // A call on the attach connection without waiting for a resume (the resume's own calls).
   v1::SessionResponse call(const v1::SessionRequest& request, const char* what,
                            const std::vector<int>& fds, std::vector<net::Fd>* received,

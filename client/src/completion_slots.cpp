@@ -16,6 +16,7 @@
 
 #include "client/src/group_waits.hpp"
 #include "client/src/request_impl.hpp"
+#include "iris/shared/collective_shape.hpp"
 #include "iris/shared/cpu_relax.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -266,6 +267,9 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
       // orders the sequence numbers, so they advance with plain stores.
       if (comm != nullptr) entry.comm_id = comm->id.load(std::memory_order_relaxed);
       if (comm != nullptr && sequenced) entry.seq = comm->next_seq.load(std::memory_order_relaxed);
+      // A send's or receive's position in its channel (1, 2, ...): what lets it resume.
+      if (comm != nullptr && shm::is_point_to_point(entry.opcode))
+        entry.seq = comm->p2p_posted[p2p_channel(entry)] + 1;
       s.entry = entry;
       s.ticket = next_ticket_;
       s.queued = true;
@@ -289,6 +293,8 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
     ++next_ticket_;
     if (comm != nullptr && sequenced)
       comm->next_seq.store(entry.seq + 1, std::memory_order_relaxed);
+    if (comm != nullptr && shm::is_point_to_point(entry.opcode))
+      comm->p2p_posted[p2p_channel(entry)] = entry.seq;
   }
   request->in_flight = true;
   if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});

@@ -21,7 +21,8 @@ inline bool debug_log_enabled() {
 }
 
 inline void debug_log(const std::string& line) {
-  if (debug_log_enabled()) std::fprintf(stderr, "libiris[%d] debug: %s\n", ::getpid(), line.c_str());
+  if (debug_log_enabled())
+    std::fprintf(stderr, "libiris[%d] debug: %s\n", ::getpid(), line.c_str());
 }
 
 }  // namespace iris::client

@@ -291,12 +291,38 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
                     "communicator '" + comm->key + "' completed more than 1024 collectives after " +
                         "its oldest unfinished one (seq " + std::to_string(resume_seq) + ")");
     }
+    add_p2p_progress(*comm, *init);
     const auto answer = call(request, "resume a communicator", {}, nullptr);
     ids[old_id] = answer.comm_id();
     std::lock_guard lock(comms_mutex_);
     comm->resume_secret = answer.comm_secret();
   }
   return ids;
+}
+
+void Client::Impl::add_p2p_progress(const CommRank& comm, v1::CommInitRequest& init) {
+  // Positions of this communicator's sends and receives irisd has not completed, by channel.
+  std::map<std::pair<bool, uint32_t>, std::set<uint64_t>> unfinished;
+  {
+    std::lock_guard lock(slots_mutex_);
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      const SlotState& s = slots_[i];
+      if (s.in_use && s.queued && s.entry.comm_id == comm.id.load() &&
+          shm::is_point_to_point(s.entry.opcode) && !poll(i, s.generation))
+        unfinished[p2p_channel(s.entry)].insert(s.entry.seq);
+    }
+  }
+  // The resume holds submit_mutex_, which guards p2p_posted.
+  for (const auto& [channel, posted] : comm.p2p_posted) {
+    const auto& open = unfinished[channel];
+    auto* progress = init.add_p2p_progress();
+    progress->set_send(channel.first);
+    progress->set_peer(channel.second);
+    const uint64_t below = open.empty() ? posted + 1 : *open.begin();
+    progress->set_done_below(below);
+    for (uint64_t k = below + 1; k <= posted; ++k)
+      if (open.count(k) == 0) progress->add_done_after(k);
+  }
 }
 
 void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
@@ -315,15 +341,9 @@ void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
     shm::SubmitEntry entry = s.entry;
     const bool nop = entry.opcode == static_cast<uint32_t>(shm::Opcode::kNop);
     const auto id = comm_ids.find(entry.comm_id);
-    if (!nop && (shm::is_point_to_point(entry.opcode) || id == comm_ids.end())) {
-      // Sends and receives carry no sequence number: irisd cannot tell whether the peer's side
-      // completed, so this side fails rather than meet the wrong one.
+    if (!nop && id == comm_ids.end()) {
       const std::string why =
-          shm::is_point_to_point(entry.opcode)
-              ? "irisd restarted while this send or receive was in flight; it does not resume (its "
-                "peer's side may have completed): exchange again"
-              : "irisd restarted while this collective was in flight, and its communicator was "
-                "destroyed";
+          "irisd restarted while this request was in flight, and its communicator was destroyed";
       char* text = view.failures[slot].text;
       const std::size_t n = std::min(why.size(), shm::kFailureTextBytes - 1);
       std::memcpy(text, why.data(), n);

@@ -168,7 +168,7 @@ void Arrivals::take_point_to_point(Session& s, const shm::SubmitEntry& e,
   if (auto* bad = std::get_if<ValidationError>(&side)) return reject(bad->code, bad->message);
   auto& [end, request] = std::get<PairSide>(side);
   auto match = p2p_.post(*comm, end.src, end.dst, end.in_pair == shm::kSenderInPair,
-                         {target, std::move(request)});
+                         {target, std::move(request), e.seq});
   if (!match) return;
   for (PointToPoint::Side* p : {&match->send, &match->recv}) {
     Session* owner = sessions_.find(p->target.session_id);

@@ -54,6 +54,14 @@ struct Communicator {
     while (resumed && resumed_done[rank].count(next) != 0) ++next;
     return next;
   }
+  // Sends and receives a resumed rank completed under the previous irisd, by channel (src, dst):
+  // a side the peer resubmits there completes without a copy when the rank's side did.
+  struct ChannelDone {
+    uint64_t below = 1;  // every position below it
+    std::set<uint64_t> after;
+    bool covers(uint64_t position) const { return position < below || after.count(position) != 0; }
+  };
+  std::map<std::pair<uint32_t, uint32_t>, ChannelDone> sends_done, recvs_done;
   // Until every rank is back: when those still missing fail the communicator (peer_lost).
   std::optional<std::chrono::steady_clock::time_point> resume_deadline;
   std::map<uint64_t, Collective> in_flight;

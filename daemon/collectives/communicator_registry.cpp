@@ -92,10 +92,11 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
                                     uint64_t resume_seq,
                                     const std::vector<uint64_t>& completed_after,
-                                    const std::string& secret) {
+                                    const std::string& secret,
+                                    const std::vector<ChannelProgress>& p2p_progress) {
   try {
     return join_checked(s, key, nranks, rank, std::move(layout), resume_seq, completed_after,
-                        secret);
+                        secret, p2p_progress);
   } catch (const Error& e) {
     if (resume_seq != 0) {
       // The operator sees who was refused, and whose communicator of that key is here.
@@ -118,8 +119,26 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
                                             uint32_t rank, std::shared_ptr<const NodeLayout> layout,
                                             uint64_t resume_seq,
                                             const std::vector<uint64_t>& completed_after,
-                                            const std::string& secret) {
+                                            const std::string& secret,
+                                            const std::vector<ChannelProgress>& p2p_progress) {
   bool resuming = resume_seq != 0;
+  uint64_t progress_entries = 0;
+  for (const ChannelProgress& p : p2p_progress) {
+    progress_entries += 1 + p.done_after.size();
+    if (!resuming || p.peer >= nranks || p.done_after.size() > kMaxCompletedAfter ||
+        std::any_of(p.done_after.begin(), p.done_after.end(),
+                    [&](uint64_t k) { return k <= p.done_below; }))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a resuming rank's send/receive progress must name peers below nranks, with at "
+                  "most " +
+                      std::to_string(kMaxCompletedAfter) +
+                      " positions after each channel's done_below (and only when resuming)");
+  }
+  if (p2p_progress.size() > 2 * uint64_t{nranks})
+    throw Error(ErrorCode::kInvalidArgument,
+                "a resuming rank has at most two point-to-point channels per peer (" +
+                    std::to_string(2 * uint64_t{nranks}) + "), got " +
+                    std::to_string(p2p_progress.size()));
   if (resuming && !s.resumed())
     throw Error(ErrorCode::kPermissionDenied,
                 "only a session resuming after irisd restarted may resume a communicator; a new "
@@ -164,7 +183,8 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
   auto same_before_first = [&](const Communicator* c) {
     return c != nullptr && c->uid == uid && c->before_first_collective() && !c->members[rank];
   };
-  if (comm == nullptr && resuming && resume_seq <= 1 && completed_after.empty()) {
+  if (comm == nullptr && resuming && resume_seq <= 1 && completed_after.empty() &&
+      p2p_progress.empty()) {
     if (Communicator* fresh = accepting(new_lookup); same_before_first(fresh)) {
       comm = fresh;
       resuming = false;
@@ -183,7 +203,8 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
       }
     }
   }
-  uint64_t completed_bytes = resuming ? completed_after.size() * kCompletedSeqBytes : 0;
+  uint64_t completed_bytes =
+      resuming ? (completed_after.size() + progress_entries) * kCompletedSeqBytes : 0;
   if (comm != nullptr) {
     if (comm->nranks != nranks)
       throw Error(ErrorCode::kNranksMismatch, "communicator '" + key + "' has nranks " +
@@ -247,7 +268,14 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     comm->next_seq[rank] = resume_seq;
     comm->resumed_from[rank] = resume_seq;
     comm->resumed_done[rank] = {completed_after.begin(), completed_after.end()};
-    if (resume_seq > 1 || !completed_after.empty()) comm->resumed_after_collectives = true;
+    for (const ChannelProgress& p : p2p_progress) {
+      const auto channel = p.send ? std::make_pair(rank, p.peer) : std::make_pair(p.peer, rank);
+      auto& done = (p.send ? comm->sends_done : comm->recvs_done)[channel];
+      done.below = std::max<uint64_t>(1, p.done_below);
+      done.after = {p.done_after.begin(), p.done_after.end()};
+    }
+    if (resume_seq > 1 || !completed_after.empty() || !p2p_progress.empty())
+      comm->resumed_after_collectives = true;
     if (comm->all_local_joined()) comm->resume_deadline.reset();
     scheduler_.resumed_rank(*comm, rank);
   }

@@ -33,6 +33,10 @@ PointToPoint::OfComm& PointToPoint::of(const Communicator& parent) {
 std::optional<PointToPoint::Match> PointToPoint::post(const Communicator& parent, uint32_t src,
                                                       uint32_t dst, bool is_send, Side side) {
   // A broken parent never gets here (the arrivals fail its posts): the pair is whole.
+  if (done_by_peer(parent, src, dst, is_send, side.position)) {
+    completer_.complete(side.target, ErrorCode::kOk, "");
+    return std::nullopt;
+  }
   OfComm& state = of(parent);
   auto channel = state.channels.try_emplace({src, dst}).first;
   std::deque<Side>& mine = is_send ? channel->second.sends : channel->second.recvs;
@@ -47,6 +51,36 @@ std::optional<PointToPoint::Match> PointToPoint::post(const Communicator& parent
   const uint64_t seq = ++state.matches;
   if (is_send) return Match{state.pair, seq, std::move(side), std::move(other)};
   return Match{state.pair, seq, std::move(other), std::move(side)};
+}
+
+bool PointToPoint::done_by_peer(const Communicator& parent, uint32_t src, uint32_t dst,
+                                bool is_send, uint64_t position) {
+  if (!parent.resumed || position == 0) return false;
+  const uint32_t peer = is_send ? dst : src;
+  if (peer >= parent.resumed_from.size() || parent.resumed_from[peer] == 0) return false;
+  const auto& done = is_send ? parent.recvs_done : parent.sends_done;
+  auto it = done.find({src, dst});
+  return it != done.end() && it->second.covers(position);
+}
+
+void PointToPoint::resumed_rank(const Communicator& parent, uint32_t rank) {
+  auto it = by_parent_.find(parent.id);
+  if (it == by_parent_.end()) return;
+  OfComm& state = *it->second;
+  for (auto c = state.channels.begin(); c != state.channels.end();) {
+    const auto [src, dst] = c->first;
+    for (bool sends : {true, false}) {
+      // A waiting send whose receiver is `rank`, or a waiting receive whose sender is.
+      if ((sends ? dst : src) != rank) continue;
+      std::deque<Side>& sides = sends ? c->second.sends : c->second.recvs;
+      std::erase_if(sides, [&](const Side& side) {
+        if (!done_by_peer(parent, src, dst, sends, side.position)) return false;
+        completer_.complete(side.target, ErrorCode::kOk, "");
+        return true;
+      });
+    }
+    c = c->second.sends.empty() && c->second.recvs.empty() ? state.channels.erase(c) : std::next(c);
+  }
 }
 
 void PointToPoint::for_each_waiting(uint64_t parent_id, const WaitingVisitor& visit) const {

@@ -49,6 +49,7 @@ class PointToPoint final : public Poller {
   struct Side {
     CompletionTarget target;
     ValidatedRequest request;
+    uint64_t position = 0;  // in its channel: 1, 2, ... (the client's count)
     std::chrono::steady_clock::time_point posted = std::chrono::steady_clock::now();
   };
   // Both sides of a match: their pair communicator and sequence number there.
@@ -62,6 +63,11 @@ class PointToPoint final : public Poller {
   // the match when the other side was waiting; otherwise the side waits.
   std::optional<Match> post(const Communicator& parent, uint32_t src, uint32_t dst, bool is_send,
                             Side side);
+
+  // Rank `rank` of the resumed `parent` came back and said how far its sends and receives got:
+  // its peers' sides waiting here whose other side it had completed complete now, without a
+  // copy (their bytes landed before the restart).
+  void resumed_rank(const Communicator& parent, uint32_t rank);
 
   // The pair communicator with this id, or null (the arrivals look up stream-ordered sides).
   Communicator* find_pair(uint64_t pair_id) const;
@@ -93,6 +99,10 @@ class PointToPoint final : public Poller {
     std::map<std::pair<uint32_t, uint32_t>, Channel> channels;  // by (src, dst)
   };
   OfComm& of(const Communicator& parent);
+  // Whether the other side of a side at `position` on channel (src, dst) completed under the
+  // previous irisd (its rank resumed and said so).
+  static bool done_by_peer(const Communicator& parent, uint32_t src, uint32_t dst, bool is_send,
+                           uint64_t position);
   void fail_waiting(OfComm& state, ErrorCode code, const std::string& why);
 
   CommunicatorRegistry& comms_;

@@ -66,9 +66,14 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
           nodes = Runtime::NodesOfComm{{init.node_addresses().begin(), init.node_addresses().end()},
                                        {init.node_of_rank().begin(), init.node_of_rank().end()},
                                        init.secret()};
+        std::vector<CommunicatorRegistry::ChannelProgress> progress;
+        for (const auto& p : init.p2p_progress())
+          progress.push_back(
+              {p.peer(), p.send(), p.done_below(), {p.done_after().begin(), p.done_after().end()}});
         const uint64_t comm_id = runtime.comm_init(
             id, init.key(), init.nranks(), init.rank(), std::move(nodes), init.resume_seq(),
-            {init.completed_seqs().begin(), init.completed_seqs().end()}, init.comm_secret());
+            {init.completed_seqs().begin(), init.completed_seqs().end()}, init.comm_secret(),
+            progress);
         response.set_comm_id(comm_id);
         response.set_comm_secret(runtime.comms().find(comm_id)->secret);
         break;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -45,7 +46,9 @@ struct Options {
   std::string idle_file;
 };
 
-bool file_exists(const std::string& path) { return !path.empty() && ::access(path.c_str(), F_OK) == 0; }
+bool file_exists(const std::string& path) {
+  return !path.empty() && ::access(path.c_str(), F_OK) == 0;
+}
 
 // The communicator `key`: across the given nodes when there are any.
 iris::Communicator join(const Options& o, iris::Client& client, const std::string& key) {
@@ -177,6 +180,78 @@ int sweep(const Options& o, iris::Client& client) {
   return 0;
 }
 
+// Sends and receives around the ring until the stop file (every rank stops after the same
+// iteration): each iteration in one of three shapes (a group of a send and a receive; the receive
+// posted first; two messages each way on the channel and one to itself), every byte checked, the
+// send buffers scribbled over the moment wait() returns, so that a copy run again after it
+// completed shows. Data tags: (sender, iteration * 4 + message).
+int p2p(const Options& o, iris::Client& client) {
+  auto comm = join(o, client, o.key + ".p2p");
+  const uint32_t next = (o.rank + 1) % o.nranks, prev = (o.rank + o.nranks - 1) % o.nranks;
+  constexpr uint32_t kMessages = 3;
+  std::vector<iris::Buffer> sends, recvs;
+  for (uint32_t m = 0; m < kMessages; ++m) {
+    sends.push_back(client.allocate(o.max_bytes + 1));
+    recvs.push_back(client.allocate(o.max_bytes + 1));
+  }
+  auto flags = client.allocate(o.nranks);
+  uint32_t done = 0;
+  for (uint64_t it = 0; it < o.iterations; ++it) {
+    if (!o.stop_file.empty() && it % 32 == 0) {
+      flags.as<unsigned char>()[o.rank] = file_exists(o.stop_file) ? 1 : 0;
+      comm.all_gather(flags.as<unsigned char>() + o.rank, flags.data(), 1).wait();
+      if (std::count(flags.as<unsigned char>(), flags.as<unsigned char>() + o.nranks, 1) > 0) break;
+    }
+    const uint64_t bytes = size_for(o, it);
+    const uint32_t shape = it % 3;
+    // Message m goes to `to[m]` and comes from `from[m]`.
+    const std::vector<uint32_t> to =
+        shape == 2 ? std::vector<uint32_t>{next, next, o.rank} : std::vector<uint32_t>{next};
+    const std::vector<uint32_t> from =
+        shape == 2 ? std::vector<uint32_t>{prev, prev, o.rank} : std::vector<uint32_t>{prev};
+    for (uint32_t m = 0; m < to.size(); ++m) {
+      iris::example::fill_block(sends[m].data(), bytes, o.seed, o.rank, it * 4 + m);
+      iris::example::fill_block(recvs[m].data(), bytes, o.seed, from[m], it * 4 + m, true);
+    }
+    std::vector<iris::Request> send_requests, recv_requests;
+    auto post_sends = [&] {
+      for (uint32_t m = 0; m < to.size(); ++m)
+        send_requests.push_back(comm.send(sends[m].data(), bytes, to[m]));
+    };
+    auto post_recvs = [&] {
+      for (uint32_t m = 0; m < from.size(); ++m)
+        recv_requests.push_back(comm.recv(recvs[m].data(), bytes, from[m]));
+    };
+    if (shape == 0) {
+      iris::group_start();
+      post_sends();
+      post_recvs();
+      iris::group_end();
+    } else {
+      post_recvs();
+      post_sends();
+    }
+    for (uint32_t m = 0; m < send_requests.size(); ++m) {
+      send_requests[m].wait();
+      std::memset(sends[m].data(), 0x5A, bytes);
+    }
+    for (uint32_t m = 0; m < recv_requests.size(); ++m) {
+      recv_requests[m].wait();
+      const std::size_t bad =
+          iris::example::check_block(recvs[m].data(), bytes, o.seed, from[m], it * 4 + m);
+      if (bad != bytes) {
+        std::cerr << "rank " << o.rank << " iteration " << it << " message " << m << " from rank "
+                  << from[m] << " (" << bytes << " bytes) wrong at byte " << bad << " (seed "
+                  << o.seed << ")\n";
+        return 2;
+      }
+    }
+    ++done;
+  }
+  std::cout << "ok rank " << o.rank << " iterations " << done << std::endl;
+  return 0;
+}
+
 // Every rank but the last passes correct all-to-all-v counts; the last expects one byte more from
 // rank 0 than rank 0 sends it. Every rank must see kSizeMismatch, and no byte outside the
 // receive blocks may change.
@@ -259,7 +334,7 @@ int main(int argc, char** argv) {
   app.add_option("--socket", o.socket)->required();
   app.add_option("--key", o.key);
   app.add_option("--mode", o.mode)
-      ->check(CLI::IsMember({"sweep", "hang", "comm-init", "v-mismatch", "node-address"}));
+      ->check(CLI::IsMember({"sweep", "p2p", "hang", "comm-init", "v-mismatch", "node-address"}));
   std::vector<std::string> collectives = kCollectives;
   collectives.push_back("mixed");
   app.add_option("--collective", o.collective)->check(CLI::IsMember(collectives));
@@ -296,6 +371,7 @@ int main(int argc, char** argv) {
     if (o.mode == "hang") return hang(o, client);
     if (o.mode == "comm-init") return comm_init_only(o, client);
     if (o.mode == "v-mismatch") return v_mismatch(o, client);
+    if (o.mode == "p2p") return p2p(o, client);
     return sweep(o, client);
   } catch (const iris::Error& e) {
     std::cerr << "rank " << o.rank << ": " << e.what() << std::endl;
