@@ -156,6 +156,94 @@ TEST(Resume, SendsAndReceivesComeThroughFiftyRestartsExactlyOnce) {
   for (pid_t pid : ranks) EXPECT_EQ(wait_for(pid), 0) << "a rank failed\n" << daemon.log();
 }
 
+// A rank resumed by hand: attached, its session ended (as a dead irisd ends it), its segment
+// brought back to irisd in a resume attach, its ring emptied as libiris empties it.
+struct HandResumed {
+  RawClient own;
+  RawSession session;
+  static HandResumed attach(const DaemonProcess& daemon, const std::string& name) {
+    HandResumed r{RawClient::attach(daemon.socket(), name), {}};
+    r.own.session.connection = net::Fd();
+    r.own.ring.view.ring_control->head.store(0);
+    r.own.ring.view.ring_control->tail.store(0);
+    r.own.ring.ring = shm::RingProducer<shm::SubmitEntry>(
+        r.own.ring.view.ring_control, r.own.ring.view.ring_entries, r.own.ring.view.ring_depth);
+    EXPECT_TRUE(eventually([&] {
+      net::Fd connection;
+      const auto answer = resume_attach(daemon.socket(), {r.own.ring.segment.fd()}, &connection);
+      if (answer.error_code() != 0) return false;  // the old session is still being ended
+      r.session = RawSession{std::move(connection), answer, {}};
+      return true;
+    }));
+    return r;
+  }
+  // Host memory of the resumed session, mapped here.
+  RawClient::HostBuffer allocate(uint64_t bytes) {
+    v1::SessionRequest request;
+    request.mutable_allocate_host()->set_bytes(bytes);
+    std::vector<net::Fd> fds;
+    const auto answer = session.call(request, &fds);
+    EXPECT_EQ(answer.error_code(), 0u) << answer.error_message();
+    own.buffers.push_back(shm::ShmSegment::map(std::move(fds.at(0))));
+    return {answer.registered().buffer_id(), static_cast<std::byte*>(own.buffers.back().data())};
+  }
+  // Resumes communicator `key` as `rank` of 2 with this progress on its channel to `peer`.
+  uint64_t resume(const std::string& key, uint32_t rank, bool send, uint64_t done_below) {
+    v1::SessionRequest request;
+    auto* init = request.mutable_comm_init();
+    init->set_key(key);
+    init->set_nranks(2);
+    init->set_rank(rank);
+    init->set_resume_seq(1);
+    init->set_comm_secret(std::string(16, 's'));
+    auto* progress = init->add_p2p_progress();
+    progress->set_peer(1 - rank);
+    progress->set_send(send);
+    progress->set_done_below(done_below);
+    const auto answer = session.call(request);
+    EXPECT_EQ(answer.error_code(), 0u) << answer.error_message();
+    return answer.comm_id();
+  }
+};
+
+// irisd died between the two completion words of a send and its receive: one side completed, the
+// other is submitted again. irisd completes that side without a copy (the bytes landed), whichever
+// rank comes back first, instead of matching it with the peer's next send or receive.
+TEST(Resume, ASideWhosePeerCompletedCompletesWithoutACopy) {
+  DaemonProcess daemon;
+  for (bool receiver_first : {false, true}) {
+    const std::string key = receiver_first ? "half-done-b" : "half-done-a";
+    auto sender = HandResumed::attach(daemon, "sender");
+    auto receiver = HandResumed::attach(daemon, "receiver");
+    // The receiver's buffer holds what the first copy left there: a second copy would be seen.
+    const auto landed = receiver.allocate(64);
+    std::memset(landed.data, 0x11, 64);
+    auto post_receive = [&](uint64_t comm) {
+      shm::SubmitEntry e = shm::collective_entry({.opcode = shm::Opcode::kRecv,
+                                                  .comm_id = comm,
+                                                  .send_buffer = shm::kNoBuffer,
+                                                  .send_offset = 0,
+                                                  .recv_buffer = landed.id,
+                                                  .recv_offset = 0,
+                                                  .bytes = 64,
+                                                  .root = 0});
+      e.seq = 1;  // its position in the channel
+      e.flags = shm::kResubmitted;
+      return receiver.own.submit(e);
+    };
+    uint32_t generation = 0;
+    if (receiver_first) {
+      generation = post_receive(receiver.resume(key, 1, false, 1));
+      sender.resume(key, 0, true, 2);  // it completed send 1
+    } else {
+      sender.resume(key, 0, true, 2);
+      generation = post_receive(receiver.resume(key, 1, false, 1));
+    }
+    EXPECT_EQ(receiver.own.wait(0, generation), ErrorCode::kOk) << key << "\n" << daemon.log();
+    EXPECT_EQ(std::count(landed.data, landed.data + 64, std::byte{0x11}), 64) << key;
+  }
+}
+
 // A resume may leave registrations behind (GPU memory freed since), which the client names until
 // their next lookup ends them: the next irisd must give the session none of its earlier ids again,
 // else a new buffer would take such an id and the stale one's end would free it.
