@@ -124,22 +124,19 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
   buffers_.deregister(sessions_.get(session_id), buffer_id);
 }
 
-uint64_t Runtime::comm_init(
-    uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
-    std::optional<NodesOfComm> nodes, uint64_t resume_seq,
-    const std::vector<uint64_t>& completed_after, const std::string& secret,
-    const std::vector<CommunicatorRegistry::ChannelProgress>& p2p_progress) {
+uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
+                            uint32_t rank, std::optional<NodesOfComm> nodes,
+                            const CommunicatorRegistry::Resume& resume) {
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
   if (nodes) {
     layout =
         scale_out_.check_layout(key, std::move(nodes->addresses), std::move(nodes->node_of_rank),
-                                std::move(nodes->secret), nranks, rank, resume_seq != 0);
+                                std::move(nodes->secret), nranks, rank, resume.seq != 0);
   }
-  const uint64_t id =
-      comms_.join(s, key, nranks, rank, layout, resume_seq, completed_after, secret, p2p_progress);
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume);
   // Sides of its peers waiting since the restart that this rank's side had completed.
-  if (resume_seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);
+  if (resume.seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);
   if (layout) {
     try {
       scale_out_.joined(*comms_.find(id));

@@ -75,10 +75,8 @@ class Runtime {
   // `resume_seq` > 0: the rank comes back after a restart with the communicator's `secret`
   // (CommunicatorRegistry::join). Returns the id; comms().find(id)->secret goes to the rank.
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
-                     std::optional<NodesOfComm> nodes = std::nullopt, uint64_t resume_seq = 0,
-                     const std::vector<uint64_t>& completed_after = {},
-                     const std::string& secret = {},
-                     const std::vector<CommunicatorRegistry::ChannelProgress>& p2p_progress = {});
+                     std::optional<NodesOfComm> nodes = std::nullopt,
+                     const CommunicatorRegistry::Resume& resume = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
   // How many of the nodes of the session's communicator `comm_id` have joined it, of how many

@@ -90,15 +90,11 @@ Communicator* CommunicatorRegistry::accepting(const std::string& lookup) const {
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                    uint64_t resume_seq,
-                                    const std::vector<uint64_t>& completed_after,
-                                    const std::string& secret,
-                                    const std::vector<ChannelProgress>& p2p_progress) {
+                                    const Resume& resume) {
   try {
-    return join_checked(s, key, nranks, rank, std::move(layout), resume_seq, completed_after,
-                        secret, p2p_progress);
+    return join_checked(s, key, nranks, rank, std::move(layout), resume);
   } catch (const Error& e) {
-    if (resume_seq != 0) {
+    if (resume.seq != 0) {
       // The operator sees who was refused, and whose communicator of that key is here.
       std::string owners;
       for (const auto& [id, comm] : comms_)
@@ -117,10 +113,11 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
 
 uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, uint32_t nranks,
                                             uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                            uint64_t resume_seq,
-                                            const std::vector<uint64_t>& completed_after,
-                                            const std::string& secret,
-                                            const std::vector<ChannelProgress>& p2p_progress) {
+                                            const Resume& resume) {
+  uint64_t resume_seq = resume.seq;  // an init in flight at the restart may turn it into a join
+  const std::vector<uint64_t>& completed_after = resume.completed_after;
+  const std::string& secret = resume.secret;
+  const std::vector<ChannelProgress>& p2p_progress = resume.p2p_progress;
   bool resuming = resume_seq != 0;
   uint64_t progress_entries = 0;
   for (const ChannelProgress& p : p2p_progress) {

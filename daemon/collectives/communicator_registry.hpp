@@ -13,6 +13,21 @@
 
 namespace iris::daemon {
 
+// A resuming rank's progress on one of its point-to-point channels (ChannelProgress).
+struct RankChannelProgress {
+  uint32_t peer;
+  bool send;
+  uint64_t done_below;
+  std::vector<uint64_t> done_after;
+};
+// What a rank resuming after a restart brings (CommInitRequest): `seq` > 0.
+struct RankResume {
+  uint64_t seq = 0;
+  std::vector<uint64_t> completed_after;
+  std::string secret;
+  std::vector<RankChannelProgress> p2p_progress;
+};
+
 class CommunicatorRegistry final : public Poller {
  public:
   static constexpr uint32_t kMaxRanks = 4096;
@@ -37,17 +52,10 @@ class CommunicatorRegistry final : public Poller {
   // The state a communicator makes irisd hold counts against its creator's uid, and what a
   // resuming rank adds (its completed sequence numbers) against the rank's, up to
   // max_comm_bytes_per_uid (kLimitExceeded past it).
-  // A resuming rank's progress on one of its point-to-point channels (ChannelProgress).
-  struct ChannelProgress {
-    uint32_t peer;
-    bool send;
-    uint64_t done_below;
-    std::vector<uint64_t> done_after;
-  };
+  using ChannelProgress = RankChannelProgress;
+  using Resume = RankResume;
   uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
-                std::shared_ptr<const NodeLayout> layout = nullptr, uint64_t resume_seq = 0,
-                const std::vector<uint64_t>& completed_after = {}, const std::string& secret = {},
-                const std::vector<ChannelProgress>& p2p_progress = {});
+                std::shared_ptr<const NodeLayout> layout = nullptr, const Resume& resume = {});
   static constexpr std::size_t kSecretBytes = 16;
   static constexpr std::size_t kMaxCompletedAfter = 1024;
   // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
@@ -68,9 +76,7 @@ class CommunicatorRegistry final : public Poller {
 
  private:
   uint64_t join_checked(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
-                        std::shared_ptr<const NodeLayout> layout, uint64_t resume_seq,
-                        const std::vector<uint64_t>& completed_after, const std::string& secret,
-                        const std::vector<ChannelProgress>& p2p_progress);
+                        std::shared_ptr<const NodeLayout> layout, const Resume& resume);
   void remove_if_unused(uint64_t comm_id);
   void count();
   std::string scope_of(uid_t uid, const std::string& key) const;

@@ -66,14 +66,16 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
           nodes = Runtime::NodesOfComm{{init.node_addresses().begin(), init.node_addresses().end()},
                                        {init.node_of_rank().begin(), init.node_of_rank().end()},
                                        init.secret()};
-        std::vector<CommunicatorRegistry::ChannelProgress> progress;
+        CommunicatorRegistry::Resume resume{
+            init.resume_seq(),
+            {init.completed_seqs().begin(), init.completed_seqs().end()},
+            init.comm_secret(),
+            {}};
         for (const auto& p : init.p2p_progress())
-          progress.push_back(
+          resume.p2p_progress.push_back(
               {p.peer(), p.send(), p.done_below(), {p.done_after().begin(), p.done_after().end()}});
-        const uint64_t comm_id = runtime.comm_init(
-            id, init.key(), init.nranks(), init.rank(), std::move(nodes), init.resume_seq(),
-            {init.completed_seqs().begin(), init.completed_seqs().end()}, init.comm_secret(),
-            progress);
+        const uint64_t comm_id =
+            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes), resume);
         response.set_comm_id(comm_id);
         response.set_comm_secret(runtime.comms().find(comm_id)->secret);
         break;
