@@ -149,6 +149,10 @@ if want resume; then
     python3 tests/python/gpu/fsdp_train_test.py --steps 300 --restart-irisd 5 --irisd "$bin/irisd" \
     >"$out/fsdp_restarts.txt" 2>&1
   resume_rc=$?
+  # A 3-stage 1F1B pipeline (sends and receives) through 5 SIGKILLs of irisd.
+  env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" timeout 300 \
+    python3 tests/python/gpu/pipeline_test.py --steps 150 --restart-irisd 5 --irisd "$bin/irisd" \
+    >>"$out/fsdp_restarts.txt" 2>&1 || resume_rc=$?
   for engine in cuda host; do
     timeout 300 "$bin/iris-bench-resume" --engine "$engine" --ranks 8 --registrations 100 \
       --restarts 5 >"$out/resume_$engine.md" 2>&1
@@ -262,7 +266,8 @@ if want p2p; then
   echo "-- GEMM beside sends and receives"; cat "$out/gemm_p2p.md"
 fi
 if want resume; then
-  echo "-- FSDP2 through irisd restarts (exit $resume_rc)"; grep -E "^FSDP2|^step|Error|failures" "$out/fsdp_restarts.txt" | tail -5
+  echo "-- FSDP2 and pipelining through irisd restarts (exit $resume_rc)"
+  grep -E "^FSDP2|^pipelining|^step|Error|failures" "$out/fsdp_restarts.txt" | tail -6
   echo "-- resume time"; cat "$out/resume_cuda.md" "$out/resume_host.md"
 fi
 if want freed; then

@@ -19,7 +19,8 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ranks  # noqa: E402
-from fsdp_train_test import LAYERS, VOCAB, build_model  # noqa: E402  the same small transformer
+from fsdp_train_test import (  # noqa: E402  the same small transformer, and irisd restarted
+    LAYERS, VOCAB, RestartingIrisd, build_model)
 
 SEQ, BATCH, MICRO = 16, 8, 4
 # How the backend orders ranks sharing a GPU, as on the GPU host (irisd.distributed).
@@ -198,7 +199,9 @@ def pipeline_run(rank, nranks, schedule_name, steps, compiled=False):
     schedule = cls(stage, **kwargs)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
     losses = []
-    for tokens in batches(steps).cuda():
+    for step, tokens in enumerate(batches(steps).cuda()):
+        if step == 1 and rank == 0 and os.environ.get("IRIS_TEST_TRAINING_MARKER"):
+            pathlib.Path(os.environ["IRIS_TEST_TRAINING_MARKER"]).touch()  # restarts may begin
         opt.zero_grad()
         if rank == 0:
             schedule.step(tokens[:, :-1].contiguous())  # the stages check strides
@@ -227,7 +230,25 @@ def pipeline_run(rank, nranks, schedule_name, steps, compiled=False):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--restart-irisd", type=int, default=0,
+                        help="only a 3-stage 1F1B run, through this many SIGKILLs of an irisd of "
+                        "this script's own (--irisd PATH)")
+    parser.add_argument("--irisd")
     args = parser.parse_args()
+    if args.restart_irisd:
+        # Every send and receive of the schedule comes through the restarts exactly once: the
+        # losses and parameters still equal the single-process run's.
+        restarting = RestartingIrisd(args.irisd, args.restart_irisd)
+        try:
+            results = ranks.run(pipeline_run, nranks=3, args=("Schedule1F1B", args.steps),
+                                timeout=300)
+        finally:
+            restarting.stop()
+        print(f"pipelining Schedule1F1B through irisd restarts (shared GPU: {SHARED_GPU}): 3 "
+              f"stages, {args.steps} steps, irisd SIGKILLed {restarting.under_training} times "
+              f"during them; losses equal the single-process run's within rtol 1e-4; max "
+              f"parameter difference {max(r['worst'] for r in results.values()):.2e}")
+        return
     for n in (2, 3):
         results = ranks.run(p2p_checks, nranks=n, timeout=90)
         print(f"torch point to point on irisd (shared GPU: {SHARED_GPU}): {n} ranks, "
