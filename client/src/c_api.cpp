@@ -85,11 +85,32 @@ const char* iris_error_name(int code) {
 }
 
 int iris_connect(const char* socket_path, const char* name, iris_client** out) {
+  return iris_connect_with(socket_path, name, nullptr, out);
+}
+
+int iris_connect_with(const char* socket_path, const char* name, const iris_client_options* given,
+                      iris_client** out) {
   if (out == nullptr) return null_argument("out");
   return guarded([&] {
     iris::ClientOptions options;
     if (socket_path != nullptr) options.socket_path = socket_path;
     if (name != nullptr) options.client_name = name;
+    if (given != nullptr) {
+      if (given->struct_size < sizeof(iris_client_options))
+        throw iris::Error(iris::ErrorCode::kInvalidArgument,
+                          "iris_client_options.struct_size is " +
+                              std::to_string(given->struct_size) + ", this libiris needs " +
+                              std::to_string(sizeof(iris_client_options)) +
+                              ": set it to sizeof(iris_client_options)");
+      if (given->submit_timeout_ns >= 0)
+        options.submit_timeout = std::chrono::nanoseconds(given->submit_timeout_ns);
+      if (given->resume_window_ms >= 0)
+        options.resume_window = std::chrono::milliseconds(given->resume_window_ms);
+      if (given->wait_spin_us >= 0)
+        options.wait_spin = std::chrono::microseconds(given->wait_spin_us);
+      if (given->gpu_registration_cache >= 0)
+        options.gpu_registration_cache = static_cast<std::size_t>(given->gpu_registration_cache);
+    }
     *out = new iris_client{iris::Client::connect(options)};
   });
 }

@@ -68,7 +68,7 @@ void PointToPoint::resumed_rank(const Communicator& parent, uint32_t rank) {
   if (it == by_parent_.end()) return;
   OfComm& state = *it->second;
   for (auto c = state.channels.begin(); c != state.channels.end();) {
-    const auto [src, dst] = c->first;
+    const uint32_t src = c->first.first, dst = c->first.second;  // captured below
     for (bool sends : {true, false}) {
       // A waiting send whose receiver is `rank`, or a waiting receive whose sender is.
       if ((sends ? dst : src) != rank) continue;

@@ -103,6 +103,7 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
         describe_rank(*comm, sessions, r, *f->add_missing());
       }
     }
+    const Communicator& parent = *comm;  // a structured binding cannot be captured (C++17)
     p2p.for_each_waiting(id, [&](uint32_t src, uint32_t dst, bool is_send, uint64_t bytes,
                                  std::chrono::steady_clock::time_point posted) {
       auto* w = info->add_waiting_p2p();
@@ -112,7 +113,7 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
       w->set_bytes(bytes);
       w->set_waiting_seconds(seconds_since(posted));
       const uint32_t peer = is_send ? dst : src;
-      if (peer < comm->nranks) describe_rank(*comm, sessions, peer, *w->mutable_waits_on());
+      if (peer < parent.nranks) describe_rank(parent, sessions, peer, *w->mutable_waits_on());
     });
   }
 }

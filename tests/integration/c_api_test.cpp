@@ -162,6 +162,36 @@ TEST(CApi, EveryCollective) {
   EXPECT_NE(std::string(iris_last_error()).find("legacy default stream"), std::string::npos);
 }
 
+// iris_connect_with carries what iris::ClientOptions sets: a client with a resume window of 0
+// fails at once when irisd dies (irisd's own window, 60 s, would make it wait); a struct of
+// another size is refused with the reason.
+TEST(CApi, ClientOptionsTakeEffect) {
+  DaemonProcess daemon;
+  iris_client_options older{sizeof(uint32_t) + sizeof(int64_t), -1, 0, -1, -1};
+  iris_client* refused = nullptr;
+  EXPECT_EQ(iris_connect_with(daemon.socket().c_str(), "older", &older, &refused),
+            IRIS_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(iris_last_error()).find("struct_size"), std::string::npos)
+      << iris_last_error();
+  EXPECT_EQ(refused, nullptr);
+  Rank r;
+  iris_client_options options{sizeof(iris_client_options), -1, 0, 0, -1};
+  ASSERT_EQ(iris_connect_with(daemon.socket().c_str(), "no-window", &options, &r.client), IRIS_OK)
+      << iris_last_error();
+  ASSERT_EQ(iris_comm_init(r.client, "options", 2, 0, &r.comm), IRIS_OK) << iris_last_error();
+  ASSERT_EQ(iris_allocate(r.client, 64, &r.send), IRIS_OK) << iris_last_error();
+  ASSERT_EQ(iris_allocate(r.client, 128, &r.recv), IRIS_OK) << iris_last_error();
+  iris_request* pending = nullptr;  // rank 1 never comes
+  ASSERT_EQ(iris_all_gather(r.comm, iris_buffer_data(r.send), iris_buffer_data(r.recv), 64, nullptr,
+                            &pending),
+            IRIS_OK)
+      << iris_last_error();
+  daemon.kill();
+  EXPECT_EQ(iris_request_wait(pending, 10'000'000'000), IRIS_ERROR_DAEMON_GONE)
+      << iris_last_error();
+  iris_request_release(pending);
+}
+
 TEST(CApi, ErrorCodesMatchTheCppList) {
   // iris.h spells each code out for C; both lists must agree, name for name.
   const std::pair<int, const char*> c_codes[] = {

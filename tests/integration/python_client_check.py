@@ -86,6 +86,19 @@ poison()
 both(lambda r: comms[r].scatter(sends[r] if r == 0 else None, recvs[r], half, 0))
 assert bytes(recvs[1].view()[:half]) == data[0][half:2 * half]
 
+# What ClientOptions sets, from Python: the client works with every option given, and a
+# negative value is refused with the reason.
+tuned = irisd.Client(socket, name="python-options", resume_window=0, submit_timeout=0.5,
+                     wait_spin=0, gpu_registration_cache=0)
+solo = irisd.Communicator(tuned, "python-options", 1, 0)
+buf = tuned.allocate(32)
+solo.all_gather(buf, buf, 32).wait()
+try:
+    irisd.Client(socket, resume_window=-1)
+    raise AssertionError("a negative resume window was accepted")
+except irisd.IrisError as e:
+    assert e.name == "invalid_argument" and "resume_window" in e.message, e
+
 try:
     comms[0].all_to_all_v(sends[0], [1], [0], recvs[0], [1, 1], [0, 1])
     raise AssertionError("counts of the wrong length were accepted")

@@ -53,6 +53,25 @@ const char* iris_error_name(int code);
  * shown by
  * `iris-ctl sessions` (may be NULL). */
 int iris_connect(const char* socket_path, const char* name, iris_client** out);
+
+/* What iris::ClientOptions sets besides the socket and name. Set struct_size to
+ * sizeof(iris_client_options); a field below 0 keeps its default. */
+typedef struct iris_client_options {
+  uint32_t struct_size;
+  /* How long a submission waits for room in the ring before it fails with busy (default: for
+   * ever). */
+  int64_t submit_timeout_ns;
+  /* How long calls wait for a restarted irisd (default: $IRIS_RESUME_WINDOW_MS, else irisd's
+   * --resume-window-ms); 0 fails with daemon_gone at once. */
+  int64_t resume_window_ms;
+  /* How long wait() polls before it sleeps (default: $IRIS_WAIT_SPIN_US, else 50). */
+  int64_t wait_spin_us;
+  /* First-use GPU registrations kept (default 1024; 0 turns first-use registration off). */
+  int64_t gpu_registration_cache;
+} iris_client_options;
+/* iris_connect with `options` (NULL: every default). */
+int iris_connect_with(const char* socket_path, const char* name, const iris_client_options* options,
+                      iris_client** out);
 /* Detaches (pending requests fail) and frees the client. */
 void iris_client_release(iris_client* client);
 /* "host", "cuda" or "hsa": the engine irisd runs. */

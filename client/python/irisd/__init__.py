@@ -83,6 +83,13 @@ class IrisError(RuntimeError):
         return cls(int(code), code.name.lower(), message)
 
 
+class _ClientOptions(ctypes.Structure):
+    """iris_client_options (iris.h)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("submit_timeout_ns", ctypes.c_int64),
+                ("resume_window_ms", ctypes.c_int64), ("wait_spin_us", ctypes.c_int64),
+                ("gpu_registration_cache", ctypes.c_int64)]
+
+
 class _IrisStream(ctypes.Structure):
     _fields_ = [("handle", ctypes.c_void_p), ("kind", ctypes.c_int)]
 
@@ -133,6 +140,8 @@ def _load():
         "iris_last_error": ([], ctypes.c_char_p),
         "iris_error_name": ([ctypes.c_int], ctypes.c_char_p),
         "iris_connect": ([ctypes.c_char_p, ctypes.c_char_p, out], ctypes.c_int),
+        "iris_connect_with": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ClientOptions),
+                               out], ctypes.c_int),
         "iris_client_release": ([p], None),
         "iris_client_engine": ([p], ctypes.c_char_p),
         "iris_allocate": ([p, size, out], ctypes.c_int),
@@ -241,13 +250,30 @@ class Client:
     """An attached session of irisd. Buffers it registers stay registered while it lives, also
     when the caller drops them (release() or close() ends them)."""
 
-    def __init__(self, socket_path=None, name=None):
+    def __init__(self, socket_path=None, name=None, *, resume_window=None, submit_timeout=None,
+                 wait_spin=None, gpu_registration_cache=None):
+        """As iris::ClientOptions: `resume_window` (seconds calls wait for a restarted irisd; 0
+        fails at once), `submit_timeout` (seconds a submission waits for ring room, then busy),
+        `wait_spin` (seconds wait() polls before it sleeps), `gpu_registration_cache` (first-use
+        GPU registrations kept; 0 turns them off). None keeps the default."""
         self._handle = None
         self._buffers = {}  # id -> Buffer: registrations live as long as the client
         self._tensors = {}  # (address, bytes) -> Buffer, so a tensor registers once
-        self._handle = _created(_lib.iris_connect,
+
+        def chosen(value, scale, what):
+            if value is None:
+                return -1
+            if value < 0:
+                raise IrisError.of(ErrorCode.INVALID_ARGUMENT, f"Client: {what} must be >= 0")
+            return int(value * scale)
+        options = _ClientOptions(ctypes.sizeof(_ClientOptions),
+                                 chosen(submit_timeout, 1e9, "submit_timeout"),
+                                 chosen(resume_window, 1e3, "resume_window"),
+                                 chosen(wait_spin, 1e6, "wait_spin"),
+                                 chosen(gpu_registration_cache, 1, "gpu_registration_cache"))
+        self._handle = _created(_lib.iris_connect_with,
                                 socket_path.encode() if socket_path else None,
-                                name.encode() if name else None)
+                                name.encode() if name else None, ctypes.byref(options))
 
     @property
     def engine(self):

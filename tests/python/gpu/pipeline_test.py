@@ -16,6 +16,7 @@ import inspect
 import os
 import pathlib
 import sys
+import threading
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ranks  # noqa: E402
@@ -107,6 +108,40 @@ def p2p_checks(rank, nranks):
         assert bool((wide[:, 1::2] == -1).all()), "a strided receive wrote between its columns"
         checks += 1
         del out
+    # The cases issue 47 ran before a stream waited for ever with 3 and 4 ranks: zero elements,
+    # mixed dtypes in one batch, a send to oneself, 64 receives then 64 sends outstanding waited
+    # in reverse; the refused receive from any source then comes last, and the GPU must still
+    # finish its work (synchronize, bounded by the caller's timeout).
+    empty = torch.empty(0, device="cuda")
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, empty, nxt),
+                                     dist.P2POp(dist.irecv, torch.empty(0, device="cuda"), prev)]):
+        w.wait()
+    a_out = torch.full((100,), -1, dtype=torch.int64, device="cuda")
+    b_out = torch.full((33,), -1.0, dtype=torch.float16, device="cuda")
+    mixed = [dist.P2POp(dist.isend, torch.arange(100, device="cuda") + rank, nxt),
+             dist.P2POp(dist.isend, torch.full((33,), float(rank), dtype=torch.float16,
+                                               device="cuda"), nxt),
+             dist.P2POp(dist.irecv, a_out, prev), dist.P2POp(dist.irecv, b_out, prev)]
+    for w in dist.batch_isend_irecv(mixed):
+        w.wait()
+    assert torch.equal(a_out, torch.arange(100, device="cuda") + prev)
+    assert bool((b_out == float(prev)).all())
+    checks += 1
+    self_out = torch.empty(10, device="cuda")
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(10, device="cuda") * rank,
+                                                rank),
+                                     dist.P2POp(dist.irecv, self_out, rank)]):
+        w.wait()
+    assert bool((self_out == rank).all())
+    checks += 1
+    outs = [torch.full((8,), -1.0, device="cuda") for _ in range(64)]
+    recvs = [dist.irecv(o, prev) for o in outs]
+    sends = [dist.isend(torch.full((8,), float(rank * 100 + i), device="cuda"), nxt)
+             for i in range(64)]
+    for w in reversed(recvs + sends):
+        w.wait()
+    assert all(bool((o == prev * 100 + i).all()) for i, o in enumerate(outs))
+    checks += 1
     # A host wait bounded by its timeout: no rank sends until every rank's wait ran out.
     if SHARED_GPU == "host":
         from datetime import timedelta
@@ -128,6 +163,10 @@ def p2p_checks(rank, nranks):
         raise AssertionError("a receive from any source was accepted")
     except Exception as e:  # noqa: BLE001 - whatever torch wraps it in, the reason is irisd's
         assert "any source" in str(e), e
+    finished = threading.Event()
+    threading.Thread(target=lambda: (torch.cuda.synchronize(), finished.set()),
+                     daemon=True).start()
+    assert finished.wait(60), "the GPU's work did not finish after the refused receive"
     return checks
 
 
@@ -249,8 +288,8 @@ def main():
               f"during them; losses equal the single-process run's within rtol 1e-4; max "
               f"parameter difference {max(r['worst'] for r in results.values()):.2e}")
         return
-    for n in (2, 3):
-        results = ranks.run(p2p_checks, nranks=n, timeout=90)
+    for n in (2, 3, 4):
+        results = ranks.run(p2p_checks, nranks=n, timeout=120)
         print(f"torch point to point on irisd (shared GPU: {SHARED_GPU}): {n} ranks, "
               f"{sum(results.values())} checks, 0 failures")
     for schedule in ("ScheduleGPipe", "Schedule1F1B"):
