@@ -140,11 +140,16 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     throw Error(ErrorCode::kPermissionDenied,
                 "only a session resuming after irisd restarted may resume a communicator; a new "
                 "session joins with resume_seq 0");
-  if (resuming && secret.size() != kSecretBytes)
+  // libiris of the previous release resumes without a secret. Where keys are each user's own
+  // that is only the same user's word, so it is taken (its ranks meet one another); where users
+  // share communicators the secret is what keeps another user out.
+  const bool secretless_ok = secret.empty() && !config_.allow_cross_uid_comms;
+  if (resuming && secret.size() != kSecretBytes && !secretless_ok)
     throw Error(ErrorCode::kInvalidArgument,
                 "resuming communicator '" + printable(key, 64) + "' takes the " +
                     std::to_string(kSecretBytes) +
-                    "-byte secret irisd gave it at creation (a libiris older than this irisd?); "
+                    "-byte secret irisd gave it at creation (users share communicators here, "
+                    "allow_cross_uid_comms; a libiris older than this irisd does not send it): "
                     "create a new communicator");
   if (completed_after.size() > kMaxCompletedAfter ||
       std::any_of(completed_after.begin(), completed_after.end(),

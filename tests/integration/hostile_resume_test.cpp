@@ -241,6 +241,27 @@ TEST(HostileResume, ASquatterCannotMakeAResumingJobFail) {
   EXPECT_NE(log.find("uid 65534"), std::string::npos) << log;
 }
 
+// Where users share communicators (--allow-cross-uid-comms) the key alone is no proof: a resume
+// must bring the communicator's secret, and one without it is refused, logged with both uids.
+TEST(HostileResume, WhereUsersShareCommunicatorsAResumeNeedsTheSecret) {
+  DaemonProcess daemon({"--allow-cross-uid-comms"});
+  auto honest = Client::connect(options_for(daemon, "honest"));
+  auto comm = Communicator::init(honest, "shared-key", 2, 0);
+  ChildChecks checks;
+  auto own = RawClient::attach(daemon.socket(), "claimant");
+  RawSession resumed = resumed_session(daemon.socket(), own, checks);
+  ASSERT_EQ(checks.failures, 0);
+  v1::SessionRequest request = resume_comm_request("shared-key", 2, 1, "");
+  const auto refused = resumed.call(request);
+  EXPECT_EQ(refused.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument))
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("secret"), std::string::npos) << refused.error_message();
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("could not resume communicator 'shared-key'") != std::string::npos;
+  })) << daemon.log();
+  EXPECT_NE(daemon.log().find("of uid " + std::to_string(::getuid())), std::string::npos);
+}
+
 // Seen: 16 sessions of one user made irisd hold 5.2 GB with resuming communicators of 4096 ranks
 // (2.1 GB stayed after they closed). What a user's communicators hold is now counted, bounded by
 // --max-comm-bytes-per-uid, shown by iris-ctl, and given back when the sessions go.
