@@ -3,7 +3,7 @@
 // and graph plans again under the ids and places they had, and submit again the requests irisd had
 // not completed. Everything a collective needs lives here in the client (its memory, its streams
 // waiting on flags, its sequence of calls), so a restart of irisd is a pause. Why running an
-// unfinished collective again is safe, and where it is not: docs/ARCHITECTURE.md, "Restarts".
+// unfinished collective again is safe, and where it is not: docs/RESTARTS.md.
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
