@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -186,28 +190,61 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
   auto pause = [&](int lo_ms, int hi_ms) {
     ::usleep(1000 * std::uniform_int_distribution<int>(lo_ms, hi_ms)(random));
   };
-  pause(300, 300);
   // Rejoins node n has seen (of the other node, after its restarts).
   auto rejoins_seen = [&](uint32_t n) { return sent_again_per_rejoin(job.nodes[n]->log()).size(); };
+  // Debian 12's UCX (1.13.1) asserts in its TCP transport's error paths, aborting a process
+  // whose connection to a peer fails at the wrong moment: "got REP message" in
+  // ucp_request_send_state_ff when the peer died while a wire-up reply waited on it (an assertion
+  // upstream relaxed: openucx/ucx pull request 8175), and "comp->count > 0" in uct_iface.h when a
+  // failed send's completion comes twice. So a node whose peer is killed may die of UCX's own
+  // assertion. systemd starts irisd again and its ranks resume: so does this test, for such an
+  // abort only (any other death fails it), and the job must still complete every collective once.
+  int ucx_aborts = 0;
+  auto revive = [&](uint32_t m) -> bool {
+    const std::optional<int> status = job.nodes[m]->ended();
+    if (!status) return false;
+    const std::string log = job.nodes[m]->log();
+    const std::size_t started = log.rfind("info [irisd] irisd ");
+    const std::size_t assertion = log.find("Assertion `", started);
+    const bool ucx_abort = *status == 128 + SIGABRT && assertion != std::string::npos &&
+                           log.find("libucs.so", assertion) != std::string::npos;
+    EXPECT_TRUE(ucx_abort) << "node " << m << " died (status " << *status << ")\n" << logs(job);
+    if (!ucx_abort) return false;
+    ++ucx_aborts;
+    const std::size_t seen = rejoins_seen(1 - m);
+    job.nodes[m]->start();
+    for (int i = 0; i < 3000 && rejoins_seen(1 - m) == seen; ++i) ::usleep(10 * 1000);
+    return true;
+  };
+  auto revive_both = [&] { return revive(0) | revive(1); };
+  // The one loss docs/SCALE-OUT.md names: a small block whose eager send had completed when its
+  // node's irisd died, before it arrived. The other node fails that collective as peer_lost,
+  // saying so, and the job ends there: its ranks may end with that code, nothing else.
+  auto eager_loss = [&] {
+    return logs(job).find("whose irisd then died before the rank's data reached") !=
+           std::string::npos;
+  };
+  pause(300, 300);
   // Node 1 three times, then node 0 three times (a rolling restart: node 0's ranks still hold
   // node 1's first address), and again. One node at a time, as docs/OPERATIONS.md says: before
   // the other node's turn, the node restarted last has rejoined it (two nodes restarting at once
   // cannot find each other).
   std::size_t seen_before = 0;  // by the other node, before this turn's last restart
-  for (int k = 0; k < 12; ++k) {
+  for (int k = 0; k < 12 && !::testing::Test::HasFailure() && !eager_loss(); ++k) {
     const uint32_t n = (k / 3) % 2 == 0 ? 1 : 0;
     DaemonProcess& node = *job.nodes[n];
     if (k > 0 && k % 3 == 0) {
       const uint32_t other = 1 - n;  // restarted last; node n must have seen it come back
       bool back = false;
       for (int i = 0; i < 3000 && !back; ++i) {
-        back = rejoins_seen(n) > seen_before;
+        back = rejoins_seen(n) > seen_before || revive_both() || eager_loss();
         if (!back) ::usleep(10 * 1000);
       }
       ASSERT_TRUE(back) << "node " << other << " did not rejoin node " << n << " within 30 s\n"
                         << logs(job);
     }
     pause(50, 400);
+    revive_both();
     if (k % 4 == 3)
       EXPECT_EQ(node.stop(), 0) << "irisd died by a signal while stopping\n" << logs(job);
     else
@@ -220,11 +257,34 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
   const int fd = ::open(stop.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   ::close(fd);
-  for (uint32_t r = 0; r < ranks.size(); ++r)
-    EXPECT_EQ(wait_for(ranks[r]), 0) << "rank " << r << " (seed " << seed << ")\n" << logs(job);
+  std::vector<int> codes(ranks.size(), -1);
+  for (int i = 0; i < 12000 && std::count(codes.begin(), codes.end(), -1) > 0; ++i) {
+    revive_both();
+    for (uint32_t r = 0; r < ranks.size(); ++r) {
+      int status = 0;
+      if (codes[r] == -1 && ::waitpid(ranks[r], &status, WNOHANG) == ranks[r])
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    ::usleep(10 * 1000);
+  }
+  const bool lost = eager_loss();
+  for (uint32_t r = 0; r < ranks.size(); ++r) {
+    if (lost && codes[r] == 10 + static_cast<int>(ErrorCode::kPeerLost)) continue;
+    EXPECT_EQ(codes[r], 0) << "rank " << r << " (seed " << seed
+                           << "; -1: still running after 120 s)\n"
+                           << logs(job);
+    if (codes[r] == -1) {
+      ::kill(ranks[r], SIGKILL);
+      wait_for(ranks[r]);
+    }
+  }
+  if (lost) std::printf("a small block was lost with its node's irisd (the eager window)\n");
+  if (ucx_aborts > 0)
+    std::printf("UCX 1.13's own assertions aborted a node %d times; started again\n", ucx_aborts);
   // Each node held the other and sent it again what its ranks still needed, some of it data of
   // collectives in flight. (Not every restart rejoins: an irisd killed again before all its
   // ranks came back never does.)
+  if (lost) return;
   uint64_t sent_again = 0;
   for (uint32_t n = 0; n < 2; ++n) {
     const std::vector<uint64_t> rejoins = sent_again_per_rejoin(job.nodes[n]->log());

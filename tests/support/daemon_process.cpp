@@ -160,6 +160,15 @@ int DaemonProcess::stop() {
   return status;
 }
 
+std::optional<int> DaemonProcess::ended() {
+  if (pid_ <= 0) return std::nullopt;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return std::nullopt;
+  pid_ = -1;
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 void DaemonProcess::kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -35,6 +36,9 @@ class DaemonProcess {
   int stop();
   // SIGKILL and wait: leaves sockets and segments behind, as a crash would.
   void kill();
+  // irisd's exit status (128 + signal) once it has ended on its own, without waiting; nullopt
+  // while it runs (or once stopped or killed).
+  std::optional<int> ended();
   // The daemon's log so far.
   std::string log() const;
 
