@@ -109,16 +109,7 @@ TEST(Resume, StoppingUnderLoadNeverCrashes) {
       daemon, 8,
       {"--key", "heavy", "--collective", "all_gather", "--max-bytes", "16777216", "--iterations",
        "1000000", "--inflight", "2", "--seed", std::to_string(seed), "--stop-file", stop});
-  // Every rank attached and copying before the first stop (a rank still attaching when irisd
-  // stops has no session to resume yet: it fails to attach, as it should).
-  ASSERT_TRUE(eventually(
-      [&] {
-        const auto stats = ctl_json(daemon, {"stats"})["stats"];
-        return uint64_t(stats["sessions"]) == ranks.size() &&
-               uint64_t(stats["ring_entries_total"]) > 8 * ranks.size();
-      },
-      120s))
-      << daemon.log();
+  ASSERT_TRUE(ranks_running(daemon, ranks.size(), 120s)) << daemon.log();
   std::mt19937_64 random(seed);
   for (int k = 0; k < 8; ++k) {
     std::this_thread::sleep_for(
@@ -146,14 +137,7 @@ TEST(Resume, SendsAndReceivesComeThroughFiftyRestartsExactlyOnce) {
       start_ranks(daemon, 4,
                   {"--mode", "p2p", "--key", "ring", "--max-bytes", "1048576", "--iterations",
                    "100000000", "--seed", std::to_string(seed), "--stop-file", stop});
-  ASSERT_TRUE(eventually(
-      [&] {
-        const auto stats = ctl_json(daemon, {"stats"})["stats"];
-        return uint64_t(stats["sessions"]) == ranks.size() &&
-               uint64_t(stats["ring_entries_total"]) > 8 * ranks.size();
-      },
-      120s))
-      << daemon.log();
+  ASSERT_TRUE(ranks_running(daemon, ranks.size(), 120s)) << daemon.log();
   std::mt19937_64 random(seed);
   uint64_t rerun = 0;
   for (int k = 0; k < 50; ++k) {
