@@ -45,8 +45,6 @@ import itertools
 import os
 import secrets
 import threading
-import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -54,6 +52,8 @@ from torch._C import _distributed_c10d as c10d  # the options types, in every to
 from torch.distributed import ReduceOp
 
 import irisd
+from irisd.point_to_point import PointToPoint
+from irisd.torch_work import Work, _checked, _current_stream, _current_stream_handle, _flat, _nbytes
 
 BACKEND = "irisd"
 
@@ -68,28 +68,6 @@ def client():
         if _client is None:
             _client = irisd.Client(name=f"torch rank {dist.get_rank() if dist.is_initialized() else '?'}")
         return _client
-
-
-def _nbytes(t):
-    return t.numel() * t.element_size()
-
-
-def _checked(t, op, what):
-    """`t` itself, once it is a contiguous CUDA tensor: irisd needs only its address and size."""
-    if t.device.type != "cuda":
-        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                             f"{op}: {what} is on {t.device}; the irisd backend takes CUDA tensors "
-                             "(CPU tensors go to gloo: init with backend=\"cpu:gloo,cuda:irisd\")")
-    if not t.is_contiguous():
-        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                             f"{op}: {what} is not contiguous; pass tensor.contiguous()")
-    return t
-
-
-def _flat(t, op, what):
-    """`t` checked as _checked does, as one dimension (for the calls that reshape it)."""
-    t = _checked(t, op, what)
-    return t.view(-1) if t.dim() != 1 else t
 
 
 def _reduce(stacked, op, out, nranks, name):
@@ -124,46 +102,6 @@ def _op_of(opts):
     return getattr(op, "op", op)
 
 
-class _HostRequests:
-    """What a Work of ranks sharing a GPU waits for: irisd requests made without a stream, waited
-    for on the host (synchronize() and query() as a torch event's), then `after` (copies of
-    received data into non-contiguous tensors), once."""
-
-    def __init__(self, requests, after=()):
-        self.requests, self.after = requests, list(after)
-
-    def _finish(self):
-        after, self.after = self.after, []
-        for f in after:
-            f()
-
-    def synchronize(self, timeout=None):
-        """False when `timeout` (a timedelta) ran out first."""
-        if timeout is None:
-            irisd.wait_all(self.requests)
-        else:
-            deadline = time.monotonic() + timeout.total_seconds()
-            for r in self.requests:
-                if not r.wait(max(0.0, deadline - time.monotonic())):
-                    return False
-        self._finish()
-        return True
-
-    def query(self):
-        done = all(_finished(r) for r in self.requests)  # a failure: wait() raises it
-        if done:
-            self._finish()
-        return done
-
-
-def _finished(request, block=False):
-    """Whether `request` completed, failed or not (waiting for it when `block`)."""
-    try:
-        return request.wait() if block else request.test()
-    except irisd.IrisError:
-        return True
-
-
 class _OnHost:
     """Where the collectives of ranks sharing a GPU are ordered: `stream` (the caller's) is
     synchronized before irisd is called, and irisd's call waited for on the host."""
@@ -194,106 +132,7 @@ def _ranks_share_a_gpu(store, rank, size):
     return all(uuids) and len(set(uuids)) < size
 
 
-_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def _device_index(device):
-    """`device`'s CUDA index; the current device's when it names none."""
-    index = getattr(device, "index", None)
-    return index if index is not None else torch.cuda.current_device()
-
-
-def _current_stream_handle(device):
-    """The handle (cudaStream_t as an int) of the current stream on `device`: all irisd needs,
-    without building torch's Stream object, which costs about 5 us of the host's time per call
-    (measured on the GPU host, torch 2.11)."""
-    index = _device_index(device)
-    if _current_raw_stream is not None:
-        return _current_raw_stream(index)
-    return torch.cuda.current_stream(index).cuda_stream
-
-
-_streams_by_handle = {}
-
-
-def _current_stream(device):
-    """torch's Stream for the current stream on `device`, made once per stream handle:
-    torch.cuda.current_stream builds a new object on every call (about 5 us of the host's time,
-    measured on the GPU host, torch 2.11), a cost asynchronous calls and Work.wait() paid each
-    time. The Stream only names the handle, so one kept for a destroyed stream is harmless; the
-    table is cleared when it grows past a few hundred streams."""
-    index = _device_index(device)
-    if _current_raw_stream is None:
-        return torch.cuda.current_stream(index)
-    key = (index, _current_raw_stream(index))
-    stream = _streams_by_handle.get(key)
-    if stream is None:
-        if len(_streams_by_handle) >= 256:
-            _streams_by_handle.clear()
-        stream = (torch.cuda.default_stream(index) if key[1] == 0 else
-                  torch.cuda.ExternalStream(key[1], device=index))
-        _streams_by_handle[key] = stream
-    return stream
-
-
-class Work(dist.Work):
-    """An irisd collective ordered on a stream: wait() orders the caller's current stream after
-    it (the host does not wait), synchronize() waits on the host. `done` is the event recorded
-    after it, or the handle of the stream it was issued on (a blocking call issued on the
-    caller's own stream, on `device`), or _HostRequests (ranks sharing a GPU: wait() waits on
-    the host), or None (finished when the call returned)."""
-
-    def __init__(self, group, done, result, device=None):
-        super().__init__()
-        self._group, self._done, self._result, self._device = group, done, result, device
-
-    def _waitable(self):
-        """What synchronize() and query() wait on: the event, or the stream issued on."""
-        if isinstance(self._done, int):
-            return torch.cuda.ExternalStream(self._done, device=self._device)
-        return self._done
-
-    def wait(self, timeout=None):
-        """Waits on the host for what waits there (ranks sharing a GPU); `timeout` (a timedelta;
-        none or 0: no bound) bounds that wait, past it IrisError(TIMEOUT). Stream-ordered work
-        is only made the current stream's to wait for."""
-        done = self._done
-        if isinstance(done, _HostRequests):
-            bound = timeout if timeout else None  # torch's kNoTimeout is a timedelta of 0
-            if not done.synchronize(bound):
-                raise irisd.IrisError.of(irisd.ErrorCode.TIMEOUT,
-                                         f"irisd: the operation was not done within {bound} "
-                                         "(its peers have not all called it; iris-ctl comms "
-                                         "shows which ranks it waits on)")
-        elif isinstance(done, torch.cuda.Event):
-            _current_stream(done.device).wait_event(done)
-        elif done is not None and _current_stream_handle(self._device) != done:
-            _current_stream(self._device).wait_stream(self._waitable())
-        self._group._raise_failures(block=False)
-        return True
-
-    def synchronize(self):
-        if self._done is not None:
-            self._waitable().synchronize()
-        self._group._raise_failures(block=True)
-
-    def is_completed(self):
-        return self._done is None or self._waitable().query()
-
-    def is_success(self):
-        return self.is_completed()
-
-    def result(self):
-        return self._result
-
-    def get_future(self):
-        self.synchronize()
-        future = torch.futures.Future()
-        future.set_result(self._result)
-        return future
-
-
-class IrisProcessGroup(dist.ProcessGroup):
+class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
     """One process group: an irisd communicator for CUDA tensors, gloo for CPU tensors."""
 
     def __init__(self, store, rank, size, timeout):
@@ -674,110 +513,6 @@ class IrisProcessGroup(dist.ProcessGroup):
         self._raise_failures(block=False)
         self.comm.barrier()
         return Work(self, None, [])
-
-    # Point to point. Sends and receives each have a stream of their own: on one stream a send
-    # (which the stream waits for until the peer receives) would hold back the receive after it,
-    # and two ranks exchanging with isend then irecv would wait for each other for ever. torch's
-    # batch_isend_irecv issues such lists op by op for a group that is not its own C++ class.
-    # Ranks sharing a GPU wait on the host instead (_send_on_host, _recv_on_host).
-    # A dense tensor that is not contiguous (a transpose, a slice of rows) travels through a
-    # contiguous copy, as with NCCL: the send's copy made on the caller's stream, the receive's
-    # copied into the tensor once it landed.
-    def send(self, tensors, dst, tag=0):
-        t = tensors[0]
-        if t.device.type == "cpu":
-            return self._gloo.send(tensors, dst, tag)
-        src = _flat(t if t.is_contiguous() else t.contiguous(), "send", "tensor")
-        if self._p2p_waits_on_host():
-            return self._p2p_issued(t, self._send_on_host(src, dst))
-        return self._p2p(t, "sends",
-                         lambda s: self.comm.send(self._mem(src), _nbytes(src), dst, stream=s),
-                         keep=[t, src])
-
-    def recv(self, tensors, src, tag=0):
-        t = tensors[0]
-        if t.device.type == "cpu":
-            return self._gloo.recv(tensors, src, tag)
-        landing = t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
-        dst = _flat(landing, "recv", "tensor")
-        after = [] if landing is t else [lambda: t.copy_(landing)]
-        if self._p2p_waits_on_host():
-            return self._p2p_issued(t, self._recv_on_host(t, dst, src, after))
-
-        def body(s):
-            request = self.comm.recv(self._mem(dst), _nbytes(dst), src, stream=s)
-            if after:
-                with torch.cuda.stream(s):
-                    after[0]()
-            return request
-        return self._p2p(t, "receives", body, keep=[t, landing])
-
-    # Copies not yet sent may hold this much before a send waits for the oldest to be received.
-    _SEND_COPIES_BYTES = 256 << 20
-
-    def _p2p_waits_on_host(self):
-        return self.waits_on_host and not torch.cuda.is_current_stream_capturing()
-
-    def _send_on_host(self, src, dst):
-        """irisd sends a copy of `src`, made after the caller's stream's work: the Work is done at
-        once, so no send waits for its receive (a wait on the host there would hang a rank that
-        sends and then meets its peer elsewhere before the peer receives)."""
-        self._check_engine()
-        self._raise_failures(block=False)
-        # A failed send's error reaches the caller through _pending; here it only ends the wait.
-        while self._send_copies and _finished(self._send_copies[0][0]):
-            self._send_copies.popleft()
-        while self._send_copies and sum(_nbytes(c) for _, c in
-                                        self._send_copies) >= self._SEND_COPIES_BYTES:
-            _finished(self._send_copies.popleft()[0], block=True)
-        copy = src.clone()
-        _current_stream(src.device).synchronize()
-        request = self.comm.send(self._mem(copy), _nbytes(copy), dst)
-        self._pending.append(request)
-        self._send_copies.append((request, copy))
-        return Work(self, None, [src])
-
-    def _recv_on_host(self, t, dst, src, after=()):
-        """irisd receives into `dst` once the caller's stream's work is done; wait() waits for the
-        data on the host, then runs `after`."""
-        self._check_engine()
-        self._raise_failures(block=False)
-        _current_stream(dst.device).synchronize()
-        request = self.comm.recv(self._mem(dst), _nbytes(dst), src)
-        if self._coalescing is not None:
-            self._coalesced_receives.append(request)
-            self._coalesced_after.extend(after)
-        return Work(self, _HostRequests([request], after), [t])
-
-    def _p2p_issued(self, t, work):
-        if self._coalescing is not None:
-            self._coalescing.append(t)
-        return work
-
-    def recv_anysource(self, tensors, tag=0):
-        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                                 "recv from any source: irisd matches a receive with the sends "
-                                 "of one named rank; pass src")
-
-    def _p2p(self, t, purpose, body, keep):
-        """`keep`: the tensors the stream's work uses (kept for it by the allocator)."""
-        return self._p2p_issued(t, self._run(t.device, keep, True, lambda s: [body(s)], [t],
-                                             False, purpose))
-
-    # torch's coalescing, where it calls it (batch_isend_irecv on its own process groups): the
-    # batch's Work waits for both point-to-point streams.
-    def _start_coalescing(self, device):
-        self._coalescing = []
-
-    def _end_coalescing(self, device):
-        tensors, self._coalescing = self._coalescing, None
-        receives, self._coalesced_receives = self._coalesced_receives, []
-        after, self._coalesced_after = self._coalesced_after, []
-        if self._p2p_waits_on_host():
-            return Work(self, _HostRequests(receives, after), tensors)
-        receives = self._stream(device, "receives")[0]
-        receives.wait_stream(self._stream(device, "sends")[0])
-        return Work(self, receives.record_event(), tensors)
 
     def _check_engine(self):
         if self._engine != "cuda":
