@@ -34,13 +34,15 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       scale_out_(config, scheduler_, comms_, engine, loop),
       p2p_(comms_, scheduler_, completer_, stats,
            std::chrono::milliseconds(config.limits.p2p_timeout_ms)),
+      watchdog_(comms_, scheduler_),
       arrivals_(sessions_, comms_, scheduler_, p2p_, completer_, stats, tenant_log_),
       rings_(sessions_, arrivals_, stats, tenant_log_,
              [this](uint64_t session_id) { end_session(session_id, true); }) {
   loop_.watch(engine_.completion_fd());
   // A ring entry's path, in order; the completer wakes clients after everything that completes.
-  for (Poller* p : std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_,
-                                                  &scheduler_, &p2p_, &completer_, &comms_})
+  for (Poller* p :
+       std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_, &scheduler_, &p2p_,
+                                      &completer_, &comms_, &watchdog_})
     loop_.add_poller(*p);
 }
 
@@ -126,7 +128,8 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
 
 uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
                             uint32_t rank, std::optional<NodesOfComm> nodes,
-                            const CommunicatorRegistry::Resume& resume) {
+                            const CommunicatorRegistry::Resume& resume,
+                            std::chrono::milliseconds op_timeout) {
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
   if (nodes) {
@@ -135,6 +138,10 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
                                 std::move(nodes->secret), nranks, rank, resume.seq != 0);
   }
   const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume);
+  Communicator& joined = *comms_.find(id);
+  // Its creator's choice: the only member so far.
+  if (std::count(joined.members.begin(), joined.members.end(), std::nullopt) + 1 == nranks)
+    joined.op_timeout = op_timeout;
   // Sides of its peers waiting since the restart that this rank's side had completed.
   if (resume.seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);
   if (layout) {

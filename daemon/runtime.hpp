@@ -13,6 +13,7 @@
 
 #include "daemon/collectives/arrivals.hpp"
 #include "daemon/collectives/collective_scheduler.hpp"
+#include "daemon/collectives/comm_watchdog.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
 #include "daemon/collectives/graph_plans.hpp"
 #include "daemon/config.hpp"
@@ -76,7 +77,8 @@ class Runtime {
   // (CommunicatorRegistry::join). Returns the id; comms().find(id)->secret goes to the rank.
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
                      std::optional<NodesOfComm> nodes = std::nullopt,
-                     const CommunicatorRegistry::Resume& resume = {});
+                     const CommunicatorRegistry::Resume& resume = {},
+                     std::chrono::milliseconds op_timeout = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
   // How many of the nodes of the session's communicator `comm_id` have joined it, of how many
@@ -120,6 +122,7 @@ class Runtime {
   GraphPlans plans_;
   ScaleOut scale_out_;
   PointToPoint p2p_;
+  CommWatchdog watchdog_;
   Arrivals arrivals_;
   RingPoller rings_;
 };

@@ -180,21 +180,63 @@ int iris_comm_init_nodes(iris_client* client, const char* key, uint32_t nranks, 
                          const void* const* addresses, const size_t* address_bytes,
                          size_t node_count, const uint32_t* node_of_rank, const void* secret,
                          size_t secret_bytes, int64_t join_timeout_ms, iris_comm** out) {
-  if (client == nullptr || key == nullptr || out == nullptr || addresses == nullptr ||
-      address_bytes == nullptr || node_of_rank == nullptr || secret == nullptr)
-    return null_argument("client, key, addresses, address_bytes, node_of_rank, secret or out");
+  if (addresses == nullptr || address_bytes == nullptr || node_of_rank == nullptr ||
+      secret == nullptr)
+    return null_argument("addresses, address_bytes, node_of_rank or secret");
+  iris_comm_options options{sizeof(iris_comm_options),
+                            0,
+                            node_count,
+                            addresses,
+                            address_bytes,
+                            node_of_rank,
+                            secret,
+                            secret_bytes,
+                            join_timeout_ms};
+  return iris_comm_init_with(client, key, nranks, rank, &options, out);
+}
+
+int iris_comm_init_with(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
+                        const iris_comm_options* options, iris_comm** out) {
+  if (client == nullptr || key == nullptr || out == nullptr)
+    return null_argument(client == nullptr ? "client" : key == nullptr ? "key" : "out");
   return guarded([&] {
+    iris_comm_options given{};
+    if (options != nullptr) {
+      if (options->struct_size < sizeof(iris_comm_options))
+        throw iris::Error(iris::ErrorCode::kInvalidArgument,
+                          "iris_comm_options.struct_size is " +
+                              std::to_string(options->struct_size) + ", this libiris needs " +
+                              std::to_string(sizeof(iris_comm_options)) +
+                              ": set it to sizeof(iris_comm_options)");
+      given = *options;
+    }
+    iris::CommOptions comm_options;
+    if (given.op_timeout_ms > 0)
+      comm_options.op_timeout = std::chrono::milliseconds(given.op_timeout_ms);
+    if (given.node_count == 0) {
+      *out =
+          new iris_comm{iris::Communicator::init(client->client, key, nranks, rank, comm_options)};
+      return;
+    }
+    if (given.addresses == nullptr || given.address_bytes == nullptr ||
+        given.node_of_rank == nullptr || given.secret == nullptr)
+      throw iris::Error(iris::ErrorCode::kInvalidArgument,
+                        "iris_comm_options: node_count is " + std::to_string(given.node_count) +
+                            " but addresses, address_bytes, node_of_rank or secret is NULL");
     iris::NodeSet nodes;
-    for (std::size_t n = 0; n < node_count; ++n) {
-      if (addresses[n] == nullptr)
+    for (std::size_t n = 0; n < given.node_count; ++n) {
+      if (given.addresses[n] == nullptr)
         throw iris::Error(iris::ErrorCode::kInvalidArgument,
                           "node " + std::to_string(n) + "'s address is NULL");
-      nodes.addresses.emplace_back(static_cast<const char*>(addresses[n]), address_bytes[n]);
+      nodes.addresses.emplace_back(static_cast<const char*>(given.addresses[n]),
+                                   given.address_bytes[n]);
     }
-    nodes.node_of_rank.assign(node_of_rank, node_of_rank + nranks);
-    nodes.secret.assign(static_cast<const char*>(secret), secret_bytes);
-    if (join_timeout_ms > 0) nodes.join_timeout = std::chrono::milliseconds(join_timeout_ms);
-    *out = new iris_comm{iris::Communicator::init(client->client, key, nranks, rank, nodes)};
+    nodes.node_of_rank.assign(given.node_of_rank, given.node_of_rank + nranks);
+    nodes.secret.assign(static_cast<const char*>(given.secret), given.secret_bytes);
+    if (given.join_timeout_ms > 0)
+      nodes.join_timeout = std::chrono::milliseconds(given.join_timeout_ms);
+    *out = new iris_comm{
+        iris::Communicator::init(client->client, key, nranks, rank, nodes, comm_options)};
   });
 }
 

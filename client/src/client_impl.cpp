@@ -305,6 +305,7 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->node_addresses.assign(init->node_addresses().begin(), init->node_addresses().end());
   joined->node_of_rank.assign(init->node_of_rank().begin(), init->node_of_rank().end());
   joined->secret = init->secret();
+  joined->op_timeout_ms = init->op_timeout_ms();
   for (;;) {
     uint64_t connection = 0;
     const auto answer = session_call(request, "communicator init", {}, nullptr, &connection);

@@ -57,6 +57,7 @@ struct CommRank {
   std::vector<std::string> node_addresses;
   std::vector<uint32_t> node_of_rank;
   std::string secret;
+  uint64_t op_timeout_ms = 0;  // CommOptions::op_timeout, passed again on resuming
   // What irisd gave the communicator at creation: a resume presents it (under comms_mutex_).
   std::string resume_secret;
   std::atomic<bool> destroyed{false};

@@ -33,10 +33,16 @@ struct Communicator::Impl {
 
 namespace {
 Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, const std::string& key,
-                         uint32_t nranks, uint32_t rank, std::unique_ptr<Communicator::Impl>& out) {
+                         uint32_t nranks, uint32_t rank, const CommOptions& options,
+                         std::unique_ptr<Communicator::Impl>& out) {
   if (client == nullptr)
     throw Error(ErrorCode::kInvalidArgument,
                 "Communicator::init on an empty iris::Client: use iris::Client::connect()");
+  if (options.op_timeout.count() < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "CommOptions::op_timeout is negative: pass 0 for none, or how long an operation "
+                "may wait for a rank");
+  request.mutable_comm_init()->set_op_timeout_ms(static_cast<uint64_t>(options.op_timeout.count()));
   out = std::make_unique<Communicator::Impl>();
   out->state = client->join(request, key, nranks, rank);
   out->client = client->shared_from_this();
@@ -47,22 +53,22 @@ Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, cons
 }  // namespace
 
 Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
-                                uint32_t rank) {
+                                uint32_t rank, const CommOptions& options) {
   v1::SessionRequest request;
   std::unique_ptr<Impl> impl;
-  join(client.impl_.get(), request, key, nranks, rank, impl);
+  join(client.impl_.get(), request, key, nranks, rank, options, impl);
   return Communicator(std::move(impl));
 }
 
 Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
-                                uint32_t rank, const NodeSet& nodes) {
+                                uint32_t rank, const NodeSet& nodes, const CommOptions& options) {
   v1::SessionRequest request;
   auto* init = request.mutable_comm_init();
   for (const std::string& address : nodes.addresses) init->add_node_addresses(address);
   for (uint32_t node : nodes.node_of_rank) init->add_node_of_rank(node);
   init->set_secret(nodes.secret);
   std::unique_ptr<Impl> impl;
-  Impl* joined = join(client.impl_.get(), request, key, nranks, rank, impl);
+  Impl* joined = join(client.impl_.get(), request, key, nranks, rank, options, impl);
   Communicator comm(std::move(impl));
   // Every node's irisd must know the communicator before data can flow to it.
   auto status = [](v1::SessionRequest& request, uint64_t id) {

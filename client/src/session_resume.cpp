@@ -278,6 +278,7 @@ std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
     for (const std::string& address : comm->node_addresses) init->add_node_addresses(address);
     for (uint32_t node : comm->node_of_rank) init->add_node_of_rank(node);
     init->set_secret(comm->secret);
+    init->set_op_timeout_ms(comm->op_timeout_ms);
     init->set_resume_seq(resume_seq);
     {
       std::lock_guard lock(comms_mutex_);

@@ -65,6 +65,9 @@ struct Communicator {
   // Until every rank is back: when those still missing fail the communicator (peer_lost).
   std::optional<std::chrono::steady_clock::time_point> resume_deadline;
   std::map<uint64_t, Collective> in_flight;
+  // Chosen by the rank that created it (CommInitRequest.op_timeout_ms): past it a collective
+  // waiting for a rank breaks the communicator, and a waiting send or receive fails (0: none).
+  std::chrono::milliseconds op_timeout{0};
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
   std::string broken_why;

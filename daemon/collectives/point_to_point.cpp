@@ -129,18 +129,24 @@ bool PointToPoint::poll() {
   bool failed = false;
   for (auto it = by_parent_.begin(); it != by_parent_.end();) {
     OfComm& state = *it->second;
+    // The communicator's own timeout (its creator's choice) when shorter than irisd's.
+    const Communicator* parent = comms_.find(it->first);
+    const bool own =
+        parent != nullptr && parent->op_timeout.count() != 0 && parent->op_timeout < timeout_;
+    const std::chrono::milliseconds timeout = own ? parent->op_timeout : timeout_;
     for (auto c = state.channels.begin(); c != state.channels.end();) {
       const auto [src, dst] = c->first;
       for (bool sends : {true, false}) {
         std::deque<Side>& sides = sends ? c->second.sends : c->second.recvs;
         // Oldest first: the rest of the queue is younger.
-        while (!sides.empty() && now - sides.front().posted >= timeout_) {
+        while (!sides.empty() && now - sides.front().posted >= timeout) {
           const std::string why =
               std::string(sends ? "a send from rank " : "a receive at rank ") +
               std::to_string(sends ? src : dst) + (sends ? " to rank " : " from rank ") +
               std::to_string(sends ? dst : src) + " on communicator '" + state.pair.key +
-              "' was not matched within " + std::to_string(timeout_.count()) +
-              " ms (--p2p-timeout-ms): every send needs a receive of the same size on its peer";
+              "' was not matched within " + std::to_string(timeout.count()) +
+              (own ? " ms (the communicator's timeout)" : " ms (--p2p-timeout-ms)") +
+              ": every send needs a receive of the same size on its peer";
           stats_.count_error(ErrorCode::kTimeout);
           completer_.complete(sides.front().target, ErrorCode::kTimeout, why);
           sides.pop_front();
@@ -152,7 +158,7 @@ bool PointToPoint::poll() {
     }
     // Its communicator is gone: nothing can post here again, and its state goes once no copy
     // of a match still runs.
-    if (comms_.find(it->first) == nullptr && state.pair.in_flight.empty()) {
+    if (parent == nullptr && state.pair.in_flight.empty()) {
       fail_waiting(state, ErrorCode::kPeerLost, "the communicator ended");
       by_pair_id_.erase(state.pair.id);
       it = by_parent_.erase(it);

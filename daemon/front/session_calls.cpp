@@ -75,7 +75,8 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
           resume.p2p_progress.push_back(
               {p.peer(), p.send(), p.done_below(), {p.done_after().begin(), p.done_after().end()}});
         const uint64_t comm_id =
-            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes), resume);
+            runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes), resume,
+                              std::chrono::milliseconds(init.op_timeout_ms()));
         response.set_comm_id(comm_id);
         response.set_comm_secret(runtime.comms().find(comm_id)->secret);
         break;

@@ -183,4 +183,19 @@ except irisd.IrisError as e:
     assert e.name == "peer_lost", e
     assert str(e).count("peer_lost") == 1, f"the name printed twice: {e}"
     assert "rank 1" in e.message, f"the daemon's reason is missing: {e}"
+
+# The watchdog: a collective a rank never calls fails at the communicator's op_timeout, naming it.
+watched = [irisd.Communicator(c, "python-watchdog", 2, r, op_timeout=0.3)
+           for r, c in enumerate(clients)]
+alone = watched[0].all_gather(sends[0], recvs[0], nbytes)
+try:
+    alone.wait(timeout=30)
+    raise AssertionError("a collective missing a rank completed past the communicator's timeout")
+except irisd.IrisError as e:
+    assert e.name == "timeout" and "for rank 1" in e.message, e
+try:
+    irisd.Communicator(clients[0], "python-watchdog-bad", 2, 0, op_timeout=-1)
+    raise AssertionError("a negative op_timeout was taken")
+except irisd.IrisError as e:
+    assert e.name == "invalid_argument", e
 print("python binding: ok")

@@ -61,6 +61,21 @@ inline ErrorCode code_of(const std::function<void()>& f) {
   return ErrorCode::kOk;
 }
 
+// How `r` ended within `limit`: its code and message (kOk and ""; kTimeout and "still waiting"
+// when it did not end in time).
+struct Ending {
+  ErrorCode code;
+  std::string why;
+};
+inline Ending ending_of(Request& r, std::chrono::nanoseconds limit) {
+  try {
+    if (!r.wait(limit)) return {ErrorCode::kTimeout, "still waiting"};
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ErrorCode::kOk, ""};
+}
+
 // How many times `needle` occurs in `log` (a daemon log, say).
 inline std::size_t count_lines_with(const std::string& log, const std::string& needle) {
   std::size_t n = 0;

@@ -47,17 +47,28 @@ struct NodeSet {
   std::chrono::milliseconds join_timeout{60'000};
 };
 
+// What a communicator is made with besides its key, ranks and nodes.
+struct CommOptions {
+  // NCCL's watchdog: a collective that waits this long for a rank breaks the communicator on
+  // every rank (kTimeout naming the ranks it waits on: every later call fails too, re-create
+  // it), and a send or receive not matched this long fails alone (kTimeout). Streams waiting on
+  // them go on. 0: none (sends and receives still end at irisd's --p2p-timeout-ms). The rank
+  // that creates the communicator chooses it; the others' values are not used.
+  std::chrono::milliseconds op_timeout{0};
+};
+
 class Communicator {
  public:
   struct Impl;
   // Joins (or creates) the communicator `key` as `rank` of `nranks`. Returns at once: the other
   // ranks may join later, and collectives wait for them.
-  static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank);
+  static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank,
+                           const CommOptions& options = {});
   // The same across nodes: returns once every node's irisd has a rank of it (kTimeout naming the
   // nodes missing after nodes.join_timeout). Throws kInvalidArgument for a NodeSet this node's
   // irisd is not in, or that disagrees with the one its other ranks passed.
   static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank,
-                           const NodeSet& nodes);
+                           const NodeSet& nodes, const CommOptions& options = {});
 
   Communicator();
   Communicator(Communicator&&) noexcept;

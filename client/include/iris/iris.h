@@ -106,6 +106,26 @@ int iris_comm_init_nodes(iris_client* client, const char* key, uint32_t nranks, 
                          const void* const* addresses, const size_t* address_bytes,
                          size_t node_count, const uint32_t* node_of_rank, const void* secret,
                          size_t secret_bytes, int64_t join_timeout_ms, iris_comm** out);
+/* What iris_comm_init_with takes besides the key and ranks (iris::CommOptions and iris::NodeSet).
+ * Set struct_size to sizeof(iris_comm_options); zero the rest for the defaults. */
+typedef struct iris_comm_options {
+  uint32_t struct_size;
+  /* NCCL's watchdog (iris::CommOptions::op_timeout): a collective waiting this long for a rank
+   * breaks the communicator (IRIS_ERROR_TIMEOUT naming the ranks), a send or receive not matched
+   * this long fails. 0: none. The rank that creates the communicator chooses it. */
+  int64_t op_timeout_ms;
+  /* Across nodes, as iris_comm_init_nodes takes them; node_count 0: one node. */
+  size_t node_count;
+  const void* const* addresses;
+  const size_t* address_bytes;
+  const uint32_t* node_of_rank;
+  const void* secret;
+  size_t secret_bytes;
+  int64_t join_timeout_ms;
+} iris_comm_options;
+/* iris_comm_init or iris_comm_init_nodes with `options` (NULL: every default, one node). */
+int iris_comm_init_with(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
+                        const iris_comm_options* options, iris_comm** out);
 /* Leaves the communicator (the other ranks' later collectives fail with peer_lost) and frees it,
  * also when leaving failed. */
 int iris_comm_destroy(iris_comm* comm);
@@ -143,7 +163,9 @@ int iris_gather(iris_comm* comm, const void* send, void* recv, size_t bytes, uin
 int iris_scatter(iris_comm* comm, const void* send, void* recv, size_t bytes, uint32_t root,
                  const iris_stream* stream, iris_request** out);
 /* Waits up to `timeout_ns` (negative: without limit); IRIS_ERROR_TIMEOUT when it ran out, else
- * the collective's own result. */
+ * the collective's own result. A request that itself failed with IRIS_ERROR_TIMEOUT (the
+ * communicator's op_timeout, irisd's --p2p-timeout-ms) returns the same code: iris_request_test
+ * tells the two apart (it returns the failure; a request still running is not done). */
 int iris_request_wait(iris_request* request, int64_t timeout_ns);
 /* Waits for every request; returns IRIS_OK, or the first failure by position once all of them
  * have completed. */

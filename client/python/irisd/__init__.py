@@ -90,6 +90,15 @@ class _ClientOptions(ctypes.Structure):
                 ("gpu_registration_cache", ctypes.c_int64)]
 
 
+class _CommOptions(ctypes.Structure):
+    """iris_comm_options (iris.h)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("op_timeout_ms", ctypes.c_int64),
+                ("node_count", ctypes.c_size_t), ("addresses", ctypes.POINTER(ctypes.c_void_p)),
+                ("address_bytes", ctypes.POINTER(ctypes.c_size_t)),
+                ("node_of_rank", ctypes.POINTER(ctypes.c_uint32)), ("secret", ctypes.c_char_p),
+                ("secret_bytes", ctypes.c_size_t), ("join_timeout_ms", ctypes.c_int64)]
+
+
 class _IrisStream(ctypes.Structure):
     _fields_ = [("handle", ctypes.c_void_p), ("kind", ctypes.c_int)]
 
@@ -151,11 +160,9 @@ def _load():
         "iris_buffer_data": ([p], p),
         "iris_buffer_size": ([p], size),
         "iris_buffer_release": ([p], None),
-        "iris_comm_init": ([p, ctypes.c_char_p, u32, u32, out], ctypes.c_int),
         "iris_node_address": ([p, p, ctypes.POINTER(size)], ctypes.c_int),
-        "iris_comm_init_nodes": ([p, ctypes.c_char_p, u32, u32, ctypes.POINTER(p),
-                                  ctypes.POINTER(size), size, ctypes.POINTER(u32), p, size, i64,
-                                  out], ctypes.c_int),
+        "iris_comm_init_with": ([p, ctypes.c_char_p, u32, u32, ctypes.POINTER(_CommOptions), out],
+                                ctypes.c_int),
         "iris_comm_destroy": ([p], ctypes.c_int),
         "iris_all_gather": ([p, p, p, size, stream, out], ctypes.c_int),
         "iris_all_to_all": ([p, p, p, size, stream, out], ctypes.c_int),
@@ -398,6 +405,10 @@ class Request:
             if code != 12:  # not a timeout of this slice
                 _check(code)
                 return True
+            # The slice ran out, or the request failed with a timeout of its own (the
+            # communicator's op_timeout): test() raises the latter.
+            if self.test():
+                return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
 
@@ -460,17 +471,27 @@ class NodeSet:
 
 class Communicator:
     """Rank `rank` of `nranks` in the communicator `key`; across nodes with `nodes` (a NodeSet),
-    returning once every node's irisd has a rank of it."""
+    returning once every node's irisd has a rank of it. `op_timeout` (seconds; None: none) is
+    NCCL's watchdog: a collective waiting that long for a rank breaks the communicator on every
+    rank (IrisError TIMEOUT naming the ranks it waits on; re-create it), a send or receive not
+    matched that long fails; streams waiting on them go on. The rank that creates the
+    communicator chooses it."""
 
-    def __init__(self, client, key, nranks, rank, nodes=None):
+    def __init__(self, client, key, nranks, rank, nodes=None, op_timeout=None):
         self._handle = None
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
         self._hip = client.engine == "hsa"
         self._side_streams = {}  # by device: where calls on PyTorch's default stream go
+        options = _CommOptions(struct_size=ctypes.sizeof(_CommOptions))
+        if op_timeout is not None:
+            if op_timeout <= 0:
+                raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
+                                   f"op_timeout={op_timeout}: pass None for none, or seconds > 0")
+            options.op_timeout_ms = max(1, int(op_timeout * 1000))
         if nodes is None:
-            self._handle = _created(_lib.iris_comm_init, client._handle, key.encode(), nranks,
-                                    rank)
+            self._handle = _created(_lib.iris_comm_init_with, client._handle, key.encode(), nranks,
+                                    rank, ctypes.byref(options))
             return
         if len(nodes.node_of_rank) != nranks:
             raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
@@ -478,12 +499,14 @@ class Communicator:
                             f"{nranks} ranks")
         count = len(nodes.addresses)
         keep = [ctypes.create_string_buffer(a, len(a)) for a in nodes.addresses]
-        addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(k) for k in keep])
-        lengths = (ctypes.c_size_t * count)(*[len(a) for a in nodes.addresses])
-        placement = (ctypes.c_uint32 * nranks)(*nodes.node_of_rank)
-        self._handle = _created(_lib.iris_comm_init_nodes, client._handle, key.encode(), nranks,
-                                rank, addresses, lengths, count, placement, nodes.secret,
-                                len(nodes.secret), int(nodes.join_timeout * 1000))
+        options.node_count = count
+        options.addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(k) for k in keep])
+        options.address_bytes = (ctypes.c_size_t * count)(*[len(a) for a in nodes.addresses])
+        options.node_of_rank = (ctypes.c_uint32 * nranks)(*nodes.node_of_rank)
+        options.secret, options.secret_bytes = nodes.secret, len(nodes.secret)
+        options.join_timeout_ms = int(nodes.join_timeout * 1000)
+        self._handle = _created(_lib.iris_comm_init_with, client._handle, key.encode(), nranks,
+                                rank, ctypes.byref(options))
 
     def _submit(self, call, *args, stream=None):
         if getattr(stream, "cuda_stream", None) != 0 or not hasattr(stream, "wait_stream"):

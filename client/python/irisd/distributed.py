@@ -36,6 +36,10 @@ returns (so a rank that sends, then meets its peer elsewhere before the peer rec
 on streams), a receive's wait() waits for the data. Everything under CUDA graph capture stays on
 streams.
 
+The group's timeout is irisd's watchdog, as it is NCCL's: a collective that waits longer than it
+for a rank breaks the group's communicator with irisd.IrisError (timeout, naming the ranks it waits
+on), a send or receive not matched that long fails; the streams go on.
+
 A collective that fails in irisd (a rank died: peer_lost) lets the stream go on with the output
 not written; the group raises irisd.IrisError at its next call (as NCCL reports asynchronous
 errors), and work.wait() raises it too once the collective has completed."""
@@ -148,7 +152,11 @@ class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
         self._engine = self._client.engine  # asked once: a call into libiris
         # The NodeSet when the group's ranks use several irisd daemons, else None.
         self.nodes = _nodes_of_group(self._client, store, rank, size)
-        self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes)
+        # The group's timeout is irisd's watchdog, as it is NCCL's: an operation waiting longer
+        # for a rank fails, naming the ranks, and the streams go on.
+        seconds = timeout.total_seconds() if timeout is not None else 0
+        self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes,
+                                       op_timeout=seconds if seconds > 0 else None)
         # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
         self.waits_on_host = mode == "host" and _ranks_share_a_gpu(store, rank, size)
         self._streams = {}
