@@ -107,6 +107,11 @@ if want pytorch; then
   "${pyenv[@]}" timeout 400 python3 tests/python/gpu/functional_compile_test.py \
     >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
   # The README's FSDP2 example as users launch it.
+  # The group's timeout as irisd's watchdog: a skipped collective fails, naming the rank.
+  for mode in host stream; do
+    "${pyenv[@]}" IRIS_TORCH_SHARED_GPU=$mode timeout 300 python3 tests/python/gpu/watchdog_test.py \
+      >>"$out/pytorch.txt" 2>&1 || pytorch_rc=1
+  done
   "${pyenv[@]}" timeout 300 python3 -m torch.distributed.run --nproc-per-node 2 \
     examples/fsdp_train.py --steps 5 >"$out/fsdp_example.txt" 2>&1 || pytorch_rc=1
   # Across nodes: a second irisd stands in for a second node.
