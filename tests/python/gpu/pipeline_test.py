@@ -154,6 +154,8 @@ def p2p_checks(rank, nranks):
             raise
         except Exception as e:  # noqa: BLE001 - irisd's timeout, with its reason
             assert "not done within" in str(e), e
+        # Every rank's wait ran out before any rank sends (else a later waiter meets its send).
+        dist.barrier()
         dist.send(torch.arange(16, device="cuda").float() + rank, nxt)
         pending.wait()
         assert torch.equal(out, torch.arange(16, device="cuda").float() + prev)
