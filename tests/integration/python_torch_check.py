@@ -44,6 +44,20 @@ def rank_main(rank, store, sockets, queue):
         expect_error("IRIS_TORCH_SHARED_GPU=sometimes", backend._shared_gpu_mode,
                      ["IRIS_TORCH_SHARED_GPU", "host", "stream"])
         del os.environ["IRIS_TORCH_SHARED_GPU"]
+        # Per group: the mode is set, a bad one named, and ranks without a shared GPU stay off it.
+        backend.set_shared_gpu("host")
+        assert group.waits_on_host is False, "set_shared_gpu made ranks on no shared GPU wait"
+        group.shares_a_gpu = True  # as on one GPU: the setting now decides
+        backend.set_shared_gpu("host", group)
+        assert group.waits_on_host is True
+        backend.set_shared_gpu("stream", group)
+        assert group.waits_on_host is False
+        group.shares_a_gpu = False
+        expect_error("set_shared_gpu('sometimes')", lambda: backend.set_shared_gpu("sometimes"),
+                     ["set_shared_gpu", "host", "stream"])
+        expect_error("set_shared_gpu on gloo",
+                     lambda: backend.set_shared_gpu("host", dist.new_group([0, 1], backend="gloo")),
+                     ["not irisd"])
         assert dist.get_rank() == rank and dist.get_world_size() == 2
 
         t = torch.arange(6, dtype=torch.float32) + 100 * rank

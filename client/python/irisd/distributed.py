@@ -114,13 +114,32 @@ class _OnHost:
         self.stream = stream
 
 
-def _shared_gpu_mode():
-    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+def _checked_mode(mode, source):
     if mode not in ("host", "stream"):
         raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                                 f"IRIS_TORCH_SHARED_GPU={mode!r}: say \"host\" (collectives of "
-                                 "ranks sharing a GPU wait on the host) or \"stream\"")
+                                 f"{source}={mode!r}: say \"host\" (collectives of ranks sharing a "
+                                 "GPU wait on the host) or \"stream\"")
     return mode
+
+
+def _shared_gpu_mode():
+    return _checked_mode(os.environ.get("IRIS_TORCH_SHARED_GPU", "host"), "IRIS_TORCH_SHARED_GPU")
+
+
+def set_shared_gpu(mode, group=None):
+    """How `group`'s ranks that share a GPU wait from now on (None: the default group): "host"
+    or "stream", as $IRIS_TORCH_SHARED_GPU says for every group when it is made. Ranks on GPUs
+    of their own stay on streams either way. Call it on every rank of the group, between its
+    operations."""
+    import torch.distributed.distributed_c10d as c10d_python
+    pg = group if group is not None else c10d_python._get_default_group()
+    backend = pg
+    if not isinstance(pg, IrisProcessGroup) and hasattr(pg, "_get_backend"):
+        backend = pg._get_backend(torch.device("cuda"))
+    if not isinstance(backend, IrisProcessGroup):
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
+                                 "set_shared_gpu: the group's CUDA backend is not irisd")
+    backend.set_shared_gpu(mode)
 
 
 def _ranks_share_a_gpu(store, rank, size):
@@ -158,7 +177,8 @@ class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
         self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes,
                                        op_timeout=seconds if seconds > 0 else None)
         # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
-        self.waits_on_host = mode == "host" and _ranks_share_a_gpu(store, rank, size)
+        self.shares_a_gpu = _ranks_share_a_gpu(store, rank, size)
+        self.waits_on_host = mode == "host" and self.shares_a_gpu
         self._streams = {}
         self._scratch = {}
         self._pending = collections.deque()  # requests not yet seen complete
@@ -166,6 +186,10 @@ class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
         self._coalesced_receives = []  # and its receives, when they wait on the host
         self._coalesced_after = []  # and their copies into non-contiguous tensors
         self._send_copies = collections.deque()  # (request, copy): what sends on the host read
+
+    def set_shared_gpu(self, mode):
+        """See set_shared_gpu (module level)."""
+        self.waits_on_host = _checked_mode(mode, "set_shared_gpu") == "host" and self.shares_a_gpu
 
     # ProcessGroup's names. ProcessGroup keeps its name in its backends, and this group has
     # none of C++'s: it keeps them itself.

@@ -2,7 +2,8 @@
 the H200, rank 2 skipping one all-gather. Ranks 0 and 1 must get irisd.IrisError (timeout, naming
 rank 2) from the call's Work or their next call, and their CUDA streams must go on (a bounded
 torch.cuda.synchronize returns), in the backend's host path and, with IRIS_TORCH_SHARED_GPU=stream,
-its streams' path. Needs IRIS_SOCKET (irisd --engine cuda). Prints "watchdog: ok"."""
+its streams' path; the mode set on the group with irisd.distributed.set_shared_gpu. Needs
+IRIS_SOCKET (irisd --engine cuda). Prints "watchdog: ok"."""
 import sys
 import threading
 from datetime import timedelta
@@ -23,7 +24,16 @@ def job(rank, nranks):
 
     import irisd
 
+    import os
+
+    import irisd.distributed as backend
+
     group = dist.new_group(list(range(nranks)), timeout=timedelta(seconds=2), backend="irisd")
+    # The shared-GPU mode set on this group alone (found through torch's _get_backend).
+    mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
+    backend.set_shared_gpu("stream" if mode == "host" else "host", group)
+    backend.set_shared_gpu(mode, group)
+    assert group._get_backend(torch.device("cuda")).waits_on_host == (mode == "host")
     x = torch.full((1024,), float(rank), device="cuda")
     out = torch.empty(1024 * nranks, device="cuda")
     if rank == 2:
