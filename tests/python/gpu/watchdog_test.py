@@ -29,11 +29,13 @@ def job(rank, nranks):
     import irisd.distributed as backend
 
     group = dist.new_group(list(range(nranks)), timeout=timedelta(seconds=2), backend="irisd")
-    # The shared-GPU mode set on this group alone (found through torch's _get_backend).
+    # The shared-GPU mode set on this group alone.
     mode = os.environ.get("IRIS_TORCH_SHARED_GPU", "host")
     backend.set_shared_gpu("stream" if mode == "host" else "host", group)
     backend.set_shared_gpu(mode, group)
-    assert group._get_backend(torch.device("cuda")).waits_on_host == (mode == "host")
+    iris = group if isinstance(group, backend.IrisProcessGroup) else \
+        group._get_backend(torch.device("cuda"))
+    assert iris.waits_on_host == (mode == "host"), (mode, iris.waits_on_host)
     x = torch.full((1024,), float(rank), device="cuda")
     out = torch.empty(1024 * nranks, device="cuda")
     if rank == 2:
