@@ -32,8 +32,9 @@ class Poller {
   virtual bool poll() = 0;
   // Before the loop sleeps: arm what announces new work through an fd (clients' need-wakeup
   // flags), then say whether sleeping is safe. False while work waits on something no fd
-  // announces (GPU copies, streams' flags, armed graph plans) or arrived meanwhile.
-  virtual bool try_enter_sleep() { return true; }
+  // announces (GPU copies, streams' flags, armed graph plans) or arrived meanwhile. No default:
+  // a poller that forgot it would sleep through its work.
+  virtual bool try_enter_sleep() = 0;
   // After the sleep, or after any poller refused it: disarm.
   virtual void exit_sleep() {}
 };

@@ -23,6 +23,7 @@ class CommWatchdog : public Poller {
       : comms_(comms), scheduler_(scheduler) {}
   // Looks every 100 ms; true when it broke a communicator (its clients are woken next pass).
   bool poll() override;
+  // Its checks come on the loop's wake-ups, at least once a second.
   bool try_enter_sleep() override { return true; }
 
   // Why `comm`'s collective `seq`, waiting past the timeout for the ranks not yet arrived, broke

@@ -33,6 +33,9 @@ class Completer final : public Poller {
 
   // Poller: wakes the sessions completed into since the last pass (never counts as work).
   bool poll() override;
+  // Not while a session completed into later in the pass (by a poller after this one) still
+  // waits for its wake.
+  bool try_enter_sleep() override { return to_wake_.empty(); }
 
  private:
   SessionRegistry& sessions_;

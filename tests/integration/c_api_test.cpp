@@ -257,6 +257,33 @@ TEST(CApi, FailuresComeBackAsCodesWithMessages) {
   EXPECT_EQ(nobody, nullptr);
 }
 
+// iris_request_wait_all waits for every request, also past a failed one, and returns the first
+// failure by position with its message.
+TEST(CApi, WaitAllWaitsForEveryRequestAndReturnsTheFirstFailure) {
+  DaemonProcess daemon;
+  Rank ranks[2];
+  for (uint32_t r = 0; r < 2; ++r) join(ranks[r], daemon, "c-api-wait-all", 2, r, 64);
+  // Per rank: a good all-gather, one whose sizes disagree (64 against 32 bytes), a good one.
+  iris_request* requests[2][3] = {};
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint32_t i = 0; i < 3; ++i)
+      ASSERT_EQ(iris_all_gather(ranks[r].comm, iris_buffer_data(ranks[r].send),
+                                iris_buffer_data(ranks[r].recv), i == 1 && r == 1 ? 32 : 64,
+                                nullptr, &requests[r][i]),
+                IRIS_OK)
+          << iris_last_error();
+  for (uint32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(iris_request_wait_all(requests[r], 3), static_cast<int>(ErrorCode::kSizeMismatch));
+    EXPECT_NE(std::string(iris_last_error()).find("64"), std::string::npos) << iris_last_error();
+    int done = 0;
+    EXPECT_EQ(iris_request_test(requests[r][2], &done), IRIS_OK) << iris_last_error();
+    EXPECT_EQ(done, 1) << "wait_all returned before the request after the failed one completed";
+    for (iris_request* request : requests[r]) iris_request_release(request);
+  }
+  EXPECT_EQ(iris_request_wait_all(nullptr, 0), IRIS_OK);
+  EXPECT_EQ(iris_request_wait_all(nullptr, 2), IRIS_ERROR_INVALID_ARGUMENT);
+}
+
 // `python` running a script of tests/integration with libiris and the binding on its path.
 // Sanitizer builds (scripts/sanitize.sh): python3 is not instrumented, so the sanitizer runtime
 // must be loaded before libiris; its leak check would report the interpreter's own.
