@@ -1,0 +1,188 @@
+// Sending a local rank's arrival to the other nodes of its communicator (ScaleOut's part that the
+// scheduler calls for each arrival): which bytes each node needs, from GPU memory through a staging
+// copy or from host memory directly, with a copy kept for a restart of that node (KeptArrivals),
+// or held while the node is away.
+#include <algorithm>
+#include <cstring>
+
+#include "daemon/scaleout/scale_out_internal.hpp"
+#include "iris/error.hpp"
+#include "iris/shared/collective_shape.hpp"
+
+namespace iris::daemon {
+
+using namespace scale_out_limits;
+
+std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& c, uint32_t rank) {
+  const auto state_it = states_.find(comm.id);
+  if (state_it == states_.end())
+    return PlanError{ErrorCode::kInternal, "communicator '" + comm.key + "' has no node state"};
+  CommState& state = state_it->second;
+  const NodeLayout& layout = *comm.layout;
+  const ArrivedRank& arrived = c.ranks.at(rank);
+  std::optional<PlanError> problem;
+  if (c.error != ErrorCode::kOk) {
+    problem = PlanError{c.error, c.why};
+  } else if (!arrived.request) {
+    problem = PlanError{ErrorCode::kInvalidArgument, "its request was refused on its node"};
+  } else if (auto missing = std::find(state.joined.begin(), state.joined.end(), false);
+             missing != state.joined.end()) {
+    problem = PlanError{ErrorCode::kUnavailable,
+                        "node " + std::to_string(missing - state.joined.begin()) +
+                            " has not joined communicator '" + comm.key +
+                            "' yet (every rank's init must have returned first)"};
+  }
+  for (uint32_t n = 0; n < layout.nodes(); ++n) {
+    if (n == layout.my_node) continue;
+    v1::NodeMessage m = envelope(comm);
+    v1::NodeArrival& a = *m.mutable_arrival();
+    a.set_seq(c.seq);
+    a.set_rank(rank);
+    if (problem) {
+      a.set_error_code(static_cast<uint32_t>(problem->code));
+      a.set_why(problem->message);
+      ++state.sent[rank];
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, 0);
+      continue;
+    }
+    const RankArgs& args = arrived.request->args;
+    a.set_kind(static_cast<uint32_t>(args.kind));
+    a.set_bytes(args.bytes);
+    a.set_root(args.root);
+    a.set_send_offset(args.send_offset);
+    // The part of the send buffer node n's ranks need: one range, one transfer.
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t d = 0; d < comm.nranks; ++d) {
+      if (layout.node_of_rank[d] != n) continue;
+      if (args.kind == CollectiveKind::kAllToAllV) {
+        a.add_v_ranks(d);
+        a.add_v_counts(args.send_counts[d]);
+        a.add_v_displs(args.send_displs[d]);
+      }
+      if (auto block = source_block(args, rank, d)) {
+        lo = std::min(lo, block->offset);
+        hi = std::max(hi, block->offset + block->bytes);
+      }
+    }
+    if (hi == 0) lo = 0;
+    a.set_data_offset(lo);
+    a.set_data_bytes(hi - lo);
+    const uint64_t cookie = scheduler_.begin_network(comm, c, rank);
+    ++state.sent[rank];
+    const std::shared_ptr<MappedBuffer>& from = arrived.request->send;
+    if (hi == lo) {
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, cookie);
+      continue;
+    }
+    if (from->device == kHostMemory && !keeping()) {
+      worker().send(state.peers[n], m.SerializeAsString(), from->base + lo, hi - lo,
+                    [this, cookie](ErrorCode code, const std::string& why) {
+                      scheduler_.end_network(cookie, code, why);
+                    });
+      continue;
+    }
+    // GPU memory goes through pinned host memory, which UCX sends. With a resume window, host
+    // memory is copied too (what this node keeps for node n, KeptArrivals), but sent from the
+    // rank's buffer meanwhile, so the copy adds no latency.
+    std::shared_ptr<StagedData> staged;
+    try {
+      staged = staging_.take(hi - lo);
+    } catch (const Error& e) {
+      scheduler_.end_network(cookie, e.code(), e.message());
+      continue;
+    }
+    const std::string header = m.SerializeAsString();
+    if (from->device != kHostMemory) {
+      scheduler_.stage_copy(
+          CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
+                      staged},
+          [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged,
+           cookie](ErrorCode code) mutable {
+            if (code != ErrorCode::kOk)
+              return scheduler_.end_network(
+                  cookie, code, "copying its data into host memory failed on the copy engine");
+            send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
+          });
+      continue;
+    }
+    if (hi - lo <= kCopiedHereBytes) {
+      // Small: copied here at once (the engine's round trip would cost more than the copy).
+      std::memcpy(staged->data, from->base + lo, hi - lo);
+      send_and_keep(comm.id, n, c.seq, rank, header, std::move(staged), cookie);
+      continue;
+    }
+    // Whichever of the send and the copy ends second sends the copy, when the send did not reach
+    // node n (it was away, or the transfer failed): a node that came back meanwhile still gets it.
+    struct HostSend {
+      bool sent = false;
+      bool reached = false;
+      bool copied = false;
+    };
+    auto progress = std::make_shared<HostSend>();
+    const uint64_t copy_cookie = scheduler_.begin_network(comm, c, rank);
+    scheduler_.stage_copy(
+        CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
+                    staged},
+        [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged, copy_cookie,
+         progress](ErrorCode code) {
+          if (code != ErrorCode::kOk)
+            return scheduler_.end_network(copy_cookie, code,
+                                          "copying its data for another node failed on the engine");
+          if (auto it = states_.find(comm_id); it != states_.end())
+            it->second.kept.keep({n, seq, rank, header, staged});
+          progress->copied = true;
+          scheduler_.end_network(copy_cookie, ErrorCode::kOk, {});
+          if (progress->sent && !progress->reached)
+            send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
+        });
+    send_or_hold(comm.id, n, header, from->base + lo, hi - lo, from, cookie,
+                 [this, comm_id = comm.id, n, header, staged, progress](bool reached) {
+                   progress->sent = true;
+                   progress->reached = reached;
+                   if (!reached && progress->copied)
+                     send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
+                 });
+  }
+  return problem;
+}
+
+void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
+                             std::string header, std::shared_ptr<StagedData> data,
+                             uint64_t cookie) {
+  if (keeping())
+    if (auto it = states_.find(comm_id); it != states_.end())
+      it->second.kept.keep({node, seq, rank, header, data});
+  send_or_hold(comm_id, node, std::move(header), data ? data->data : nullptr,
+               data ? data->bytes : 0, data, cookie, {});
+}
+
+void ScaleOut::send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
+                            std::size_t size, std::shared_ptr<const void> owner, uint64_t cookie,
+                            std::function<void(bool reached)> after) {
+  auto end = [this, cookie, after](ErrorCode code, const std::string& why, bool reached) {
+    if (cookie != 0) scheduler_.end_network(cookie, code, why);
+    if (after) after(reached);
+  };
+  auto it = states_.find(comm_id);
+  if (it == states_.end()) return end(ErrorCode::kPeerLost, "its communicator is gone", true);
+  CommState& state = it->second;
+  if (state.away_until[node]) return end(ErrorCode::kOk, {}, false);  // kept; sent when back
+  const UcxWorker::PeerId peer = state.peers[node];
+  const bool keep = keeping();
+  worker().send(
+      peer, std::move(header), bytes, size,
+      [this, end, comm_id, node, peer, keep, owner](ErrorCode code, const std::string& why) {
+        // A node the transfer failed to is held (its irisd may be restarting), and
+        // what it missed is kept for it; a node that came back since is not.
+        if (code == ErrorCode::kPeerLost && keep) {
+          Communicator* comm = comms_.find(comm_id);
+          auto state = states_.find(comm_id);
+          if (comm != nullptr && state != states_.end() && state->second.peers[node] == peer)
+            hold(*comm, state->second, node, "a transfer to it failed: " + why);
+          return end(ErrorCode::kOk, {}, false);
+        }
+        end(code, why, true);
+      });
+}
+
+}  // namespace iris::daemon
