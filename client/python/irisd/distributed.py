@@ -46,7 +46,6 @@ errors), and work.wait() raises it too once the collective has completed."""
 
 import collections
 import itertools
-import os
 import secrets
 import threading
 
@@ -57,6 +56,8 @@ from torch.distributed import ReduceOp
 
 import irisd
 from irisd.point_to_point import PointToPoint
+from irisd import shared_gpu
+from irisd.shared_gpu import _checked_mode, _OnHost, _ranks_share_a_gpu, _shared_gpu_mode
 from irisd.torch_work import Work, _checked, _current_stream, _current_stream_handle, _flat, _nbytes
 
 BACKEND = "irisd"
@@ -104,55 +105,6 @@ def _copy_out(flat, outs):
 def _op_of(opts):
     op = opts.reduceOp
     return getattr(op, "op", op)
-
-
-class _OnHost:
-    """Where the collectives of ranks sharing a GPU are ordered: `stream` (the caller's) is
-    synchronized before irisd is called, and irisd's call waited for on the host."""
-
-    def __init__(self, stream):
-        self.stream = stream
-
-
-def _checked_mode(mode, source):
-    if mode not in ("host", "stream"):
-        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                                 f"{source}={mode!r}: say \"host\" (collectives of ranks sharing a "
-                                 "GPU wait on the host) or \"stream\"")
-    return mode
-
-
-def _shared_gpu_mode():
-    return _checked_mode(os.environ.get("IRIS_TORCH_SHARED_GPU", "host"), "IRIS_TORCH_SHARED_GPU")
-
-
-def set_shared_gpu(mode, group=None):
-    """How `group`'s ranks that share a GPU wait from now on (None: the default group): "host"
-    or "stream", as $IRIS_TORCH_SHARED_GPU says for every group when it is made. Ranks on GPUs
-    of their own stay on streams either way. Call it on every rank of the group, between its
-    operations."""
-    import torch.distributed.distributed_c10d as c10d_python
-    pg = group if group is not None else c10d_python._get_default_group()
-    backend = pg
-    if not isinstance(pg, IrisProcessGroup) and hasattr(pg, "_get_backend"):
-        backend = pg._get_backend(torch.device("cuda"))
-    if not isinstance(backend, IrisProcessGroup):
-        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
-                                 "set_shared_gpu: the group's CUDA backend is not irisd")
-    backend.set_shared_gpu(mode)
-
-
-def _ranks_share_a_gpu(store, rank, size):
-    """Whether two ranks of the group use one GPU (their current devices' UUIDs, through the
-    store); False without CUDA, or with a torch that reports no UUID (a device index would not
-    do: ranks with their own CUDA_VISIBLE_DEVICES all see device 0)."""
-    uuid = ""
-    if torch.cuda.is_available():
-        uuid = str(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "uuid",
-                           ""))
-    store.set(f"iris/gpu/{rank}", uuid)
-    uuids = [store.get(f"iris/gpu/{r}").decode() for r in range(size)]
-    return all(uuids) and len(set(uuids)) < size
 
 
 class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
@@ -602,6 +554,10 @@ def _nodes_of_group(client, store, rank, size):
     if len(nodes) == 1:
         return None
     return irisd.NodeSet(nodes, node_of_rank, bytes(store.get("iris/secret")))
+
+
+# How one group's ranks that share a GPU wait (irisd.distributed.set_shared_gpu).
+set_shared_gpu = shared_gpu.set_shared_gpu
 
 
 def _create(store, rank, size, timeout):
