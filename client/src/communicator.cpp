@@ -352,7 +352,8 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
     entry.flags |= shm::kStreamOrdered;
     // The caller's stream copies the rank's block to itself when both sides are its GPU memory:
     // done by irisd, that same-GPU copy would run on SMs in irisd's context, and the GPU would
-    // switch contexts for it (~280 us measured on the H200; docs/PERFORMANCE.md). Overlapping
+    // switch contexts for it (`iris-gpu-signal-probe`; docs/PERFORMANCE-HISTORY.md, "Which
+    // transfers pay the context switch"). Overlapping
     // ranges (in place, or invalid) are left to irisd.
     std::optional<Client::Impl::StreamCopy> own_block;
     if (sides.own && from && to && from->gpu && to->gpu &&

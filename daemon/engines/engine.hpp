@@ -157,9 +157,9 @@ class Engine {
   // (`--inline-bytes`, every engine). How many bytes of a submission of `total` bytes its caller
   // copies at once: all of them while they fit the budget. Beyond it the rest goes to the engine,
   // and the caller keeps no more than an equal share beside the engine's copy_now_helpers
-  // threads: it copies while they wake, but does not finish last (measured on 16 cores: 8 ranks
-  // of 64 KiB blocks waited for the progress thread copying up to the whole budget of each
-  // arrival alone).
+  // threads: it copies while they wake, but does not finish last (with the whole budget copied
+  // here, 8 ranks of 64 KiB blocks waited for the progress thread: `scripts/bench.sh`,
+  // docs/PERFORMANCE-HISTORY.md, "an arrival's copies at once").
   uint64_t copy_now_share(uint64_t total) const;
   // Copies `copies`, each between host memory, before returning; no completion comes for them.
   // Callers keep each submission's within copy_now_share().

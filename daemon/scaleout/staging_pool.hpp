@@ -2,8 +2,9 @@
 // landing from another node, and the copies a node keeps of what it sent until the receiving node
 // has completed with it (kept_arrivals.hpp). Pinned for the engine, whole pages (what the GPU
 // runtimes pin), and reused: pinning is a driver call each way (the CUDA engine's
-// cuMemHostRegister and cuMemHostUnregister), which made a 64-byte collective across two nodes
-// take 150-200 us on the cuda engine against 16-20 us on the host engine (H200 host, 16 cores).
+// cuMemHostRegister and cuMemHostUnregister), which made a small collective across two nodes
+// several times slower on the cuda engine than on the host engine (`scripts/bench-scale-out.sh`;
+// docs/PERFORMANCE-HISTORY.md, "Across nodes: like for like, and the cuda engine's staging").
 // Blocks come in power-of-two sizes; a miss pins a slab of its size's blocks at once (up to
 // 256 KiB), and released blocks stay pinned for reuse up to a bound of bytes kept. A slab is
 // unpinned and freed with the last of its blocks.

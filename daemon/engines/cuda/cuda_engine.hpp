@@ -2,9 +2,9 @@
 // (asyncEngineCount), issued with cuMemcpyAsync. Completion: after each submit's copies on a
 // stream, cuStreamWriteValue32 stores the stream's batch number into pinned host memory, and
 // poll() retires every batch up to the number it reads there. No host callback and no thread
-// waits on the GPU (a host function per copy cost about 10 us each, serialised, in the first
-// version: see docs/PERFORMANCE.md); while batches are in flight, needs_polling() keeps the
-// progress loop polling.
+// waits on the GPU (a host function per copy, in the first version, serialised the copies:
+// docs/PERFORMANCE-HISTORY.md); while batches are in flight, needs_polling() keeps the progress
+// loop polling.
 //
 // Splitting: a copy of at least EngineOptions::split_bytes is cut into one piece per copy engine
 // of its device, each on its own stream; its completion is reported once the last piece retired.
@@ -12,9 +12,10 @@
 // Multi-GPU: peer access is enabled between every pair of GPUs that can reach each other, and a
 // copy runs on a stream of its destination GPU (the destination's engines pull the bytes). An
 // imported allocation is mapped into the context of its own GPU and of each peer, and a copy uses
-// the addresses of the context it runs in. Measured on two H200s (driver 580): a copy between two
-// allocations imported into their own GPUs' contexts was staged through the host (38 GB/s) even
-// with peer access on; with both imported into the issuing context it ran over NVLink (385 GB/s).
+// the addresses of the context it runs in: a copy between two allocations imported into their
+// own GPUs' contexts is staged through the host even with peer access on, and runs over NVLink
+// only with both imported into the issuing context (two H200s: docs/PERFORMANCE-HISTORY.md,
+// "Peer copies: which context imports the memory").
 //
 // Path accounting (TransferPath): device-to-device copies within one GPU run on SMs under the
 // measured driver (580, CUDA 13.0, on the H200), so they count as compute units; copies that
