@@ -79,14 +79,14 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
         v1::SessionRequest request;
         *request.mutable_register_ipc() = flags;
         request.mutable_register_ipc()->set_stream_done_flags(true);
-        for (;;) {
-          uint64_t connection = 0;
-          session_call(request, "register stream done flags", {}, nullptr, &connection);
-          std::lock_guard lock(done_flags_mutex_);
-          if (!answered_by_current_irisd(connection)) continue;
-          done_flags_registration_ = request;
-          return;
-        }
+        call_and_record(
+            done_flags_mutex_,
+            [&] {
+              uint64_t connection = 0;
+              session_call(request, "register stream done flags", {}, nullptr, &connection);
+              return connection;
+            },
+            [&](uint64_t) { done_flags_registration_ = request; });
       });
   producer_ =
       shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
@@ -306,18 +306,22 @@ std::shared_ptr<CommRank> Client::Impl::join(v1::SessionRequest& request, const 
   joined->node_of_rank.assign(init->node_of_rank().begin(), init->node_of_rank().end());
   joined->secret = init->secret();
   joined->op_timeout_ms = init->op_timeout_ms();
-  for (;;) {
-    uint64_t connection = 0;
-    const auto answer = session_call(request, "communicator init", {}, nullptr, &connection);
-    std::lock_guard lock(comms_mutex_);
-    if (!answered_by_current_irisd(connection)) continue;  // see there
-    joined->id = answer.comm_id();
-    joined->resume_secret = answer.comm_secret();
-    joined->connection = connection;
-    std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
-    comms_.push_back(joined);
-    return joined;
-  }
+  v1::SessionResponse answer;
+  return call_and_record(
+      comms_mutex_,
+      [&] {
+        uint64_t connection = 0;
+        answer = session_call(request, "communicator init", {}, nullptr, &connection);
+        return connection;
+      },
+      [&](uint64_t connection) {
+        joined->id = answer.comm_id();
+        joined->resume_secret = answer.comm_secret();
+        joined->connection = connection;
+        std::erase_if(comms_, [](const std::weak_ptr<CommRank>& c) { return c.expired(); });
+        comms_.push_back(joined);
+        return joined;
+      });
 }
 
 Client::Impl::HostAllocation Client::Impl::allocate_host(std::size_t bytes, const char* what) {

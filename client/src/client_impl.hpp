@@ -146,6 +146,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   bool answered_by_current_irisd(uint64_t connection) const override {
     return connection == connection_.load(std::memory_order_acquire);
   }
+  // A session call whose result goes into one of the session's tables: made again until the
+  // irisd that answered it is still the one attached once `table`'s lock is held (see above).
+  // `call()` makes it and returns the connection it was answered on; `record(connection)` runs
+  // under `table` and returns the result.
+  template <typename Call, typename Record>
+  auto call_and_record(std::mutex& table, Call&& call, Record&& record) {
+    for (;;) {
+      const uint64_t connection = call();
+      std::lock_guard lock(table);
+      if (answered_by_current_irisd(connection)) return record(connection);
+    }
+  }
   uint64_t current_connection() const override {
     return connection_.load(std::memory_order_acquire);
   }

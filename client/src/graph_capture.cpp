@@ -30,14 +30,12 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, CommRank& comm, Gp
     entry.slot = 0;
     entry.generation = 0;
     entry.seq = 0;
-    for (bool recorded = false; !recorded;) {
-      const uint64_t connection = send_plan(plan_slot, entry, v_args, &comm);
-      std::lock_guard lock(plans_mutex_);
-      // Answered by an irisd gone since, perhaps after the resume read the plans: again.
-      if (!answered_by_current_irisd(connection)) continue;
-      plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
-      recorded = true;
-    }
+    // An irisd gone since the answer (perhaps after the resume read the plans) gets it again.
+    call_and_record(
+        plans_mutex_, [&] { return send_plan(plan_slot, entry, v_args, &comm); },
+        [&](uint64_t) {
+          plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
+        });
   } catch (const Error&) {
     free_plan_slot();
     throw;
