@@ -167,7 +167,7 @@ freed_rc=0
 if want freed; then
   # Registered GPU memory freed before a restart of irisd: each case must come through it.
   : >"$out/freed.txt"
-  for case in empty_cache graph expandable; do
+  for case in empty_cache graph plan_freed expandable; do
     alloc=""; kind=$case
     [ "$case" = expandable ] && { alloc="expandable_segments:True"; kind=empty_cache; }
     env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" \

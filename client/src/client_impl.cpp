@@ -94,7 +94,7 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts), owner_pid(current
   for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
   watch_ = std::make_unique<DaemonWatch>(
       attach_fd.get(), [this](DaemonWatch& watch) { return reattach(watch); },
-      [this] { release_graph_waits(); });
+      [this] { release_graph_waits(); }, [this] { release_lost_plans(); });
 }
 
 Client::Impl::~Impl() {
@@ -283,6 +283,17 @@ void Client::Impl::release_graph_waits() {
   std::lock_guard plans(plans_mutex_);
   for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
     if (plan_slot_used_[p]) stream_flags->release(view.ring_depth + p, 1);
+}
+
+void Client::Impl::release_lost_plans() {
+  std::lock_guard plans(plans_mutex_);
+  bool any = false;
+  for (uint32_t p = 0; p < plan_slot_used_.size(); ++p) {
+    if (!plan_slot_used_[p] || !plan_records_[p].lost) continue;
+    stream_flags->release(view.ring_depth + p, 1);
+    any = true;
+  }
+  if (!any && watch_) watch_->set_tending(false);  // their graphs were destroyed
 }
 
 void Client::Impl::throw_if_daemon_gone() {

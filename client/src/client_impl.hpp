@@ -327,7 +327,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   mutable std::mutex slots_mutex_;
   std::vector<SlotState> slots_;
   std::vector<uint32_t> free_slots_;
-  std::mutex plans_mutex_;
+  mutable std::mutex plans_mutex_;
   std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
   // Each plan's entry as registered, and its place in the order of registrations (irisd matches
   // plans across ranks in that order), to register it again if irisd restarts.
@@ -335,7 +335,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
     shm::SubmitEntry entry{};
     uint64_t order = 0;
     std::vector<uint64_t> v_args;
+    // Why the irisd that came back after a restart refused it (memory it names was freed since
+    // the capture, say): its replays are released by the watch and check_graphs() reports it.
+    std::optional<Error> lost;
   };
+  // Stores the done flag of each lost plan (its replay resets it and waits again).
+  void release_lost_plans();
   // Registers a plan with irisd: resuming, on the resume's connection (`comm` null, the entry's
   // id already the next irisd's); else naming `comm` by the id of the irisd it goes to, written
   // into `entry`. Returns the connection it was answered on.

@@ -13,9 +13,11 @@
 
 namespace iris {
 
-DaemonWatch::DaemonWatch(int connection, OnHangup on_hangup, std::function<void()> while_gone)
+DaemonWatch::DaemonWatch(int connection, OnHangup on_hangup, std::function<void()> while_gone,
+                         std::function<void()> tend)
     : on_hangup_(std::move(on_hangup)),
       while_gone_(std::move(while_gone)),
+      tend_(std::move(tend)),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       owner_(current_pid()) {
   if (!stop_fd_)
@@ -49,8 +51,10 @@ void DaemonWatch::run(int connection) {
   // POLLRDHUP without POLLIN: an answer waiting to be read does not wake this thread.
   pollfd fds[2] = {{connection, POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
   for (;;) {
-    const int n = ::poll(fds, 2, -1);
-    if (n < 0 && errno == EINTR) continue;
+    const bool tending = tending_.load(std::memory_order_acquire);
+    const int n = ::poll(fds, 2, tending ? kWhileGoneEveryMs : 1000);
+    if (n == 0 && tending) tend_();
+    if (n <= 0 && (n == 0 || errno == EINTR)) continue;
     if (n < 0 || fds[1].revents != 0) return;
     if ((fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) == 0) continue;
     const int next = on_hangup_(*this);

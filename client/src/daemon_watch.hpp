@@ -27,7 +27,10 @@ class DaemonWatch {
   using OnHangup = std::function<int(DaemonWatch&)>;
   // Watches `connection` (not owned; it must outlive stop()). Throws iris::Error when the thread
   // cannot start.
-  DaemonWatch(int connection, OnHangup on_hangup, std::function<void()> while_gone);
+  // `tend` runs every kWhileGoneEveryMs while connected and tending() is set (graph plans the
+  // restarted irisd refused: their replays' waits are released as while irisd is gone).
+  DaemonWatch(int connection, OnHangup on_hangup, std::function<void()> while_gone,
+              std::function<void()> tend);
   static constexpr int kWhileGoneEveryMs = 5;
   ~DaemonWatch();
   DaemonWatch(const DaemonWatch&) = delete;
@@ -38,12 +41,16 @@ class DaemonWatch {
   void stop();
   // For `on_hangup`, between attempts: sleeps `duration`; false when stop() came meanwhile.
   bool pause(std::chrono::milliseconds duration);
+  // Whether `tend` runs while connected; read by the watch at least once a second.
+  void set_tending(bool on) { tending_.store(on, std::memory_order_release); }
 
  private:
   void run(int connection);
 
   OnHangup on_hangup_;
   std::function<void()> while_gone_;
+  std::function<void()> tend_;
+  std::atomic<bool> tending_{false};
   net::Fd stop_fd_;
   pid_t owner_;
   std::unique_ptr<std::thread> thread_;

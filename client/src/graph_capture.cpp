@@ -34,7 +34,8 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, CommRank& comm, Gp
     call_and_record(
         plans_mutex_, [&] { return send_plan(plan_slot, entry, v_args, &comm); },
         [&](uint64_t) {
-          plan_records_[plan_slot] = {entry, next_plan_order_++, {v_args.begin(), v_args.end()}};
+          plan_records_[plan_slot] = {
+              entry, next_plan_order_++, {v_args.begin(), v_args.end()}, {}};
         });
   } catch (const Error&) {
     free_plan_slot();
@@ -127,6 +128,10 @@ void Client::Impl::release_graph_plan(uint32_t plan_slot) {
 }
 
 std::optional<Error> Client::Impl::plan_failure(uint32_t plan_slot) const {
+  {
+    std::lock_guard lock(plans_mutex_);
+    if (plan_records_[plan_slot].lost) return plan_records_[plan_slot].lost;
+  }
   const uint32_t index = view.ring_depth + plan_slot;
   const uint64_t word = view.slots[index].word.load(std::memory_order_acquire);
   const ErrorCode code = shm::completion_code(word);

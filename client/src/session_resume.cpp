@@ -395,13 +395,35 @@ void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_i
   // irisd matches plans across ranks in the order each rank registered them.
   std::sort(plans.begin(), plans.end(),
             [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+  bool lost = false;
   for (auto& [slot, plan] : plans) {
     const auto id = comm_ids.find(plan.entry.comm_id);
     if (id == comm_ids.end())
       throw Error(ErrorCode::kNotFound,
                   "a CUDA graph holds a collective of a communicator that does not resume");
     plan.entry.comm_id = id->second;
-    send_plan(slot, plan.entry, plan.v_args, nullptr);
+    try {
+      send_plan(slot, plan.entry, plan.v_args, nullptr);
+    } catch (const Error& e) {
+      // This irisd went too: the next one is tried. Anything else is this plan's alone (memory
+      // it names freed since the capture): it fails at check_graphs(), the rest resumes.
+      if (e.code() == ErrorCode::kDaemonGone || e.code() == ErrorCode::kUnavailable) throw;
+      client::debug_log("a CUDA graph's collective (plan slot " + std::to_string(slot) +
+                        ") did not resume: " + e.what());
+      std::lock_guard lock(plans_mutex_);
+      plan_records_[slot].lost =
+          Error(e.code(),
+                "a collective captured into a CUDA graph could not be carried to the "
+                "restarted irisd: " +
+                    e.message() +
+                    " (memory it names freed since the capture?): destroy the graph and "
+                    "capture it again (replaying it uses that memory)");
+      lost = true;
+    }
+  }
+  if (lost) {
+    release_lost_plans();
+    watch_->set_tending(true);
   }
 }
 

@@ -6,7 +6,9 @@ resume registered the freed memory again and one failure ended the session. Grap
 empty the cache when entered) and expandable segments did the same. Each case here: first
 collectives, the memory freed (or a graph captured), irisd SIGKILLed and restarted by this
 script, then collectives (and graph replays) on new tensors, every element checked.
-    python3 tests/python/gpu/freed_memory_resume.py --irisd PATH [--case empty_cache|graph]
+    python3 tests/python/gpu/freed_memory_resume.py --irisd PATH [--case empty_cache|graph|plan_freed]
+(plan_freed: a second graph's collective names memory freed before the restart; its plan must
+fail alone at check_graphs with the reason, and the rest must resume.)
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for the expandable-segments case.)"""
 import argparse
 import os
@@ -51,7 +53,8 @@ def job(rank, nranks, case, marker, restarted):
         checks += 1
     del t, out
     graph = None
-    if case == "graph":
+    lost_graph = None
+    if case in ("graph", "plan_freed"):
         # A graph captured after the first collectives (irisd's own API, as graphs are captured
         # with it): entering the capture empties torch's cache, freeing the memory above.
         import irisd
@@ -65,12 +68,41 @@ def job(rank, nranks, case, marker, restarted):
         with torch.cuda.graph(graph, stream=stream):
             comm.all_gather(src, dst, n * 4, stream=stream)
         torch.cuda.synchronize()
+        if case == "plan_freed":
+            # A second graph whose collective names memory freed before the restart (kept
+            # neither by the graph nor by Python): its plan cannot resume, and must fail alone.
+            gone_src = torch.empty(n, device="cuda")
+            gone_dst = torch.empty(n * nranks, device="cuda")
+            client.register_tensor(gone_src)
+            client.register_tensor(gone_dst)
+            lost_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(lost_graph, stream=stream):
+                comm.all_gather(gone_src, gone_dst, n * 4, stream=stream)
+            torch.cuda.synchronize()
+            del gone_src, gone_dst
+            torch.cuda.empty_cache()
     else:
         torch.cuda.empty_cache()
     dist.barrier()
     if rank == 0:
         open(marker, "w").close()
     wait_for(restarted)
+    if lost_graph is not None:
+        # The plan naming freed memory fails alone, with its reason; the other graph and the
+        # collectives resume. (Not replayed: its own copy nodes would use the freed memory.)
+        comm.barrier()  # through the ring: returns once this client's session resumed
+        try:
+            client.check_graphs()
+            raise AssertionError("a graph naming freed memory resumed without a word")
+        except irisd.IrisError as e:
+            assert "could not be carried to the restarted irisd" in e.message, e
+        checks += 1
+        del lost_graph
+        try:
+            client.check_graphs()  # reported once more for the graph just destroyed
+        except irisd.IrisError:
+            pass
+        client.check_graphs()
     # After the restart: new tensors (some at the freed addresses), and the graph replayed.
     for step in range(5):
         t = torch.full((n,), float(rank + 1000 + step), device="cuda")
@@ -97,7 +129,8 @@ def job(rank, nranks, case, marker, restarted):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--irisd", required=True)
-    parser.add_argument("--case", default="empty_cache", choices=["empty_cache", "graph"])
+    parser.add_argument("--case", default="empty_cache",
+                        choices=["empty_cache", "graph", "plan_freed"])
     parser.add_argument("--nranks", type=int, default=2)
     args = parser.parse_args()
     d = tempfile.mkdtemp(prefix="iris-freed-")
