@@ -9,6 +9,11 @@
 
 namespace iris::daemon {
 
+namespace {
+// A communicator's operation timeout fits irisd's clocks with room to spare (2^31 ms).
+constexpr uint64_t kMaxOpTimeoutMs = uint64_t{1} << 31;
+}  // namespace
+
 SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::string& payload,
                                       const std::vector<net::Fd>& fds) {
   SessionCallResult result;
@@ -60,6 +65,11 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
         break;
       case v1::SessionRequest::kCommInit: {
         const auto& init = request.comm_init();
+        if (init.op_timeout_ms() > kMaxOpTimeoutMs)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "communicator timeout of " + std::to_string(init.op_timeout_ms()) +
+                          " ms: at most " + std::to_string(kMaxOpTimeoutMs) +
+                          " ms (24 days); pass 0 for none");
         std::optional<Runtime::NodesOfComm> nodes;
         if (init.node_addresses_size() > 0 || init.node_of_rank_size() > 0 ||
             !init.secret().empty())

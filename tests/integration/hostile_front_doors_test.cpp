@@ -217,6 +217,30 @@ TEST(HostileLogs, CommunicatorKeysArePrintableAscii) {
   EXPECT_EQ(s.call(fine).error_code(), 0u);
 }
 
+// A communicator's timeout from the client: past irisd's clocks (2^63 ms would wrap negative and
+// break the communicator at once) it is refused with the bound; the bound itself is taken.
+TEST(HostileSessionCalls, ACommunicatorTimeoutPastTheBoundIsRefused) {
+  DaemonProcess daemon;
+  RawSession s = RawSession::attach(daemon.socket());
+  for (uint64_t ms : {UINT64_MAX, (uint64_t{1} << 63) + 1, (uint64_t{1} << 31) + 1}) {
+    v1::SessionRequest init;
+    init.mutable_comm_init()->set_key("timeout");
+    init.mutable_comm_init()->set_nranks(1);
+    init.mutable_comm_init()->set_rank(0);
+    init.mutable_comm_init()->set_op_timeout_ms(ms);
+    const auto response = s.call(init);
+    EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument)) << ms;
+    EXPECT_NE(response.error_message().find("at most 2147483648 ms"), std::string::npos)
+        << response.error_message();
+  }
+  v1::SessionRequest fine;
+  fine.mutable_comm_init()->set_key("timeout");
+  fine.mutable_comm_init()->set_nranks(1);
+  fine.mutable_comm_init()->set_rank(0);
+  fine.mutable_comm_init()->set_op_timeout_ms(uint64_t{1} << 31);
+  EXPECT_EQ(s.call(fine).error_code(), 0u);
+}
+
 TEST(HostileAttach, AtTheDescriptorLimitAnHonestAttachGetsInWithoutWaitingForDeadlines) {
   // Handshakes may take 10 minutes here, past ctest's 300 s limit for this test: an attach that
   // had to wait for one to expire would never get in, and the test would fail by its timeout.
