@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/collectives/arrivals.hpp"
+#include "daemon/datapath/arrivals.hpp"
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/comm_watchdog.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
@@ -21,7 +21,7 @@
 #include "daemon/scaleout/scale_out.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
 #include "daemon/sessions/completer.hpp"
-#include "daemon/sessions/ring_poller.hpp"
+#include "daemon/datapath/ring_poller.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
 

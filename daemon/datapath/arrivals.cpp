@@ -1,4 +1,4 @@
-#include "daemon/collectives/arrivals.hpp"
+#include "daemon/datapath/arrivals.hpp"
 
 #include <spdlog/spdlog.h>
 

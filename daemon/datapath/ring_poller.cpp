@@ -1,4 +1,4 @@
-#include "daemon/sessions/ring_poller.hpp"
+#include "daemon/datapath/ring_poller.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <vector>
 
-#include "daemon/collectives/arrivals.hpp"
+#include "daemon/datapath/arrivals.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/sessions/session_registry.hpp"
 
