@@ -69,9 +69,6 @@ class CollectiveScheduler final : public Poller {
   void forget_comm(const Communicator& comm) {
     if (comm.layout && remote_ != nullptr) remote_->forget(comm);
   }
-  // Where the communicators' parts (registry, graph plans, scale-out) log what a tenant causes.
-  TenantLog& log() { return log_; }
-
   // Poller: the engine's finished copies, each ending its part of a collective. The loop must
   // not sleep while the engine's copies finish without announcing it on its completion fd.
   bool poll() override;

@@ -15,8 +15,8 @@
 namespace iris::daemon {
 
 CommunicatorRegistry::CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler,
-                                           Stats& stats)
-    : config_(config), scheduler_(scheduler), stats_(stats) {}
+                                           Stats& stats, TenantLog& log)
+    : config_(config), scheduler_(scheduler), stats_(stats), log_(log) {}
 
 void CommunicatorRegistry::count() {
   stats_.communicators.store(comms_.size(), std::memory_order_relaxed);
@@ -101,11 +101,11 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
         if (comm->key == key)
           owners += (owners.empty() ? "" : ", ") + std::to_string(comm->id) + " of uid " +
                     std::to_string(comm->uid);
-      scheduler_.log().warn(s.peer().uid, TenantLogKind::kCommunicator,
-                            "session {} (pid {} uid {}) could not resume communicator '{}' "
-                            "(communicators of that key here: {}): {}",
-                            s.id(), s.peer().pid, s.peer().uid, printable(key, 64),
-                            owners.empty() ? "none" : owners, e.message());
+      log_.warn(s.peer().uid, TenantLogKind::kCommunicator,
+                "session {} (pid {} uid {}) could not resume communicator '{}' "
+                "(communicators of that key here: {}): {}",
+                s.id(), s.peer().pid, s.peer().uid, printable(key, 64),
+                owners.empty() ? "none" : owners, e.message());
     }
     throw;
   }
@@ -253,11 +253,10 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
       // Someone else's communicator of this key (another secret) goes on beside it, untouched.
       for (const auto& [id, other] : comms_)
         if (other->key == key && other->uid != uid)
-          scheduler_.log().warn(uid, TenantLogKind::kCommunicator,
-                                "session {} (pid {} uid {}) resumes communicator '{}' apart from "
-                                "communicator {} of uid {}, which has another secret",
-                                s.id(), s.peer().pid, uid, printable(key, 64), other->id,
-                                other->uid);
+          log_.warn(uid, TenantLogKind::kCommunicator,
+                    "session {} (pid {} uid {}) resumes communicator '{}' apart from "
+                    "communicator {} of uid {}, which has another secret",
+                    s.id(), s.peer().pid, uid, printable(key, 64), other->id, other->uid);
     }
     comm = created.get();
     by_key_.emplace(comm->lookup, comm->id);
@@ -281,9 +280,9 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     if (comm->all_local_joined()) comm->resume_deadline.reset();
     scheduler_.resumed_rank(*comm, rank);
   }
-  scheduler_.log().log(spdlog::level::info, uid, TenantLogKind::kCommunicator,
-                       "session {} {} communicator '{}' (id {}) as rank {}/{}", s.id(),
-                       resuming ? "resumed" : "joined", key, comm->id, rank, nranks);
+  log_.log(spdlog::level::info, uid, TenantLogKind::kCommunicator,
+           "session {} {} communicator '{}' (id {}) as rank {}/{}", s.id(),
+           resuming ? "resumed" : "joined", key, comm->id, rank, nranks);
   return comm->id;
 }
 

@@ -9,6 +9,7 @@
 
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/config.hpp"
+#include "daemon/operations/tenant_log.hpp"
 #include "daemon/sessions/session.hpp"
 
 namespace iris::daemon {
@@ -35,7 +36,8 @@ class CommunicatorRegistry final : public Poller {
   static constexpr std::size_t kMaxKeyBytes = 256;
 
   // Keeps stats.communicators at the number of communicators.
-  CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler, Stats& stats);
+  CommunicatorRegistry(const Config& config, CollectiveScheduler& scheduler, Stats& stats,
+                       TenantLog& log);
 
   // Joins `s` to communicator `key` as `rank` of `nranks`, creating it if no communicator of
   // that key accepts ranks. Keys are each user's own unless allow_cross_uid_comms. `layout`: its
@@ -92,6 +94,7 @@ class CommunicatorRegistry final : public Poller {
   const Config& config_;
   CollectiveScheduler& scheduler_;
   Stats& stats_;
+  TenantLog& log_;
   std::unordered_map<uint64_t, std::unique_ptr<Communicator>> comms_;
   std::unordered_map<std::string, uint64_t> by_key_;  // accepting ranks, by Communicator::lookup
   std::unordered_map<uid_t, uint64_t> bytes_of_uid_;

@@ -6,10 +6,11 @@
 
 namespace iris::daemon {
 
-GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats,
+GraphPlans::GraphPlans(CollectiveScheduler& scheduler, Stats& stats, TenantLog& log,
                        std::chrono::milliseconds replay_timeout, uint32_t max_per_uid)
     : scheduler_(scheduler),
       stats_(stats),
+      log_(log),
       replay_timeout_(replay_timeout),
       max_per_uid_(max_per_uid) {}
 
@@ -125,8 +126,8 @@ void GraphPlans::release_plan(std::map<PlanKey, Plan>::iterator it, const std::s
 
 void GraphPlans::break_group(Group& g, ErrorCode code, const std::string& why) {
   if (g.shadow.broken) return;
-  scheduler_.log().log(spdlog::level::info, g.shadow.uid, TenantLogKind::kCommunicator,
-                       "graph collective '{}' ends: {}", g.shadow.key, why);
+  log_.log(spdlog::level::info, g.shadow.uid, TenantLogKind::kCommunicator,
+           "graph collective '{}' ends: {}", g.shadow.key, why);
   scheduler_.break_comm(g.shadow, code, why);
 }
 

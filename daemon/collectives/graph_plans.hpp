@@ -39,6 +39,7 @@
 
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/point_to_point.hpp"
+#include "daemon/operations/tenant_log.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/sessions/session.hpp"
 #include "daemon/stats.hpp"
@@ -50,8 +51,8 @@ class GraphPlans final : public Poller {
  public:
   // `max_per_uid`: plans all of one user's sessions may hold; every pass of the progress loop
   // looks at every plan's ready flag, so one tenant's plans must not slow everyone's pass.
-  GraphPlans(CollectiveScheduler& scheduler, Stats& stats, std::chrono::milliseconds replay_timeout,
-             uint32_t max_per_uid);
+  GraphPlans(CollectiveScheduler& scheduler, Stats& stats, TenantLog& log,
+             std::chrono::milliseconds replay_timeout, uint32_t max_per_uid);
   ~GraphPlans();
 
   // Session `s`, rank `rank` of `comm`, captured `request` into plan slot `plan_slot`; `pair`
@@ -120,6 +121,7 @@ class GraphPlans final : public Poller {
 
   CollectiveScheduler& scheduler_;
   Stats& stats_;
+  TenantLog& log_;
   std::chrono::milliseconds replay_timeout_;
   uint32_t max_per_uid_;
   std::map<uid_t, uint32_t> per_uid_;

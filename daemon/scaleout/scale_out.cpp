@@ -18,10 +18,11 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler,
+ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
                    CommunicatorRegistry& comms, Engine& engine, ProgressLoop& loop)
     : config_(config),
       scheduler_(scheduler),
+      log_(log),
       comms_(comms),
       loop_(loop),
       staging_(engine, kStagingCachedBytes),
@@ -185,10 +186,10 @@ void ScaleOut::joined(Communicator& comm) {
     rank.set_resume_seq(comm.resumed_from[r]);
     for (uint64_t seq : comm.resumed_done[r]) rank.add_completed_seqs(seq);
   }
-  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
-                       "scale-out: communicator '{}' resumed here; asking its other nodes for "
-                       "what its ranks still need",
-                       comm.key);
+  log_.log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+           "scale-out: communicator '{}' resumed here; asking its other nodes for "
+           "what its ranks still need",
+           comm.key);
   send_to_nodes(comm, m.SerializeAsString());
 }
 
@@ -205,8 +206,8 @@ void ScaleOut::note_join(Communicator& comm, uint32_t node) {
   if (it == states_.end() || node >= it->second.joined.size() || node == comm.layout->my_node)
     return;
   if (!it->second.joined[node])
-    scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
-                         "scale-out: node {} joined communicator '{}'", node, comm.key);
+    log_.log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+             "scale-out: node {} joined communicator '{}'", node, comm.key);
   it->second.joined[node] = true;
 }
 

@@ -33,6 +33,7 @@
 #include "daemon/collectives/communicator_registry.hpp"
 #include "daemon/collectives/node_layout.hpp"
 #include "daemon/config.hpp"
+#include "daemon/operations/tenant_log.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/scaleout/kept_arrivals.hpp"
 #include "daemon/scaleout/node_address_book.hpp"
@@ -49,8 +50,8 @@ namespace iris::daemon {
 
 class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Poller {
  public:
-  ScaleOut(const Config& config, CollectiveScheduler& scheduler, CommunicatorRegistry& comms,
-           Engine& engine, ProgressLoop& loop);
+  ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
+           CommunicatorRegistry& comms, Engine& engine, ProgressLoop& loop);
   ~ScaleOut() override;
 
   // This daemon's node address, for a job's ranks to exchange (starts UCX). Throws iris::Error
@@ -164,6 +165,7 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
 
   const Config& config_;
   CollectiveScheduler& scheduler_;
+  TenantLog& log_;
   CommunicatorRegistry& comms_;
   ProgressLoop& loop_;
   // Released blocks kept pinned for reuse: plenty for a busy job's messages, and about 64 MiB

@@ -56,8 +56,8 @@ namespace iris::daemon {
 
 template <typename... Args>
 void ScaleOut::warn(fmt::format_string<Args...> format, Args&&... args) {
-  scheduler_.log().warn(TenantLog::kOtherNodes, TenantLogKind::kScaleOut, "scale-out: {}",
-                        fmt::format(format, std::forward<Args>(args)...));
+  log_.warn(TenantLog::kOtherNodes, TenantLogKind::kScaleOut, "scale-out: {}",
+            fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace iris::daemon

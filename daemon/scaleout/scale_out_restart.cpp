@@ -71,10 +71,10 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   }
   const std::optional<std::size_t> sent = send_again(comm, state, n, completed_there);
   if (!sent) return;
-  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
-                       "scale-out: node {} of communicator '{}' came back after its irisd "
-                       "restarted; sending it again {} arrivals its ranks still need",
-                       n, comm.key, *sent);
+  log_.log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+           "scale-out: node {} of communicator '{}' came back after its irisd "
+           "restarted; sending it again {} arrivals its ranks still need",
+           n, comm.key, *sent);
   // A rank that completed a collective there whose arrival never came here: its data went down
   // with that irisd (between leaving it and reaching this node), and nobody can send it again.
   // After a restart here, every rank of this node completed what came before its own first
@@ -113,10 +113,10 @@ void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
   const std::optional<std::size_t> sent =
       send_again(comm, state, node, [](uint64_t) { return false; });
   if (!sent) return;
-  scheduler_.log().log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
-                       "scale-out: node {} of resumed communicator '{}' answered; sending it {} "
-                       "arrivals held meanwhile",
-                       node, comm.key, *sent);
+  log_.log(spdlog::level::info, comm.uid, TenantLogKind::kCommunicator,
+           "scale-out: node {} of resumed communicator '{}' answered; sending it {} "
+           "arrivals held meanwhile",
+           node, comm.key, *sent);
 }
 
 std::optional<std::size_t> ScaleOut::send_again(Communicator& comm, CommState& state, uint32_t node,
