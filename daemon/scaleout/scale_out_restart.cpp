@@ -98,6 +98,11 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
         continue;
       heard.insert(seq);
       ++state.received[rank];
+      log_.warn(comm.uid, TenantLogKind::kCommunicator,
+                "scale-out: communicator '{}': rank {} completed collective {} on node {}, "
+                "whose irisd died before the rank's data reached this node (the eager window: a "
+                "small block sent and lost with that irisd); failing it as peer_lost",
+                comm.key, rank, seq, n);
       scheduler_.arrive_remote(comm, rank, seq, std::nullopt, ErrorCode::kPeerLost,
                                "it completed on its node, whose irisd then died before the "
                                "rank's data reached this node: nothing can send it again");

@@ -221,8 +221,7 @@ TEST(ScaleOutResume, AJobAcrossNodesComesThroughRollingRestartsOfItsNodes) {
   // node's irisd died, before it arrived. The other node fails that collective as peer_lost,
   // saying so, and the job ends there: its ranks may end with that code, nothing else.
   auto eager_loss = [&] {
-    return logs(job).find("whose irisd then died before the rank's data reached") !=
-           std::string::npos;
+    return logs(job).find("(the eager window: a small block sent and lost") != std::string::npos;
   };
   pause(300, 300);
   // Node 1 three times, then node 0 three times (a rolling restart: node 0's ranks still hold
