@@ -103,13 +103,9 @@ RegisteredBuffer BufferRegistry::add_host(Session& s, uint64_t id, shm::ShmSegme
 RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
   check_host_limits(s, bytes);
   const uint64_t id = take_id(s, 0);
-  shm::ShmSegment segment;
-  try {
-    segment = shm::ShmSegment::create(
-        "irisd-session-" + std::to_string(s.id()) + "-buffer-" + std::to_string(id), bytes);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kLimitExceeded, e.what());
-  }
+  // The system's refusal comes coded (a limit reached: limit_exceeded).
+  shm::ShmSegment segment = shm::ShmSegment::create(
+      "irisd-session-" + std::to_string(s.id()) + "-buffer-" + std::to_string(id), bytes);
   return add_host(s, id, std::move(segment), bytes);
 }
 
@@ -119,9 +115,8 @@ void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd
   shm::ShmSegment segment;
   try {
     segment = shm::ShmSegment::map(std::move(memfd), config_.limits.max_buffer_bytes);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "cannot resume buffer " + std::to_string(id) + ": " + e.what());
+  } catch (const Error& e) {
+    throw Error(e.code(), "cannot resume buffer " + std::to_string(id) + ": " + e.message());
   }
   // Sealed against shrinking, so the first `bytes` stay there as long as the mapping.
   if (segment.size() < bytes)

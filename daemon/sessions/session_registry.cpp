@@ -45,11 +45,7 @@ Session& SessionRegistry::create(const net::PeerCredentials& peer, const std::st
                       std::to_string(layout_.ring_depth) +
                       "); the previous irisd was another version or had another --ring-depth");
   } else {
-    try {
-      segment = shm::ShmSegment::create("irisd-session-" + std::to_string(id), layout_.total_bytes);
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kInternal, e.what());
-    }
+    segment = shm::ShmSegment::create("irisd-session-" + std::to_string(id), layout_.total_bytes);
     shm::initialize_segment(segment.data(), layout_, id);
   }
   net::Fd wake(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));

@@ -1,5 +1,7 @@
 #include "iris/shared/shm_segment.hpp"
 
+#include "iris/shared/os_error.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -7,17 +9,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <stdexcept>
 #include <utility>
 
 namespace iris::shm {
 
 namespace {
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
-
-std::runtime_error os_error(const std::string& what) {
-  return std::runtime_error(what + ": " + std::strerror(errno));
-}
 
 void* map_whole(int fd, std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -50,7 +47,8 @@ ShmSegment::~ShmSegment() {
 }
 
 ShmSegment ShmSegment::create(const std::string& label, std::size_t bytes) {
-  if (bytes == 0) throw std::runtime_error("a shared-memory segment needs at least 1 byte");
+  if (bytes == 0)
+    throw Error(ErrorCode::kInvalidArgument, "a shared-memory segment needs at least 1 byte");
   net::Fd fd(::memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) throw os_error("memfd_create(" + label + ")");
   if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
@@ -64,13 +62,15 @@ ShmSegment ShmSegment::create(const std::string& label, std::size_t bytes) {
 ShmSegment ShmSegment::map(net::Fd fd, std::size_t max_bytes) {
   const int seals = ::fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
-    throw std::runtime_error("the shared memory is not a memfd sealed against shrinking");
+    throw Error(ErrorCode::kInvalidArgument,
+                "the shared memory is not a memfd sealed against shrinking");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) throw os_error("fstat of shared memory");
   const auto bytes = static_cast<std::size_t>(st.st_size);
   if (bytes == 0 || bytes > max_bytes)
-    throw std::runtime_error("the shared memory holds " + std::to_string(bytes) +
-                             " bytes, expected 1 to " + std::to_string(max_bytes));
+    throw Error(ErrorCode::kInvalidArgument, "the shared memory holds " + std::to_string(bytes) +
+                                                 " bytes, expected 1 to " +
+                                                 std::to_string(max_bytes));
   void* data = map_whole(fd.get(), bytes);
   return ShmSegment(std::move(fd), data, bytes);
 }

@@ -1,5 +1,7 @@
 #include "iris/shared/unix_socket.hpp"
 
+#include "iris/shared/os_error.hpp"
+
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -38,13 +40,12 @@ sockaddr_un make_address(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path))
-    throw std::runtime_error("socket path too long (max " +
-                             std::to_string(sizeof(addr.sun_path) - 1) + " bytes): " + path);
+    throw Error(ErrorCode::kInvalidArgument, "socket path too long (max " +
+                                                 std::to_string(sizeof(addr.sun_path) - 1) +
+                                                 " bytes): " + path);
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
 }
-
-std::string os_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 bool wait_readable(int fd, int timeout_ms) {
   pollfd p{fd, POLLIN, 0};
@@ -108,42 +109,41 @@ ssize_t receive_with_fds(int fd, char* data, std::size_t size, std::size_t max_f
 Fd listen_unix(const std::string& path, mode_t mode, const std::string& group_name) {
   sockaddr_un addr = make_address(path);
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));  // accept loops
-  if (!fd) throw std::runtime_error(os_error("socket()"));
+  if (!fd) throw os_error("socket()");
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    throw std::runtime_error(os_error("cannot bind " + path));
+    throw os_error("cannot bind " + path);
   if (!group_name.empty()) {
     const ::group* g = ::getgrnam(group_name.c_str());
     if (g == nullptr) {
       ::unlink(path.c_str());
-      throw std::runtime_error("socket group '" + group_name + "' does not exist");
+      throw Error(ErrorCode::kInvalidArgument, "socket group '" + group_name + "' does not exist");
     }
     if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
       ::unlink(path.c_str());
-      throw std::runtime_error(os_error("cannot set group of " + path + " to " + group_name));
+      throw os_error("cannot set group of " + path + " to " + group_name);
     }
   }
   if (::chmod(path.c_str(), mode) != 0) {
     ::unlink(path.c_str());
-    throw std::runtime_error(os_error("cannot chmod " + path));
+    throw os_error("cannot chmod " + path);
   }
-  if (::listen(fd.get(), 128) != 0) throw std::runtime_error(os_error("cannot listen on " + path));
+  if (::listen(fd.get(), 128) != 0) throw os_error("cannot listen on " + path);
   return fd;
 }
 
 Fd connect_unix(const std::string& path) {
   sockaddr_un addr = make_address(path);
   Fd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw std::runtime_error(os_error("socket()"));
+  if (!fd) throw os_error("socket()");
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    throw std::runtime_error(os_error("cannot connect to " + path));
+    throw os_error("cannot connect to " + path);
   return fd;
 }
 
 PeerCredentials peer_credentials(int fd) {
   ucred cred{};
   socklen_t len = sizeof(cred);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-    throw std::runtime_error(os_error("SO_PEERCRED"));
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) throw os_error("SO_PEERCRED");
   return {cred.pid, cred.uid, cred.gid};
 }
 

@@ -17,11 +17,11 @@ namespace iris::shm {
 class ShmSegment {
  public:
   // irisd: a zero-filled, sealed memfd of `bytes`, mapped read-write. `label` names it in
-  // /proc/<pid>/maps ("memfd:<label>"). Throws std::runtime_error with the OS reason.
+  // /proc/<pid>/maps ("memfd:<label>"). Throws iris::Error (os_error.hpp) with the OS reason.
   static ShmSegment create(const std::string& label, std::size_t bytes);
   // Maps a segment the other side sent (irisd's to a client; a resuming client's back to a new
   // irisd), keeping its descriptor (a client hands it to the next irisd after a restart). Throws
-  // std::runtime_error when it is no memfd sealed against shrinking, or larger than `max_bytes`.
+  // iris::Error (kInvalidArgument) when it is no memfd sealed against shrinking, or larger than `max_bytes`.
   static ShmSegment map(net::Fd fd, std::size_t max_bytes = SIZE_MAX);
 
   ShmSegment() = default;

@@ -39,9 +39,10 @@ struct PeerCredentials {
 };
 
 // Listens on `path` (must not exist) with the given mode and, when group is not empty, group.
-// Throws std::runtime_error naming the path and the OS reason.
+// Throws iris::Error (os_error.hpp) naming the path and the OS reason.
 Fd listen_unix(const std::string& path, mode_t mode, const std::string& group);
-// Connects; throws std::runtime_error with errno's text when it cannot.
+// Connects; throws iris::Error (kUnavailable when nothing listens, kPermissionDenied) when it
+// cannot.
 Fd connect_unix(const std::string& path);
 PeerCredentials peer_credentials(int fd);
 
