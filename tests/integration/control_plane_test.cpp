@@ -19,19 +19,11 @@
 #include "client/ctl/control_channel.hpp"
 #include "client/ctl/operator_attach.hpp"
 #include "iris/shared/unix_socket.hpp"
+#include "tests/support/code_of.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {
 namespace {
-
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
 
 TEST(ControlPlane, ListsNeedTheTokenOfAnOpenAttach) {
   DaemonProcess daemon;

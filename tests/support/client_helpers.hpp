@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "iris/iris.hpp"
+#include "tests/support/code_of.hpp"
 #include "tests/support/daemon_process.hpp"
 
 namespace iris::testing {
@@ -49,16 +50,6 @@ inline bool eventually(const std::function<bool()>& done,
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
-}
-
-// The code of the iris::Error `f` throws; kOk when it throws none.
-inline ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
 }
 
 // How `r` ended within `limit`: its code and message (kOk and ""; kTimeout and "still waiting"

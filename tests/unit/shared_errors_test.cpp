@@ -13,18 +13,12 @@
 #include "iris/shared/os_error.hpp"
 #include "iris/shared/shm_segment.hpp"
 #include "iris/shared/unix_socket.hpp"
+#include "tests/support/code_of.hpp"
 
 namespace iris {
 namespace {
 
-ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return ErrorCode::kOk;
-}
+using testing::code_of;
 
 TEST(SharedErrors, ErrnoMapsToWhatTheCallerCanDo) {
   EXPECT_EQ(code_of_errno(EACCES), ErrorCode::kPermissionDenied);

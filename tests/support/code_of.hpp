@@ -1,0 +1,20 @@
+// The ErrorCode of the iris::Error a call throws (kOk when it throws none), for tests that assert
+// on what was refused and why.
+#pragma once
+
+#include <functional>
+
+#include "iris/error.hpp"
+
+namespace iris::testing {
+
+inline ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::kOk;
+}
+
+}  // namespace iris::testing
