@@ -138,11 +138,7 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
         scale_out_.check_layout(key, std::move(nodes->addresses), std::move(nodes->node_of_rank),
                                 std::move(nodes->secret), nranks, rank, resume.seq != 0);
   }
-  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume);
-  Communicator& joined = *comms_.find(id);
-  // Its creator's choice: the only member so far.
-  if (std::count(joined.members.begin(), joined.members.end(), std::nullopt) + 1 == nranks)
-    joined.op_timeout = op_timeout;
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume, op_timeout);
   // Sides of its peers waiting since the restart that this rank's side had completed.
   if (resume.seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);
   if (layout) {

@@ -35,25 +35,18 @@ bool CommWatchdog::poll() {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_check_) return false;
   next_check_ = now + std::chrono::milliseconds(100);
-  std::vector<Communicator*> overdue;
+  // Broken after the walk: breaking changes the communicators' collectives.
+  std::vector<std::pair<Communicator*, uint64_t>> overdue;  // and its oldest waiting collective
   for (const auto& [id, comm] : comms_.all()) {
     if (comm->op_timeout.count() == 0 || comm->broken) continue;
     for (const auto& [seq, c] : comm->in_flight) {
-      if (c.arrived() < comm->nranks && now - c.started >= comm->op_timeout) {
-        overdue.push_back(comm.get());
-        break;
-      }
+      if (c.arrived() == comm->nranks) continue;
+      if (now - c.started >= comm->op_timeout) overdue.emplace_back(comm.get(), seq);
+      break;  // the oldest waiting one started first
     }
   }
-  for (Communicator* comm : overdue) {
-    uint64_t oldest = 0;
-    for (const auto& [seq, c] : comm->in_flight)
-      if (c.arrived() < comm->nranks) {
-        oldest = seq;
-        break;
-      }
-    scheduler_.break_comm(*comm, ErrorCode::kTimeout, why(*comm, oldest));
-  }
+  for (const auto& [comm, seq] : overdue)
+    scheduler_.break_comm(*comm, ErrorCode::kTimeout, why(*comm, seq));
   // Failures written: the next pass wakes their clients (the completer's turn).
   return !overdue.empty();
 }

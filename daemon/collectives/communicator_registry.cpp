@@ -90,9 +90,9 @@ Communicator* CommunicatorRegistry::accepting(const std::string& lookup) const {
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                    const Resume& resume) {
+                                    const Resume& resume, std::chrono::milliseconds op_timeout) {
   try {
-    return join_checked(s, key, nranks, rank, std::move(layout), resume);
+    return join_checked(s, key, nranks, rank, std::move(layout), resume, op_timeout);
   } catch (const Error& e) {
     if (resume.seq != 0) {
       // The operator sees who was refused, and whose communicator of that key is here.
@@ -113,7 +113,8 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
 
 uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, uint32_t nranks,
                                             uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                            const Resume& resume) {
+                                            const Resume& resume,
+                                            std::chrono::milliseconds op_timeout) {
   uint64_t resume_seq = resume.seq;  // an init in flight at the restart may turn it into a join
   const std::vector<uint64_t>& completed_after = resume.completed_after;
   const std::string& secret = resume.secret;
@@ -243,6 +244,7 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     created->members.resize(nranks);
     created->next_seq.assign(nranks, 1);
     created->layout = std::move(layout);
+    created->op_timeout = op_timeout;
     if (resuming) {
       created->resumed = true;
       created->resumed_from.assign(nranks, 0);
