@@ -52,7 +52,7 @@ void DaemonWatch::run(int connection) {
   pollfd fds[2] = {{connection, POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
   for (;;) {
     const bool tending = tending_.load(std::memory_order_acquire);
-    const int n = ::poll(fds, 2, tending ? kWhileGoneEveryMs : 1000);
+    const int n = ::poll(fds, 2, tending ? kWhileGoneEveryMs : -1);
     if (n == 0 && tending) tend_();
     if (n <= 0 && (n == 0 || errno == EINTR)) continue;
     if (n < 0 || fds[1].revents != 0) return;

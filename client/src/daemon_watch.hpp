@@ -41,7 +41,8 @@ class DaemonWatch {
   void stop();
   // For `on_hangup`, between attempts: sleeps `duration`; false when stop() came meanwhile.
   bool pause(std::chrono::milliseconds duration);
-  // Whether `tend` runs while connected; read by the watch at least once a second.
+  // Whether `tend` runs while connected. Set only on the watch's own thread (by `on_hangup` or
+  // `tend`), so the watch sees it before it sleeps again.
   void set_tending(bool on) { tending_.store(on, std::memory_order_release); }
 
  private:
