@@ -11,5 +11,5 @@ rm -rf .gpu
   build/tests/bench/iris-bench-ring build/tests/bench/iris-collective-sweep \
   build/tests/bench/iris-bench-resume build/tests/bench/iris-bench-mpi \
   build/tests/bench/iris-bench-memcpy build/tests/bench/iris-scale-out-bench \
-  build/client/libiris.so.0 \
+  build/client/libiris.so.0 build/client/libiris_torch.so.0 \
   "$(ldconfig -p | awk '/libucp\.so\.0 / {print $NF; exit}')"  # irisd loads it at run time

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "client/src/client_impl.hpp"
+#include "iris/iris.h"
 #include "iris/shared/default_socket.hpp"
 
 namespace iris {
@@ -22,7 +23,7 @@ Client::Impl& usable(const std::shared_ptr<Client::Impl>& impl) {
 }  // namespace
 
 namespace {
-// Every session of this process, for memory freed by the pool allocator (torch_allocator.cpp).
+// Every session of this process, for memory an allocator is about to free (iris_gpu_memory_freed).
 std::mutex live_mutex;
 std::vector<std::weak_ptr<Client::Impl>> live;
 }  // namespace
@@ -34,17 +35,6 @@ Client Client::connect(const ClientOptions& options) {
   std::erase_if(live, [](const auto& w) { return w.expired(); });
   live.push_back(c.impl_);
   return c;
-}
-
-void forget_freed_gpu_memory(uintptr_t begin, uintptr_t end) {
-  std::vector<std::shared_ptr<Client::Impl>> sessions;
-  {
-    std::lock_guard lock(live_mutex);
-    for (const auto& w : live)
-      if (auto impl = w.lock()) sessions.push_back(std::move(impl));
-  }
-  for (const auto& impl : sessions)
-    if (GpuRegistrationCache* cache = impl->existing_gpu_cache()) cache->forget_range(begin, end);
 }
 
 Client::Client() = default;
@@ -103,3 +93,20 @@ const std::string& Client::engine() const { return usable(impl_).engine; }
 const std::string& Client::daemon_version() const { return usable(impl_).daemon_version; }
 
 }  // namespace iris
+
+// Every session of this process drops its first-use registrations of GPU memory in
+// [ptr, ptr + bytes), which is about to be freed (iris.h).
+extern "C" void iris_gpu_memory_freed(const void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t end = begin + (bytes > 0 ? bytes : 1);
+  std::vector<std::shared_ptr<iris::Client::Impl>> sessions;
+  {
+    std::lock_guard lock(iris::live_mutex);
+    for (const auto& w : iris::live)
+      if (auto impl = w.lock()) sessions.push_back(std::move(impl));
+  }
+  for (const auto& impl : sessions)
+    if (iris::GpuRegistrationCache* cache = impl->existing_gpu_cache())
+      cache->forget_range(begin, end);
+}

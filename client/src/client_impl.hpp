@@ -398,8 +398,4 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
 // Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).
 std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout);
 
-// GPU memory [begin, end) is about to be freed: every session of this process drops its
-// first-use registrations of it (PyTorch's pool allocator, iris_torch_free).
-void forget_freed_gpu_memory(uintptr_t begin, uintptr_t end);
-
 }  // namespace iris

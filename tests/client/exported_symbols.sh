@@ -14,7 +14,7 @@ if [ -n "$stray" ]; then
   exit 1
 fi
 missing=0
-for anchor in 'iris_connect' 'iris_all_gather' 'iris_torch_alloc' 'iris_error_name' \
+for anchor in 'iris_connect' 'iris_all_gather' 'iris_gpu_memory_freed' 'iris_error_name' \
   'iris::Client::connect(iris::ClientOptions const&)' 'iris::Request::wait(' \
   'iris::Communicator::all_gather(' 'iris::Buffer::data() const' 'typeinfo for iris::Error'; do
   if ! grep -qF "$anchor" <<<"$symbols"; then

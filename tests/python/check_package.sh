@@ -38,6 +38,11 @@ import sys, irisd
 where = sys.argv[1]
 assert irisd.__file__.startswith(where), (irisd.__file__, where)
 assert irisd._lib._name.startswith(sys.argv[2]), irisd._lib._name
+# The torch allocator library, installed beside libiris, exports what CUDAPluggableAllocator loads.
+import ctypes
+allocator = ctypes.CDLL(irisd.torch_allocator_path())
+assert allocator._name.startswith(sys.argv[2]), allocator._name
+allocator.iris_torch_alloc, allocator.iris_torch_free
 client = irisd.Client(sys.argv[3], name="check_package")
 comm = irisd.Communicator(client, "check_package", nranks=1, rank=0)
 send, recv = client.allocate(4096), client.allocate(4096)

@@ -197,12 +197,11 @@ int iris_check_graphs(iris_client* client);
  * retiring (ending once the requests naming them finish). */
 int iris_client_gpu_registrations(const iris_client* client, size_t* held, size_t* retiring);
 
-/* An allocator for PyTorch's torch.cuda.memory.CUDAPluggableAllocator (the Python package's
- * iris.memory.mem_pool() uses it): cuMemAlloc on `device`'s primary context; the free first ends
- * every first-use registration of the memory in every client of this process, then cuMemFree.
- * NULL when the memory cannot be allocated. */
-void* iris_torch_alloc(ssize_t bytes, int device, void* stream);
-void iris_torch_free(void* ptr, ssize_t bytes, int device, void* stream);
+/* GPU memory [ptr, ptr + bytes) of this process is about to be freed: every client of this process
+ * ends its first-use registrations of memory in that range, so that irisd holds none of it once
+ * the allocator frees it. For allocators that hand memory back to the driver themselves (the
+ * PyTorch allocator in libiris_torch.so calls it); harmless for memory never registered. */
+void iris_gpu_memory_freed(const void* ptr, size_t bytes);
 
 #ifdef __cplusplus
 }

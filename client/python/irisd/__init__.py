@@ -189,8 +189,22 @@ def _load():
 
 
 def library_path():
-    """The file libiris was loaded from (PyTorch's pluggable allocator loads it by path)."""
+    """The file libiris was loaded from."""
     return _lib._name
+
+
+def torch_allocator_path():
+    """libiris_torch, the allocator PyTorch's pluggable allocator loads by path: beside libiris
+    ($IRIS_TORCH_ALLOCATOR names another)."""
+    override = os.environ.get("IRIS_TORCH_ALLOCATOR")
+    if override:
+        return override
+    path = os.path.join(os.path.dirname(os.path.realpath(library_path())), "libiris_torch.so.0")
+    if not os.path.exists(path):
+        raise IrisError(1, "invalid_argument",
+                        f"{path} not found: libiris_torch.so.0 is installed beside libiris "
+                        "(or set IRIS_TORCH_ALLOCATOR to its path)")
+    return path
 
 
 _lib = _load()

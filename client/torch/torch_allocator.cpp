@@ -1,11 +1,12 @@
-// iris_torch_alloc / iris_torch_free (iris/iris.h): an allocator for PyTorch's
-// CUDAPluggableAllocator, so that a torch.cuda.MemPool hands out memory whose registrations
-// with irisd end when PyTorch frees it, not when a lookup later finds it gone.
+// libiris_torch.so: iris_torch_alloc / iris_torch_free, an allocator for PyTorch's
+// CUDAPluggableAllocator, so that a torch.cuda.MemPool hands out memory whose registrations with
+// irisd end when PyTorch frees it, not when a lookup later finds it gone. A library of its own,
+// beside libiris (which it calls through iris_gpu_memory_freed): only PyTorch jobs load it.
+// cuMemAlloc on `device`'s primary context; NULL when the memory cannot be allocated.
 #include <cstdio>
 #include <mutex>
 #include <string>
 
-#include "client/src/client_impl.hpp"
 #include "iris/iris.h"
 
 #ifdef IRIS_HAVE_CUDA
@@ -45,7 +46,8 @@ CUresult in_primary_context(const iris::cuda::Driver& cu, int device, F&& f) {
 
 }  // namespace
 
-extern "C" void* iris_torch_alloc(ssize_t bytes, int device, void* /*stream*/) {
+extern "C" __attribute__((visibility("default"))) void* iris_torch_alloc(ssize_t bytes, int device,
+                                                                         void* /*stream*/) {
 #ifdef IRIS_HAVE_CUDA
   const iris::cuda::Driver* cu = driver();
   if (cu == nullptr || bytes <= 0) return nullptr;
@@ -61,13 +63,15 @@ extern "C" void* iris_torch_alloc(ssize_t bytes, int device, void* /*stream*/) {
 #endif
 }
 
-extern "C" void iris_torch_free(void* ptr, ssize_t bytes, int device, void* /*stream*/) {
+extern "C" __attribute__((visibility("default"))) void iris_torch_free(void* ptr, ssize_t bytes,
+                                                                       int device,
+                                                                       void* /*stream*/) {
   if (ptr == nullptr) return;
-  const auto begin = reinterpret_cast<uintptr_t>(ptr);
-  iris::forget_freed_gpu_memory(begin, begin + static_cast<std::size_t>(bytes > 0 ? bytes : 1));
+  iris_gpu_memory_freed(ptr, bytes > 0 ? static_cast<std::size_t>(bytes) : 1);
 #ifdef IRIS_HAVE_CUDA
   if (const iris::cuda::Driver* cu = driver())
-    in_primary_context(*cu, device, [&] { return cu->cuMemFree(begin); });
+    in_primary_context(*cu, device,
+                       [&] { return cu->cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)); });
 #else
   (void)device;
 #endif
