@@ -16,13 +16,11 @@ LoadedLibrary<Library> load_once() {
     return r;
   }
   // ucs_status_string lives in libucs, which libucp depends on: found through the same handle.
-#define IRIS_UCX_RESOLVE(name)                                                                 \
-  if (!resolve(lib, #name, r.table.name)) {                                                    \
-    r.why_not = "the UCX found (libucp.so.0) lacks " #name " (irisd needs UCX 1.12 or newer)"; \
-    return r;                                                                                  \
-  }
-  IRIS_UCX_FUNCTIONS(IRIS_UCX_RESOLVE)
-#undef IRIS_UCX_RESOLVE
+#define IRIS_UCX_SYMBOL(name) IRIS_LIBRARY_SYMBOL(r.table, name),
+  if (const char* missing = resolve_all(lib, {IRIS_UCX_FUNCTIONS(IRIS_UCX_SYMBOL)}))
+    r.why_not = std::string("the UCX found (libucp.so.0) lacks ") + missing +
+                " (irisd needs UCX 1.12 or newer)";
+#undef IRIS_UCX_SYMBOL
   return r;
 }
 }  // namespace

@@ -9,9 +9,6 @@
 namespace iris::cuda {
 
 namespace {
-#define IRIS_CUDA_STRINGIFY2(x) #x
-#define IRIS_CUDA_STRINGIFY(x) IRIS_CUDA_STRINGIFY2(x)
-
 using LoadResult = LoadedLibrary<Driver>;
 
 LoadResult load() {
@@ -21,18 +18,14 @@ LoadResult load() {
     r.why_not = std::string("no NVIDIA driver: cannot load libcuda.so.1 (") + ::dlerror() + ")";
     return r;
   }
-  // Each macro argument expands to its versioned symbol name (cuMemHostRegister_v2, ...).
-#define IRIS_CUDA_RESOLVE(name)                                                           \
-  if (!resolve(lib, IRIS_CUDA_STRINGIFY(name), r.table.name)) {                           \
-    r.why_not = std::string("the NVIDIA driver is too old: libcuda.so.1 lacks ") +        \
-                IRIS_CUDA_STRINGIFY(name) + " (irisd needs a CUDA 12.8 or newer driver)"; \
-    return r;                                                                             \
+#define IRIS_CUDA_SYMBOL(name) IRIS_LIBRARY_SYMBOL(r.table, name),
+  if (const char* missing = resolve_all(lib, {IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_SYMBOL)})) {
+    r.why_not = std::string("the NVIDIA driver is too old: libcuda.so.1 lacks ") + missing +
+                " (irisd needs a CUDA 12.8 or newer driver)";
+    return r;
   }
-  IRIS_CUDA_DRIVER_FUNCTIONS(IRIS_CUDA_RESOLVE)
-#undef IRIS_CUDA_RESOLVE
-#define IRIS_CUDA_RESOLVE_OPTIONAL(name) resolve(lib, IRIS_CUDA_STRINGIFY(name), r.table.name);
-  IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_RESOLVE_OPTIONAL)
-#undef IRIS_CUDA_RESOLVE_OPTIONAL
+  resolve_all(lib, {IRIS_CUDA_OPTIONAL_FUNCTIONS(IRIS_CUDA_SYMBOL)});
+#undef IRIS_CUDA_SYMBOL
   const CUresult init = r.table.cuInit(0);
   if (init != CUDA_SUCCESS) {
     r.why_not =

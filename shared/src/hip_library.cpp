@@ -26,16 +26,15 @@ LoadResult load() {
     return r;
   }
   r.table.library = opened.path;
-#define IRIS_HIP_RESOLVE(name)                                                          \
-  if (!resolve(lib, #name, r.table.name)) {                                             \
-    r.why_not = std::string("the HIP runtime is too old: libamdhip64 lacks ") + #name + \
-                " (irisd needs ROCm 5.2 or newer)";                                     \
-    return r;                                                                           \
+#define IRIS_HIP_SYMBOL(name) IRIS_LIBRARY_SYMBOL(r.table, name),
+  if (const char* missing = resolve_all(
+          lib, {IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_SYMBOL) IRIS_HIP_SYMBOL(hipMalloc)})) {
+    r.why_not = std::string("the HIP runtime is too old: libamdhip64 lacks ") + missing +
+                " (irisd needs ROCm 5.2 or newer)";
+    return r;
   }
-  IRIS_HIP_RUNTIME_FUNCTIONS(IRIS_HIP_RESOLVE)
-  IRIS_HIP_RESOLVE(hipMalloc)
-#undef IRIS_HIP_RESOLVE
-  resolve(lib, "hipStreamIsCapturing", r.table.hipStreamIsCapturing);  // optional
+  resolve_all(lib, {IRIS_HIP_SYMBOL(hipStreamIsCapturing)});  // optional
+#undef IRIS_HIP_SYMBOL
   int count = 0;
   const hipError_t e = r.table.hipGetDeviceCount(&count);
   if (e != hipSuccess || count == 0) {

@@ -35,18 +35,16 @@ LoadResult load() {
     return r;
   }
   r.table.library = opened.path;
-#define IRIS_HSA_RESOLVE(name)                                                               \
-  if (!resolve(lib, #name, r.table.name)) {                                                  \
-    r.why_not = std::string("the ROCm runtime is too old: libhsa-runtime64 lacks ") + #name; \
-    return r;                                                                                \
+#define IRIS_HSA_SYMBOL(name) IRIS_LIBRARY_SYMBOL(r.table, name),
+  if (const char* missing = resolve_all(lib, {IRIS_HSA_FUNCTIONS(IRIS_HSA_SYMBOL)})) {
+    r.why_not = std::string("the ROCm runtime is too old: libhsa-runtime64 lacks ") + missing;
+    return r;
   }
-  IRIS_HSA_FUNCTIONS(IRIS_HSA_RESOLVE)
-#undef IRIS_HSA_RESOLVE
   // ROCm >= 5.7 only (Debian's 5.2.3 lacks them): optional.
-  resolve(lib, "hsa_amd_memory_async_copy_on_engine", r.table.hsa_amd_memory_async_copy_on_engine);
-  resolve(lib, "hsa_amd_memory_copy_engine_status", r.table.hsa_amd_memory_copy_engine_status);
-  resolve(lib, "hsa_amd_memory_get_preferred_copy_engine",
-          r.table.hsa_amd_memory_get_preferred_copy_engine);
+  resolve_all(lib, {IRIS_HSA_SYMBOL(hsa_amd_memory_async_copy_on_engine)
+                        IRIS_HSA_SYMBOL(hsa_amd_memory_copy_engine_status)
+                            IRIS_HSA_SYMBOL(hsa_amd_memory_get_preferred_copy_engine)});
+#undef IRIS_HSA_SYMBOL
   const hsa_status_t init = r.table.hsa_init();
   if (init != HSA_STATUS_SUCCESS) {
     r.why_not = "hsa_init failed: " + r.table.describe(init);
