@@ -17,15 +17,14 @@
 #include <chrono>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 
 #include "daemon/config.hpp"
 #include "daemon/front/attach_rate.hpp"
 #include "daemon/front/caller_tokens.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/runtime.hpp"
+#include "daemon/socket_acceptor.hpp"
 #include "iris/v1/attach.pb.h"
 
 namespace iris::daemon {
@@ -33,10 +32,10 @@ namespace iris::daemon {
 // File descriptors one session request may carry: VMM allocations behind one registered range.
 inline constexpr std::size_t kMaxSessionRequestFds = 256;
 
-class AttachListener {
+class AttachListener : SocketAcceptor::Handler {
  public:
   AttachListener(const Config& config, Runtime& runtime, ProgressLoop& loop, CallerTokens& tokens);
-  ~AttachListener();
+  ~AttachListener() override;
 
   void start();
   void stop();
@@ -47,46 +46,32 @@ class AttachListener {
     net::Fd fd;
     net::PeerCredentials peer{};  // from the kernel at accept, before anything is read
     net::FrameReader reader{kMaxSessionRequestFds};
-    Clock::time_point deadline;  // the handshake must be done by then
     bool attached = false;
     std::optional<uint64_t> session_id;  // none for an operator-only attach
     std::string token;
   };
 
-  void run();
-  void accept_all();
+  // SocketAcceptor::Handler: a connection has its handshake's deadline and is pending (closed
+  // first to make room) until it attached. Closing it ends its session, if it still has one
+  // (as lost).
+  bool on_accept(net::Fd& fd) override;
+  void on_event(int fd, uint32_t) override { on_readable(fd); }
+  void on_close(int fd, SocketAcceptor::CloseReason why) override;
+
   void on_readable(int fd);
   // Handles one frame; false when the connection must close.
   bool on_frame(Connection& conn, net::Frame& frame);
   bool handshake(Connection& conn, const net::Frame& frame);
   bool serve(Connection& conn, net::Frame& frame);
-  // Ends the connection; its session, if it still has one, ends too (as lost).
-  void close_connection(int fd);
-  void close_expired_handshakes();
-  // Closes the connection that has waited longest in its handshake; false when there is none.
-  bool close_oldest_handshake();
-  // epoll_wait's timeout: until the next handshake deadline or the end of an accept pause.
-  int next_timeout_ms() const;
-  void pause_accepting(int error);
 
   const Config& config_;
   Runtime& runtime_;
   ProgressLoop& loop_;
   CallerTokens& tokens_;
-  net::Fd listen_fd_;
-  net::Fd epoll_fd_;
-  net::Fd stop_fd_;
   std::map<int, Connection> connections_;
-  // Connections still in their handshake, by deadline (oldest first): what expires, what makes
-  // room, and the next timeout, without a walk over every connection.
-  std::set<std::pair<Clock::time_point, int>> handshakes_;
-  std::size_t max_handshakes_;  // a quarter of RLIMIT_NOFILE
-  std::optional<Clock::time_point> accept_paused_until_;
-  Clock::time_point last_accept_warning_{};
-  uint64_t accept_failures_since_warning_ = 0;
   uint64_t handshakes_evicted_ = 0;
   AttachRate attach_rate_;
-  std::thread thread_;
+  SocketAcceptor acceptor_;  // last: its thread calls back into the members above
 };
 
 }  // namespace iris::daemon

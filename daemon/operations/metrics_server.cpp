@@ -3,7 +3,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,14 +16,6 @@
 namespace iris::daemon {
 
 namespace {
-
-void watch(int epoll_fd, int fd, uint32_t events, int op = EPOLL_CTL_ADD) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.fd = fd;
-  if (::epoll_ctl(epoll_fd, op, fd, &ev) != 0)
-    throw std::runtime_error(std::string("metrics: epoll_ctl: ") + std::strerror(errno));
-}
 
 // HOST:PORT or [HOST]:PORT into its parts.
 std::pair<std::string, std::string> split_address(const std::string& address) {
@@ -83,87 +74,20 @@ std::string http_response(const char* status, const std::string& type, const std
 
 MetricsServer::MetricsServer(const std::string& address, Render render)
     : render_(std::move(render)),
-      listen_fd_(listen_tcp(address, port_)),
-      epoll_fd_(::epoll_create1(EPOLL_CLOEXEC)),
-      stop_fd_(::eventfd(0, EFD_CLOEXEC)) {
-  if (!epoll_fd_ || !stop_fd_)
-    throw std::runtime_error(std::string("metrics: ") + std::strerror(errno));
-  watch(epoll_fd_.get(), listen_fd_.get(), EPOLLIN);
-  watch(epoll_fd_.get(), stop_fd_.get(), EPOLLIN);
-  thread_ = std::thread([this] { run(); });
+      acceptor_("metrics", listen_tcp(address, port_),
+                {kMaxConnections, kMaxConnections, "raise LimitNOFILE"}, *this) {
+  acceptor_.start();
 }
 
-MetricsServer::~MetricsServer() {
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t r = ::write(stop_fd_.get(), &one, sizeof(one));
-  if (thread_.joinable()) thread_.join();
-}
+MetricsServer::~MetricsServer() { acceptor_.stop(); }
 
-int MetricsServer::next_timeout_ms() const {
-  if (connections_.empty()) return -1;
-  auto next = connections_.begin()->second.deadline;
-  for (const auto& [fd, c] : connections_) next = std::min(next, c.deadline);
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, 60'000));
-}
-
-void MetricsServer::run() {
-  epoll_event events[64];
-  for (;;) {
-    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, next_timeout_ms());
-    if (n < 0 && errno != EINTR) {
-      spdlog::error("metrics: epoll_wait: {}; /metrics is no longer served", std::strerror(errno));
-      return;
-    }
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == stop_fd_.get()) return;
-      if (fd == listen_fd_.get()) {
-        accept_all();
-      } else {
-        on_event(fd, events[i].events);
-      }
-    }
-    const auto now = Clock::now();
-    std::vector<int> expired;
-    for (const auto& [fd, c] : connections_)
-      if (now >= c.deadline) expired.push_back(fd);
-    for (int fd : expired) close_connection(fd);
-  }
-}
-
-bool MetricsServer::close_oldest_unanswered() {
-  auto oldest = connections_.end();
-  for (auto it = connections_.begin(); it != connections_.end(); ++it)
-    if (!it->second.answering &&
-        (oldest == connections_.end() || it->second.deadline < oldest->second.deadline))
-      oldest = it;
-  if (oldest == connections_.end()) return false;
-  close_connection(oldest->first);
+bool MetricsServer::on_accept(net::Fd& fd) {
+  const int raw = fd.get();
+  acceptor_.set_deadline(raw, Clock::now() + kRequestTimeout, true);
+  Connection c;
+  c.fd = std::move(fd);
+  connections_.emplace(raw, std::move(c));
   return true;
-}
-
-void MetricsServer::accept_all() {
-  for (;;) {
-    if (connections_.size() >= kMaxConnections && !close_oldest_unanswered()) return;
-    const int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      // Out of descriptors: make room from the oldest unanswered connection and try again.
-      if ((errno == EMFILE || errno == ENFILE) && close_oldest_unanswered()) continue;
-      return;
-    }
-    Connection c;
-    c.fd = net::Fd(fd);
-    c.deadline = Clock::now() + kRequestTimeout;
-    try {
-      watch(epoll_fd_.get(), fd, EPOLLIN | EPOLLRDHUP);
-    } catch (const std::exception& e) {
-      spdlog::debug("{}", e.what());
-      continue;  // c closes the descriptor
-    }
-    connections_.emplace(fd, std::move(c));
-  }
 }
 
 void MetricsServer::on_event(int fd, uint32_t events) {
@@ -176,7 +100,7 @@ void MetricsServer::on_event(int fd, uint32_t events) {
   } else {
     keep = (events & (EPOLLHUP | EPOLLERR)) == 0 && ((events & EPOLLOUT) == 0 || write_answer(c));
   }
-  if (!keep) close_connection(fd);
+  if (!keep) acceptor_.close(fd);
 }
 
 bool MetricsServer::read_request(Connection& c) {
@@ -204,9 +128,9 @@ bool MetricsServer::read_request(Connection& c) {
   }
   c.answering = true;
   c.in.clear();
-  c.deadline = Clock::now() + kResponseTimeout;
+  acceptor_.set_deadline(c.fd.get(), Clock::now() + kResponseTimeout, false);
   // Only writability from here: a peer that half-closes must not wake this thread over and over.
-  watch(epoll_fd_.get(), c.fd.get(), EPOLLOUT, EPOLL_CTL_MOD);
+  acceptor_.watch(c.fd.get(), EPOLLOUT);
   return write_answer(c);
 }
 
@@ -248,9 +172,6 @@ std::string MetricsServer::answer(const std::string& request) {
   return http_response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body, method == "GET");
 }
 
-void MetricsServer::close_connection(int fd) {
-  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
-  connections_.erase(fd);
-}
+void MetricsServer::on_close(int fd, SocketAcceptor::CloseReason) { connections_.erase(fd); }
 
 }  // namespace iris::daemon

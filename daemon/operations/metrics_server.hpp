@@ -14,20 +14,19 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <thread>
 
-#include "iris/shared/unix_socket.hpp"
+#include "daemon/socket_acceptor.hpp"
 
 namespace iris::daemon {
 
-class MetricsServer {
+class MetricsServer : SocketAcceptor::Handler {
  public:
   using Render = std::function<std::string()>;  // the text exposition format, whole
 
   // Listens on `address`, HOST:PORT ([V6]:PORT; port 0 takes any free one) and serves from a
   // thread of its own until destroyed. Throws std::runtime_error naming the address.
   MetricsServer(const std::string& address, Render render);
-  ~MetricsServer();
+  ~MetricsServer() override;
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
@@ -46,27 +45,23 @@ class MetricsServer {
     std::string out;
     std::size_t sent = 0;
     bool answering = false;  // the request is in; `out` is its answer
-    Clock::time_point deadline;
   };
 
-  void run();
-  void accept_all();
-  void on_event(int fd, uint32_t events);
+  // SocketAcceptor::Handler: a connection is pending (closed first to make room) until its
+  // request is in, then has its answer's deadline.
+  bool on_accept(net::Fd& fd) override;
+  void on_event(int fd, uint32_t events) override;
+  void on_close(int fd, SocketAcceptor::CloseReason) override;
+
   // Answers once the request is complete; false when the connection must close now.
   bool read_request(Connection& c);
   bool write_answer(Connection& c);
-  void close_connection(int fd);
-  bool close_oldest_unanswered();
-  int next_timeout_ms() const;
   std::string answer(const std::string& request);
 
   Render render_;
-  uint16_t port_ = 0;  // before listen_fd_: listening sets it
-  net::Fd listen_fd_;
-  net::Fd epoll_fd_;
-  net::Fd stop_fd_;
+  uint16_t port_ = 0;  // before acceptor_: listening sets it
   std::map<int, Connection> connections_;
-  std::thread thread_;
+  SocketAcceptor acceptor_;  // last: its thread calls back into the members above
 };
 
 }  // namespace iris::daemon
