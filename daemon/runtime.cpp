@@ -18,8 +18,9 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       tenant_log_(stats.log_lines_suppressed_total),
       sessions_(config),
       completer_(sessions_, engine, stats, tenant_log_),
+      copies_(engine, stats),
       scheduler_(
-          engine, stats, tenant_log_,
+          copies_, stats, tenant_log_,
           [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
             if (t.graph_plan)
               if (const Session* s = sessions_.find(t.session_id))
@@ -32,7 +33,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       plans_(scheduler_, stats, tenant_log_,
              std::chrono::milliseconds(config.limits.graph_replay_timeout_ms),
              config.limits.max_graph_plans_per_uid),
-      scale_out_(config, scheduler_, tenant_log_, comms_, engine, loop),
+      scale_out_(config, scheduler_, tenant_log_, comms_, copies_, loop),
       p2p_(comms_, scheduler_, completer_, stats,
            std::chrono::milliseconds(config.limits.p2p_timeout_ms)),
       watchdog_(comms_, scheduler_),
@@ -42,7 +43,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
   loop_.watch(engine_.completion_fd());
   // A ring entry's path, in order; the completer wakes clients after everything that completes.
   for (Poller* p :
-       std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_, &scheduler_, &p2p_,
+       std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_, &copies_, &p2p_,
                                       &completer_, &comms_, &watchdog_})
     loop_.add_poller(*p);
 }

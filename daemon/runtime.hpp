@@ -1,27 +1,29 @@
 // The daemon's data path, assembled: the registries, and the rooms a ring entry passes through,
-// each a poller of the progress loop in this order: rings (sessions/ring_poller) -> arrivals
-// (collectives/arrivals: sequence, validation, stream-ordered waits) -> graph plans -> scale out
-// -> scheduler (collectives/collective_scheduler: matching, copies, engine completions) ->
-// completer (sessions/completer: slot, done flag, wake) -> communicator removal. Runtime itself
-// carries out the front doors' session, buffer, communicator and graph calls on them.
-// Everything here runs on the progress thread (see ProgressLoop), so none of it is locked.
+// each a poller of the progress loop in this order: rings (datapath/ring_poller) -> arrivals
+// (datapath/arrivals: sequence, validation, stream-ordered waits) -> graph plans -> scale out ->
+// copy dispatcher (engines/copy_dispatcher: engine completions, each to the scheduler or a
+// staging callback) -> point to point -> completer (sessions/completer: slot, done flag, wake) ->
+// communicator removal -> watchdog. The scheduler (collectives/collective_scheduler) is called by
+// these, not polled. Runtime itself carries out the front doors' session, buffer, communicator
+// and graph calls on them. Everything here runs on the progress thread (see ProgressLoop), so
+// none of it is locked.
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
-#include "daemon/datapath/arrivals.hpp"
 #include "daemon/collectives/collective_scheduler.hpp"
 #include "daemon/collectives/comm_watchdog.hpp"
 #include "daemon/collectives/communicator_registry.hpp"
 #include "daemon/collectives/graph_plans.hpp"
 #include "daemon/config.hpp"
+#include "daemon/datapath/arrivals.hpp"
+#include "daemon/datapath/ring_poller.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/scaleout/scale_out.hpp"
 #include "daemon/sessions/buffer_registry.hpp"
 #include "daemon/sessions/completer.hpp"
-#include "daemon/datapath/ring_poller.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
 
@@ -116,6 +118,7 @@ class Runtime {
   TenantLog tenant_log_;
   SessionRegistry sessions_;
   Completer completer_;
+  CopyDispatcher copies_;
   CollectiveScheduler scheduler_;
   BufferRegistry buffers_;
   CommunicatorRegistry comms_;

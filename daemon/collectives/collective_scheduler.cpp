@@ -30,14 +30,14 @@ uint64_t block_bytes(const RankArgs& args) {
 }
 }  // namespace
 
-CollectiveScheduler::CollectiveScheduler(Engine& engine, Stats& stats, TenantLog& log,
+CollectiveScheduler::CollectiveScheduler(CopyDispatcher& copies, Stats& stats, TenantLog& log,
                                          CompleteFn complete, uint64_t max_in_flight)
-    : engine_(engine),
+    : copies_(copies),
       stats_(stats),
       log_(log),
       complete_(std::move(complete)),
       max_in_flight_(max_in_flight),
-      fill_owners_(engine.outlives_its_completions()) {}
+      fill_owners_(copies.engine().outlives_its_completions()) {}
 
 Collective* CollectiveScheduler::find_or_create(Communicator& comm, uint64_t seq,
                                                 bool& over_limit) {
@@ -157,13 +157,20 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
       fail(c, bad->code, bad->message);
     }
   }
-  // The other nodes hear of every local arrival, failed or not: they wait for it too.
+  // The other nodes hear of every local arrival, failed or not: they wait for it too. The rank
+  // stays held by this part of the hold until the end here, so that no transfer ending at once
+  // can complete it (or retire the collective) before its failure, if any, is recorded.
+  NetworkHold hold;
   if (!arrived.remote && comm.layout && remote_ != nullptr) {
-    if (auto bad = remote_->send_arrival(comm, c, rank)) fail(c, bad->code, bad->message);
+    hold = NetworkHold(*this, add_tag(CopyTag{&comm, &c, rank, rank, true}));
+    ++arrived.copies_touching;
+    ++c.total_in_flight;
+    if (auto bad = remote_->send_arrival(comm, c, rank, hold)) fail(c, bad->code, bad->message);
   }
   // Ranks whose pairs move nothing (0 bytes, in place, off the root) finish without an engine
   // completion, so any arrived rank may be done now, not only this one.
   deliver_all(c);
+  if (hold) return hold.end();  // delivers the rank and retires the collective if it is done
   retire_if_done(comm, c);
 }
 
@@ -236,7 +243,7 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   // Copies already planned run (and complete) even when a later pair disagreed.
   uint64_t total = 0;
   for (const PairCopy& p : planned_) total += p.bytes;
-  uint64_t now_left = engine_.copy_now_share(total);
+  uint64_t now_left = copies_.engine().copy_now_share(total);
   uint64_t now_bytes = 0;
   batch_.clear();
   now_.clear();
@@ -249,11 +256,8 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
       now_.push_back(HostCopy{p.src, p.dst, p.bytes});
       continue;
     }
-    const std::size_t device = device_slot(p.src_device, p.dst_device);
-    CopyRequest copy{p.src,        p.dst,
-                     p.bytes,      add_tag(CopyTag{&comm, &c, p.src_rank, p.dst_rank, device}),
-                     p.src_device, p.dst_device};
-    add_from_loop(stats_.devices[device].copies_in_flight, 1);
+    CopyRequest copy{p.src, p.dst, p.bytes, 0, p.src_device, p.dst_device};
+    copies_.track(copy, *this, add_tag(CopyTag{&comm, &c, p.src_rank, p.dst_rank}));
     ++p.from->copies_touching;
     if (p.dst_rank != p.src_rank) ++p.to->copies_touching;
     ++c.total_in_flight;
@@ -263,73 +267,26 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     }
     batch_.push_back(std::move(copy));
   }
-  if (!now_.empty())
-    count_copies(device_slot(kHostMemory, kHostMemory), ErrorCode::kOk, TransferPath::kComputeUnits,
-                 now_bytes, now_.size(), false);
   // The engine's share first, so that its workers start while this thread copies its own.
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
   if (!batch_.empty()) {
-    engine_.submit(batch_);
+    copies_.submit(batch_);
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
-  if (!now_.empty()) engine_.copy_now(now_);
+  copies_.copy_now(now_, now_bytes);
   return bad;
 }
 
-void CollectiveScheduler::stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done) {
-  copy.cookie = kStagingCookie | next_staging_cookie_++;
-  const std::size_t device = device_slot(copy.src_device, copy.dst_device);
-  staging_.emplace(copy.cookie, Staging{std::move(done), device});
-  add_from_loop(stats_.devices[device].copies_in_flight, 1);
-  engine_.submit(std::span<const CopyRequest>(&copy, 1));
-}
-
-void CollectiveScheduler::count_copies(std::size_t slot, ErrorCode code, TransferPath path,
-                                       uint64_t bytes, uint64_t copies, bool were_in_flight) {
-  DeviceCounters& device = stats_.devices[slot];
-  const auto n = static_cast<int64_t>(copies);
-  if (were_in_flight) add_from_loop(device.copies_in_flight, -n);
-  add_from_loop(device.copies_total, n);
-  if (code == ErrorCode::kOk) {
-    device.failing_streak.store(0, std::memory_order_relaxed);
-    auto& by_path = path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
-                                                      : device.compute_unit_bytes_total;
-    add_from_loop(by_path, static_cast<int64_t>(bytes));
-  } else {
-    add_from_loop(device.copy_errors_total, n);
-    add_from_loop(device.failing_streak, n);
-  }
-}
-
-void CollectiveScheduler::count_copy(std::size_t slot, const CopyCompletion& completion) {
-  count_copies(slot, completion.code, completion.path, completion.bytes, 1, true);
-}
-
-bool CollectiveScheduler::poll() {
-  completions_.clear();
-  if (engine_.poll(completions_) == 0) return false;
-  for (const CopyCompletion& c : completions_) on_copy_complete(c);
-  return true;
-}
-
-void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
-  if (auto staged = staging_.find(completion.cookie); staged != staging_.end()) {
-    Staging s = std::move(staged->second);
-    staging_.erase(staged);
-    count_copy(s.device, completion);
-    s.done(completion.code);
-    return;
-  }
-  CopyTag* found = find_tag(completion.cookie);
+void CollectiveScheduler::copy_done(uint64_t cookie, const CopyCompletion& completion) {
+  CopyTag* found = find_tag(cookie);
   if (found == nullptr || found->network) {
-    spdlog::error("engine completed unknown copy {}", completion.cookie);
+    spdlog::error("a copy of no collective in flight completed (tag {})", cookie);
     return;
   }
   const CopyTag tag = *found;
-  release_tag(completion.cookie);
-  count_copy(tag.device, completion);
+  release_tag(cookie);
   if (completion.code == ErrorCode::kOk) return finish_transfer(tag, ErrorCode::kOk, {});
   // Failure words are made only on failure: a copy's completion is the hottest path here.
   log_.log(spdlog::level::err, tag.comm->uid, TenantLogKind::kCommunicator,
@@ -341,14 +298,7 @@ void CollectiveScheduler::on_copy_complete(const CopyCompletion& completion) {
                       " failed on the copy engine (the daemon log has the engine's reason)");
 }
 
-uint64_t CollectiveScheduler::begin_network(Communicator& comm, Collective& c, uint32_t rank) {
-  const uint64_t cookie = add_tag(CopyTag{&comm, &c, rank, rank, 0, true});
-  ++c.ranks.at(rank).copies_touching;
-  ++c.total_in_flight;
-  return cookie;
-}
-
-void CollectiveScheduler::end_network(uint64_t cookie, ErrorCode code, const std::string& why) {
+void CollectiveScheduler::network_ended(uint64_t cookie, ErrorCode code, const std::string& why) {
   CopyTag* found = find_tag(cookie);
   if (found == nullptr || !found->network) return;
   const CopyTag tag = *found;
@@ -380,7 +330,7 @@ uint64_t CollectiveScheduler::add_tag(const CopyTag& tag) {
 
 CollectiveScheduler::CopyTag* CollectiveScheduler::find_tag(uint64_t cookie) {
   const uint64_t index = cookie & 0xffffffffu;
-  if ((cookie & kStagingCookie) != 0 || index >= tags_.size()) return nullptr;
+  if (index >= tags_.size()) return nullptr;
   TagSlot& slot = tags_[index];
   if (!slot.used || slot.generation != static_cast<uint32_t>(cookie >> 32)) return nullptr;
   return &slot.tag;

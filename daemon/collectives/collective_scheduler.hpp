@@ -10,11 +10,12 @@
 
 #include <functional>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "daemon/collectives/communicator.hpp"
+#include "daemon/collectives/network_hold.hpp"
 #include "daemon/collectives/node_spares.hpp"
+#include "daemon/engines/copy_dispatcher.hpp"
 #include "daemon/engines/engine.hpp"
 #include "daemon/operations/tenant_log.hpp"
 #include "daemon/progress_loop.hpp"
@@ -29,9 +30,11 @@ class RemoteNodes {
  public:
   virtual ~RemoteNodes() = default;
   // Local rank `rank` arrived at `c`: its arguments and the data the other nodes need go to
-  // them (or its failure, when it or the collective failed). Returns why it cannot.
-  virtual std::optional<PlanError> send_arrival(Communicator& comm, Collective& c,
-                                                uint32_t rank) = 0;
+  // them (or its failure, when it or the collective failed). Returns why it cannot. Each transfer
+  // started for it takes a part of `hold` (split) and ends it: the rank's buffers are held until
+  // every part has ended.
+  virtual std::optional<PlanError> send_arrival(Communicator& comm, Collective& c, uint32_t rank,
+                                                const NetworkHold& hold) = 0;
   // The communicator broke here (a local rank died or left): the other nodes are told.
   virtual void broke_here(Communicator& comm, const std::string& why) = 0;
   // Collective `seq` retired here: every rank of this node is done with it.
@@ -40,15 +43,16 @@ class RemoteNodes {
   virtual void forget(const Communicator& comm) = 0;
 };
 
-class CollectiveScheduler final : public Poller {
+class CollectiveScheduler final : CopyOwner, NetworkHoldOwner {
  public:
   // Writes a rank's completion (the Completer's): the code, and why it failed in words the
   // client shows.
   using CompleteFn = std::function<void(const CompletionTarget&, ErrorCode, const std::string&)>;
 
   // `max_in_flight`: collectives in flight per communicator; more fail with kLimitExceeded.
-  // `log` limits the lines a communicator's tenant causes.
-  CollectiveScheduler(Engine& engine, Stats& stats, TenantLog& log, CompleteFn complete,
+  // `log` limits the lines a communicator's tenant causes. Copies go to the engine through
+  // `copies`, which brings their completions back (copy_done).
+  CollectiveScheduler(CopyDispatcher& copies, Stats& stats, TenantLog& log, CompleteFn complete,
                       uint64_t max_in_flight);
 
   // Rank `rank` submits collective `seq` with `request`. The caller has checked that the session
@@ -69,22 +73,6 @@ class CollectiveScheduler final : public Poller {
   void forget_comm(const Communicator& comm) {
     if (comm.layout && remote_ != nullptr) remote_->forget(comm);
   }
-  // Poller: the engine's finished copies, each ending its part of a collective. The loop must
-  // not sleep while the engine's copies finish without announcing it on its completion fd.
-  bool poll() override;
-  bool try_enter_sleep() override {
-    return !engine_.needs_polling() && engine_.arm_completion_wakeup();
-  }
-  void exit_sleep() override { engine_.disarm_completion_wakeup(); }
-
-  void on_copy_complete(const CopyCompletion& completion);
-  // A transfer to another node reading `rank`'s buffers: the rank completes after it ends.
-  uint64_t begin_network(Communicator& comm, Collective& c, uint32_t rank);
-  void end_network(uint64_t cookie, ErrorCode code, const std::string& why);
-  // An engine copy outside any plan (GPU data staged into host memory for another node): `done`
-  // runs with its result from on_copy_complete. The caller holds what it copies (begin_network).
-  void stage_copy(CopyRequest copy, std::function<void(ErrorCode)> done);
-
   // A rank died or left: every collective in flight fails with `code` (`why` says who), and so
   // does every later one. `from_remote`: another node said so (it is not told back).
   void break_comm(Communicator& comm, ErrorCode code, const std::string& why,
@@ -107,9 +95,13 @@ class CollectiveScheduler final : public Poller {
     Collective* collective;
     uint32_t src_rank;
     uint32_t dst_rank;
-    std::size_t device;    // its DeviceCounters slot
-    bool network = false;  // a transfer to another node, not an engine copy
+    bool network = false;  // a hold for transfers to other nodes, not an engine copy
   };
+
+  // CopyOwner: an engine copy ended, its part of a collective with it.
+  void copy_done(uint64_t tag, const CopyCompletion& completion) override;
+  // NetworkHoldOwner: the transfers to other nodes reading a rank's buffers ended.
+  void network_ended(uint64_t tag, ErrorCode code, const std::string& why) override;
 
   // A local rank's arrival, `request` moved into its record when not null.
   void arrive_local(Communicator& comm, uint32_t rank, uint64_t seq, const CompletionTarget& target,
@@ -117,11 +109,6 @@ class CollectiveScheduler final : public Poller {
   // After a rank's arrival record is in: checks, copies, the other nodes told, deliveries.
   void admit(Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
              bool over_limit, ErrorCode error, const std::string& why);
-  // Finished copies in their device's counters, `copies` of them, `bytes` together
-  // (`were_in_flight`: counted in flight until now).
-  void count_copies(std::size_t device_slot, ErrorCode code, TransferPath path, uint64_t bytes,
-                    uint64_t copies, bool were_in_flight);
-  void count_copy(std::size_t device_slot, const CopyCompletion& completion);
   // A copy or network transfer ended: its ranks may complete, or the collective fails.
   void finish_transfer(const CopyTag& tag, ErrorCode code, const std::string& failure);
 
@@ -155,7 +142,7 @@ class CollectiveScheduler final : public Poller {
   bool may_still_arrive(const Communicator& comm, const Collective& c) const;
   void retire_if_done(Communicator& comm, Collective& c);
 
-  Engine& engine_;
+  CopyDispatcher& copies_;
   Stats& stats_;
   TenantLog& log_;
   CompleteFn complete_;
@@ -168,8 +155,9 @@ class CollectiveScheduler final : public Poller {
   // cap: a session's default ring depth (256 requests in flight) of collectives, so that steady
   // traffic allocates nothing; a larger burst frees its extra.
   NodeSpares<std::map<uint64_t, Collective>> spare_collectives_{256};
-  // Copies in flight, by cookie: (generation << 32) | index into tags_, so that finding one is an
-  // index and a stale or unknown cookie is recognised; slots are reused, never freed.
+  // Copies and network holds in flight, by tag: (generation << 32) | index into tags_, so that
+  // finding one is an index and a stale or unknown tag is recognised; slots are reused, never
+  // freed.
   struct TagSlot {
     CopyTag tag{};
     uint32_t generation = 0;
@@ -180,14 +168,6 @@ class CollectiveScheduler final : public Poller {
   void release_tag(uint64_t cookie);
   std::vector<TagSlot> tags_;
   std::vector<uint32_t> free_tags_;
-  // Staging copies (stage_copy) have cookies of their own, this bit set.
-  static constexpr uint64_t kStagingCookie = uint64_t{1} << 63;
-  uint64_t next_staging_cookie_ = 1;
-  struct Staging {
-    std::function<void(ErrorCode)> done;
-    std::size_t device;
-  };
-  std::unordered_map<uint64_t, Staging> staging_;
   // One planned copy: plain data, a CopyRequest is made only for those the engine gets.
   struct PairCopy {
     const std::byte* src;
@@ -200,7 +180,6 @@ class CollectiveScheduler final : public Poller {
   std::vector<PairCopy> planned_;   // an arrival's copies, before they are split
   std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
   std::vector<HostCopy> now_;       // and those it copies at once (Engine::copy_now)
-  std::vector<CopyCompletion> completions_;
 };
 
 }  // namespace iris::daemon

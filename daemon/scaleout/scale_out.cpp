@@ -19,13 +19,14 @@ namespace iris::daemon {
 using namespace scale_out_limits;
 
 ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
-                   CommunicatorRegistry& comms, Engine& engine, ProgressLoop& loop)
+                   CommunicatorRegistry& comms, CopyDispatcher& copies, ProgressLoop& loop)
     : config_(config),
       scheduler_(scheduler),
+      copies_(copies),
       log_(log),
       comms_(comms),
       loop_(loop),
-      staging_(engine, kStagingCachedBytes),
+      staging_(copies.engine(), kStagingCachedBytes),
       book_(config.socket_path + ".nodes") {
   scheduler_.set_remote_nodes(this);
 }

@@ -51,7 +51,7 @@ namespace iris::daemon {
 class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Poller {
  public:
   ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
-           CommunicatorRegistry& comms, Engine& engine, ProgressLoop& loop);
+           CommunicatorRegistry& comms, CopyDispatcher& copies, ProgressLoop& loop);
   ~ScaleOut() override;
 
   // This daemon's node address, for a job's ranks to exchange (starts UCX). Throws iris::Error
@@ -81,7 +81,8 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   bool try_enter_sleep() override;
 
   // RemoteNodes.
-  std::optional<PlanError> send_arrival(Communicator& comm, Collective& c, uint32_t rank) override;
+  std::optional<PlanError> send_arrival(Communicator& comm, Collective& c, uint32_t rank,
+                                        const NetworkHold& hold) override;
   void broke_here(Communicator& comm, const std::string& why) override;
   void retired(Communicator& comm, uint64_t seq) override;
   void forget(const Communicator& comm) override;
@@ -139,15 +140,16 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
                                         const std::function<bool(uint64_t)>& completed);
   // Sends a local rank's arrival (header, and data when not null) to `node`; with a resume
   // window it is kept until that node completed the collective, and held while the node is away.
-  // `cookie` (0: none) ends once it has left this node, or is kept while the node is away.
+  // `part` (of the rank's hold) ends once it has left this node, or is kept while the node is
+  // away.
   void send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
-                     std::string header, std::shared_ptr<StagedData> data, uint64_t cookie);
+                     std::string header, std::shared_ptr<StagedData> data, NetworkHold part);
   // Sends `header` and `size` bytes at `bytes` to `node` unless it is away; `owner` keeps them
   // alive until the send ends. A transfer that fails to a node (with a resume window) holds the
-  // node and counts as ended. Then `cookie` (0: none) ends, and `after` learns whether the
+  // node and counts as ended. Then `part` ends (if it holds), and `after` learns whether the
   // message reached the node.
   void send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
-                    std::size_t size, std::shared_ptr<const void> owner, uint64_t cookie,
+                    std::size_t size, std::shared_ptr<const void> owner, NetworkHold part,
                     std::function<void(bool reached)> after);
   // Node `node` went away (`why`): held for the resume window.
   void hold(const Communicator& comm, CommState& state, uint32_t node, const std::string& why);
@@ -165,6 +167,7 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
 
   const Config& config_;
   CollectiveScheduler& scheduler_;
+  CopyDispatcher& copies_;  // staging copies of GPU data into host memory
   TenantLog& log_;
   CommunicatorRegistry& comms_;
   ProgressLoop& loop_;

@@ -13,7 +13,8 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& c, uint32_t rank) {
+std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& c, uint32_t rank,
+                                                const NetworkHold& hold) {
   const auto state_it = states_.find(comm.id);
   if (state_it == states_.end())
     return PlanError{ErrorCode::kInternal, "communicator '" + comm.key + "' has no node state"};
@@ -42,7 +43,7 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
       a.set_error_code(static_cast<uint32_t>(problem->code));
       a.set_why(problem->message);
       ++state.sent[rank];
-      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, 0);
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, {});
       continue;
     }
     const RankArgs& args = arrived.request->args;
@@ -67,18 +68,16 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     if (hi == 0) lo = 0;
     a.set_data_offset(lo);
     a.set_data_bytes(hi - lo);
-    const uint64_t cookie = scheduler_.begin_network(comm, c, rank);
+    NetworkHold part = hold.split();
     ++state.sent[rank];
     const std::shared_ptr<MappedBuffer>& from = arrived.request->send;
     if (hi == lo) {
-      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, cookie);
+      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, part);
       continue;
     }
     if (from->device == kHostMemory && !keeping()) {
       worker().send(state.peers[n], m.SerializeAsString(), from->base + lo, hi - lo,
-                    [this, cookie](ErrorCode code, const std::string& why) {
-                      scheduler_.end_network(cookie, code, why);
-                    });
+                    [part](ErrorCode code, const std::string& why) { part.end(code, why); });
       continue;
     }
     // GPU memory goes through pinned host memory, which UCX sends. With a resume window, host
@@ -88,27 +87,26 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     try {
       staged = staging_.take(hi - lo);
     } catch (const Error& e) {
-      scheduler_.end_network(cookie, e.code(), e.message());
+      part.end(e.code(), e.message());
       continue;
     }
     const std::string header = m.SerializeAsString();
     if (from->device != kHostMemory) {
-      scheduler_.stage_copy(
+      copies_.submit_one(
           CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
                       staged},
           [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged,
-           cookie](ErrorCode code) mutable {
+           part](ErrorCode code) mutable {
             if (code != ErrorCode::kOk)
-              return scheduler_.end_network(
-                  cookie, code, "copying its data into host memory failed on the copy engine");
-            send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), cookie);
+              return part.end(code, "copying its data into host memory failed on the copy engine");
+            send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), part);
           });
       continue;
     }
     if (hi - lo <= kCopiedHereBytes) {
       // Small: copied here at once (the engine's round trip would cost more than the copy).
       std::memcpy(staged->data, from->base + lo, hi - lo);
-      send_and_keep(comm.id, n, c.seq, rank, header, std::move(staged), cookie);
+      send_and_keep(comm.id, n, c.seq, rank, header, std::move(staged), part);
       continue;
     }
     // Whichever of the send and the copy ends second sends the copy, when the send did not reach
@@ -119,28 +117,26 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
       bool copied = false;
     };
     auto progress = std::make_shared<HostSend>();
-    const uint64_t copy_cookie = scheduler_.begin_network(comm, c, rank);
-    scheduler_.stage_copy(
+    copies_.submit_one(
         CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
                     staged},
-        [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged, copy_cookie,
+        [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged, copy_part = hold.split(),
          progress](ErrorCode code) {
           if (code != ErrorCode::kOk)
-            return scheduler_.end_network(copy_cookie, code,
-                                          "copying its data for another node failed on the engine");
+            return copy_part.end(code, "copying its data for another node failed on the engine");
           if (auto it = states_.find(comm_id); it != states_.end())
             it->second.kept.keep({n, seq, rank, header, staged});
           progress->copied = true;
-          scheduler_.end_network(copy_cookie, ErrorCode::kOk, {});
+          copy_part.end();
           if (progress->sent && !progress->reached)
-            send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
+            send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, {}, {});
         });
-    send_or_hold(comm.id, n, header, from->base + lo, hi - lo, from, cookie,
+    send_or_hold(comm.id, n, header, from->base + lo, hi - lo, from, part,
                  [this, comm_id = comm.id, n, header, staged, progress](bool reached) {
                    progress->sent = true;
                    progress->reached = reached;
                    if (!reached && progress->copied)
-                     send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, 0, {});
+                     send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, {}, {});
                  });
   }
   return problem;
@@ -148,19 +144,19 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
 
 void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
                              std::string header, std::shared_ptr<StagedData> data,
-                             uint64_t cookie) {
+                             NetworkHold part) {
   if (keeping())
     if (auto it = states_.find(comm_id); it != states_.end())
       it->second.kept.keep({node, seq, rank, header, data});
   send_or_hold(comm_id, node, std::move(header), data ? data->data : nullptr,
-               data ? data->bytes : 0, data, cookie, {});
+               data ? data->bytes : 0, data, std::move(part), {});
 }
 
 void ScaleOut::send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
-                            std::size_t size, std::shared_ptr<const void> owner, uint64_t cookie,
+                            std::size_t size, std::shared_ptr<const void> owner, NetworkHold part,
                             std::function<void(bool reached)> after) {
-  auto end = [this, cookie, after](ErrorCode code, const std::string& why, bool reached) {
-    if (cookie != 0) scheduler_.end_network(cookie, code, why);
+  auto end = [part, after](ErrorCode code, const std::string& why, bool reached) {
+    part.end(code, why);
     if (after) after(reached);
   };
   auto it = states_.find(comm_id);

@@ -26,8 +26,9 @@ void BM_SchedulerCollective(benchmark::State& state) {
   Stats stats;
   TenantLog log{stats.log_lines_suppressed_total};
   uint64_t completed = 0;
+  CopyDispatcher copies(engine, stats);
   CollectiveScheduler scheduler(
-      engine, stats, log,
+      copies, stats, log,
       [&](const CompletionTarget&, ErrorCode, const std::string&) { ++completed; }, 64);
   Communicator comm;
   comm.id = 1;
@@ -56,7 +57,7 @@ void BM_SchedulerCollective(benchmark::State& state) {
     for (uint32_t r = 0; r < nranks; ++r)
       scheduler.arrive(comm, r, seq, {r, r, static_cast<uint32_t>(seq)},
                        ValidatedRequest(requests[r]));
-    while (scheduler.poll()) {
+    while (copies.poll()) {
     }
   }
   if (completed != nranks * seq) state.SkipWithError("not every rank completed");

@@ -127,7 +127,7 @@ TEST_F(Scheduler, CopiesThatKeepFailingMakeIrisdUnhealthyUntilOneSucceeds) {
     ok ? stepped.run(0) : stepped.fail(0);
     std::vector<CopyCompletion> done;
     stepped.poll(done);
-    for (const auto& c : done) scheduler->on_copy_complete(c);
+    for (const auto& c : done) copies->complete(c);
   };
   // Two all-gathers of 3 ranks: 18 copies (every rank's block into every rank), all failing.
   for (uint64_t seq = 1; seq <= 2; ++seq)

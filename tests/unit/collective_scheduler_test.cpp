@@ -246,7 +246,7 @@ TEST_F(Scheduler, ARankCompletesOnlyOnceItsBlockReachedEveryRank) {
       stepped.run(i);
       std::vector<CopyCompletion> done;
       stepped.poll(done);
-      for (const auto& c : done) scheduler->on_copy_complete(c);
+      for (const auto& c : done) copies->complete(c);
     }
   };
   const std::byte* rank0_send = send[0].data();
@@ -273,17 +273,17 @@ TEST_F(Scheduler, AStaleOrUnknownCookieCountsForNoCopy) {
     stepped.run(0);
     stepped.poll(first);
   }
-  for (const auto& c : first) scheduler->on_copy_complete(c);
+  for (const auto& c : first) copies->complete(c);
   ASSERT_EQ(completions.size(), kRanks);
   completions.clear();
   // Seq 2 reuses the slots of seq 1's copies under new generations.
   for (uint32_t r = 0; r < kRanks; ++r) arrive(r, 2, 64);
   ASSERT_EQ(stepped.queued.size(), first.size());
   const uint64_t copies_before = stats.devices[0].copies_total.load();
-  for (const auto& c : first) scheduler->on_copy_complete(c);  // reported again: stale
-  scheduler->on_copy_complete(
+  for (const auto& c : first) copies->complete(c);  // reported again: stale
+  copies->complete(
       {0x7fff'ffff'0000'0001, ErrorCode::kOk, TransferPath::kComputeUnits, 64});
-  scheduler->on_copy_complete({0, ErrorCode::kEngineError, TransferPath::kComputeUnits, 0});
+  copies->complete({0, ErrorCode::kEngineError, TransferPath::kComputeUnits, 0});
   EXPECT_TRUE(completions.empty()) << "a stale completion finished a copy of seq 2";
   EXPECT_EQ(stats.devices[0].copies_total.load(), copies_before);
   run_all(stepped);

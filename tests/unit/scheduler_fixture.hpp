@@ -50,8 +50,10 @@ class Scheduler : public ::testing::Test {
 
   // A scheduler over `e` that records each rank's completion code and reason.
   void schedule_on(Engine& e) {
+    scheduler.reset();
+    copies = std::make_unique<CopyDispatcher>(e, stats);
     scheduler = std::make_unique<CollectiveScheduler>(
-        e, stats, log,
+        *copies, stats, log,
         [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
           completions[t.session_id] = c;
           reasons[t.session_id] = why;
@@ -91,7 +93,7 @@ class Scheduler : public ::testing::Test {
            std::chrono::steady_clock::now() < deadline) {
       done.clear();
       engine->poll(done);
-      for (const auto& c : done) scheduler->on_copy_complete(c);
+      for (const auto& c : done) copies->complete(c);
       if (done.empty()) std::this_thread::yield();
     }
   }
@@ -103,7 +105,7 @@ class Scheduler : public ::testing::Test {
       stepped.run(0);
       std::vector<CopyCompletion> done;
       stepped.poll(done);
-      for (const auto& c : done) scheduler->on_copy_complete(c);
+      for (const auto& c : done) copies->complete(c);
     }
   }
 
@@ -126,6 +128,7 @@ class Scheduler : public ::testing::Test {
   Stats stats;
   TenantLog log{stats.log_lines_suppressed_total};
   std::unique_ptr<HostEngine> engine;
+  std::unique_ptr<CopyDispatcher> copies;
   std::unique_ptr<CollectiveScheduler> scheduler;
   Communicator comm;
   std::vector<std::vector<std::byte>> send, recv;
