@@ -8,7 +8,7 @@
 namespace iris {
 
 Buffer::Impl::~Impl() {
-  if (current_pid() == client->owner_pid) client->forget_buffer(id, data);
+  if (client->link->owned_here()) client->registrations->forget(id, data);
 }
 
 Buffer::Buffer() = default;

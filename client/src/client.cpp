@@ -73,7 +73,7 @@ Request Client::nop() {
 void Client::check_graphs() { usable(impl_).check_graphs(); }
 
 Client::GpuRegistrations Client::gpu_registrations() const {
-  GpuRegistrationCache* cache = usable(impl_).existing_gpu_cache();
+  GpuRegistrationCache* cache = usable(impl_).registrations->existing_gpu_cache();
   if (cache == nullptr) return {};
   return {cache->registrations(), cache->retiring()};
 }
@@ -81,7 +81,7 @@ Client::GpuRegistrations Client::gpu_registrations() const {
 std::string Client::node_address() {
   v1::SessionRequest request;
   request.mutable_node_address();
-  return usable(impl_).session_call(request, "node address").node_address();
+  return usable(impl_).link->session_call(request, "node address").node_address();
 }
 
 void Client::detach() {
@@ -107,6 +107,6 @@ extern "C" void iris_gpu_memory_freed(const void* ptr, size_t bytes) {
       if (auto impl = w.lock()) sessions.push_back(std::move(impl));
   }
   for (const auto& impl : sessions)
-    if (iris::GpuRegistrationCache* cache = impl->existing_gpu_cache())
+    if (iris::GpuRegistrationCache* cache = impl->registrations->existing_gpu_cache())
       cache->forget_range(begin, end);
 }

@@ -44,7 +44,7 @@ Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, cons
                 "may wait for a rank");
   request.mutable_comm_init()->set_op_timeout_ms(static_cast<uint64_t>(options.op_timeout.count()));
   out = std::make_unique<Communicator::Impl>();
-  out->state = client->join(request, key, nranks, rank);
+  out->state = client->comms->join(request, key, nranks, rank);
   out->client = client->shared_from_this();
   out->nranks = nranks;
   out->rank = rank;
@@ -78,7 +78,7 @@ Communicator Communicator::init(Client& client, const std::string& key, uint32_t
   auto pause = std::chrono::microseconds(200);
   for (;;) {
     const auto answer =
-        *joined->client->call_naming(*joined->state, status, "communicator init (nodes)");
+        *joined->client->comms->call_naming(*joined->state, status, "communicator init (nodes)");
     if (answer.nodes_joined() >= answer.nodes_total()) return comm;
     if (std::chrono::steady_clock::now() >= deadline)
       throw Error(ErrorCode::kTimeout,
@@ -330,8 +330,8 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
                              0,           call.bytes,      call.root};
     std::optional<BufferLocation> from, to;
     HeldRegistrations held;  // the client's cache is looked up only for memory no Buffer holds
-    const auto found =
-        client.locate({sides.send ? call.send : nullptr, sides.recv ? call.recv : nullptr});
+    const auto found = client.registrations->locate(
+        {sides.send ? call.send : nullptr, sides.recv ? call.recv : nullptr});
     if (sides.send) {
       from = locate_range(client, held, name, "send", call.send, sides.send_bytes, found[0]);
       args.send_buffer = from->buffer_id;
@@ -372,11 +372,11 @@ Request Communicator::submit(const CollectiveCall& call, Stream stream) {
 void Communicator::destroy() {
   if (!impl_ || impl_->destroyed) return;
   impl_->destroyed = true;
-  if (impl_->client->detached || impl_->client->daemon_gone()) {
+  if (impl_->client->link->gone()) {
     impl_->state->destroyed = true;
     return;
   }
-  impl_->client->destroy(*impl_->state);
+  impl_->client->comms->destroy(*impl_->state);
 }
 
 }  // namespace iris

@@ -87,7 +87,7 @@ std::optional<ErrorCode> Client::Impl::wait(uint32_t slot, uint32_t generation,
   }
   for (;;) {
     if (auto code = result()) return code;
-    throw_if_daemon_gone();
+    link->throw_if_gone();
     if (clock::now() >= deadline) return std::nullopt;
     sleep_for_completions(deadline, [&] { return result().has_value(); });
   }
@@ -117,7 +117,7 @@ uint32_t Client::Impl::acquire_slot(clock::time_point deadline, Outcome* outcome
         return slot;
       }
     }
-    throw_if_daemon_gone();
+    link->throw_if_gone();
     if (clock::now() >= deadline)
       throw Error(ErrorCode::kBusy,
                   "all " + std::to_string(slots_.size()) +
@@ -177,10 +177,8 @@ void Client::Impl::ring_doorbell() {
   // push above must be visible before the flag is read. A read-modify-write of the flag orders
   // them as a full fence would (a locked instruction on x86, no dearer than the fence), and
   // ThreadSanitizer, which does not model fences, follows it.
-  if (view.header->daemon_needs_wakeup.fetch_add(0, std::memory_order_seq_cst) != 0) {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t r = ::write(wake_fd.get(), &one, sizeof(one));
-  }
+  if (view.header->daemon_needs_wakeup.fetch_add(0, std::memory_order_seq_cst) != 0)
+    link->wake_irisd();
 }
 
 void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
@@ -193,14 +191,15 @@ void Client::Impl::stage_args(uint32_t slot, std::span<const uint64_t> values,
     // Allocated without the lock: a resume reads the areas under it, and a session call broken
     // by a restart waits for that resume.
     lock.unlock();
-    HostAllocation allocation = allocate_host(stride * slots_.size(), "allocate argument area");
+    Registrations::HostAllocation allocation =
+        registrations->allocate_host(stride * slots_.size(), "allocate argument area");
     lock.lock();
-    if (!answered_by_current_irisd(allocation.connection)) continue;
+    if (!link->answered_by_current_irisd(allocation.connection)) continue;
     if (!args_arenas_.empty() && args_arenas_.back().stride >= stride) {
       // Another thread's came first.
       lock.unlock();
       try {
-        deregister(allocation.id, allocation.connection);
+        registrations->deregister(allocation.id, allocation.connection);
       } catch (const Error&) {
         // The session's end frees it.
       }
@@ -221,7 +220,7 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
                              std::span<const uint64_t> v_args, HeldRegistrations* held) {
   check_owner();
   // Only the cheap check here: a crashed daemon is noticed by the wait.
-  if (detached) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  if (link->detached()) throw Error(ErrorCode::kDaemonGone, "this client has detached");
   check_daemon();
   // Under capture the call becomes a graph plan: no ring slot, no ring entry.
   if (stream && stream_flags->capturing(*stream)) {
@@ -278,13 +277,13 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
       if (daemon_gone() || clock::now() >= deadline) {
         lock.unlock();
         release_slot(slot);
-        throw_if_daemon_gone();
+        link->throw_if_gone();
         throw Error(ErrorCode::kBusy, "submission ring full: irisd is not keeping up");
       }
-      if (resuming()) {
+      if (link->resuming()) {
         // The resume refills the ring and needs this lock.
         lock.unlock();
-        wait_while_resuming(deadline);
+        link->wait_while_resuming(deadline);
         lock.lock();
         continue;
       }

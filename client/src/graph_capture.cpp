@@ -31,7 +31,7 @@ void Client::Impl::capture_graph_plan(shm::SubmitEntry entry, CommRank& comm, Gp
     entry.generation = 0;
     entry.seq = 0;
     // An irisd gone since the answer (perhaps after the resume read the plans) gets it again.
-    call_and_record(
+    link->call_and_record(
         plans_mutex_, [&] { return send_plan(plan_slot, entry, v_args, &comm); },
         [&](uint64_t) {
           plan_records_[plan_slot] = {
@@ -97,9 +97,10 @@ uint64_t Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry& entry,
           view.slots[view.ring_depth + plan_slot].word.load(std::memory_order_acquire);
       request.mutable_register_plan()->set_resumed(true);
       request.mutable_register_plan()->set_completed_replays((word & 1u) != 0 ? word >> 32 : 0);
-      call(request, "register a CUDA graph's collective again", {}, nullptr, &connection);
+      link->resume_call(request, "register a CUDA graph's collective again");
+      connection = link->current_connection();
     } else {
-      call_naming(*comm, plan, "capture a collective into a CUDA graph", &connection);
+      comms->call_naming(*comm, plan, "capture a collective into a CUDA graph", &connection);
     }
   } catch (const Error&) {
     if (staging) release_slot(*staging);
@@ -113,7 +114,7 @@ void Client::Impl::release_graph_plan(uint32_t plan_slot) {
   v1::SessionRequest request;
   request.mutable_release_plan()->set_plan_slot(plan_slot);
   try {
-    if (!detached && !daemon_gone()) session_call(request, "release a CUDA graph's collective");
+    if (!link->gone()) link->session_call(request, "release a CUDA graph's collective");
   } catch (const Error&) {
     // The session is ending or irisd is gone: the plan goes with the session.
   }

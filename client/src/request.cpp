@@ -12,7 +12,7 @@
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (in_flight && !done && current_pid() == client->owner_pid) client->abandon(slot, outcome);
+  if (in_flight && !done && client->link->owned_here()) client->abandon(slot, outcome);
 }
 
 void Request::Impl::finish(ErrorCode result) {

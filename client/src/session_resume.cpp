@@ -2,7 +2,10 @@
 // hand the next irisd the session's segment and host memory, register the GPU memory, communicators
 // and graph plans again under the ids and places they had, and submit again the requests irisd had
 // not completed. Everything a collective needs lives here in the client (its memory, its streams
-// waiting on flags, its sequence of calls), so a restart of irisd is a pause. Why running an
+// waiting on flags, its sequence of calls), so a restart of irisd is a pause. Each part of the
+// session has its step, run in this order: the submissions settle what the previous irisd
+// finished, the registrations and argument areas go over, the communicators join again, the
+// graph plans register again, the unfinished requests go into the ring. Why running an
 // unfinished collective again is safe, and where it is not: docs/RESTARTS.md.
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -34,31 +37,19 @@ std::string millis(clock::duration d) {
 }
 }  // namespace
 
-void Client::Impl::wait_while_resuming(clock::time_point deadline) const {
-  std::unique_lock lock(link_mutex_);
-  while (link_.load(std::memory_order_acquire) == Link::kResuming) {
-    const auto now = clock::now();
-    if (now >= deadline) return;
-    link_changed_.wait_for(lock, std::min<clock::duration>(deadline - now, kMaxRetry));
-  }
+int Client::Impl::give_up(std::string why) {
+  link->give_up(std::move(why));
+  // No irisd writes a done flag any more: the GPU streams go on (their receive buffers
+  // unwritten; the host learns why from its next call), and sleepers wake to see it.
+  release_stream_waits();
+  view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
+  shm::futex_wake_all(view.header->completion_epoch);
+  return -1;
 }
 
 int Client::Impl::reattach(DaemonWatch& watch) {
   const auto started = clock::now();
-  auto give_up = [&](std::string why) {
-    {
-      std::lock_guard lock(link_mutex_);
-      gone_why_ = std::move(why);
-      link_.store(Link::kGone, std::memory_order_release);
-    }
-    link_changed_.notify_all();
-    // No irisd writes a done flag any more: the GPU streams go on (their receive buffers
-    // unwritten; the host learns why from its next call), and sleepers wake to see it.
-    release_stream_waits();
-    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
-    shm::futex_wake_all(view.header->completion_epoch);
-    return -1;
-  };
+  const auto resume_window = link->resume_window();
   if (view.header->daemon_state.load(std::memory_order_acquire) ==
       static_cast<uint32_t>(shm::DaemonState::kSessionEnded))
     return give_up("irisd ended this session (the daemon log says why); attach again");
@@ -66,12 +57,8 @@ int Client::Impl::reattach(DaemonWatch& watch) {
     return give_up(
         "irisd stopped or died; attach again once it is back (this client does not "
         "wait for it: its resume window is 0)");
-  {
-    std::lock_guard lock(link_mutex_);
-    link_.store(Link::kResuming, std::memory_order_release);
-  }
+  link->begin_resume();
   const auto deadline = started + resume_window;
-  connection_left_ = connection_.load(std::memory_order_relaxed);
   // No entry reaches a ring until the session is back; then the unfinished ones go in first.
   std::unique_lock submitting(submit_mutex_);
   // The next irisd reads the ring from where the client leaves it: empty.
@@ -107,7 +94,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
                                  "(ClientOptions::resume_window, IRIS_RESUME_WINDOW_MS)");
   };
   for (;;) {
-    request.mutable_resume()->set_next_buffer_id(next_buffer_id_.load(std::memory_order_relaxed));
+    request.mutable_resume()->set_next_buffer_id(link->next_buffer_id());
     request.mutable_resume()->set_held_ms(
         std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - started).count());
     std::optional<client::Attached> attached;
@@ -126,20 +113,16 @@ int Client::Impl::reattach(DaemonWatch& watch) {
     if (!attached->response.resumed() || attached->fds.size() != 2)
       return give_up("the irisd that came back does not resume sessions (version " +
                      attached->response.daemon_version() + "); attach again");
-    {
-      // The same descriptor numbers as before: threads reading them never see a closed one.
-      std::lock_guard calls(attach_mutex_);
-      ::dup3(attached->connection.get(), attach_fd.get(), O_CLOEXEC);
-      ::dup3(attached->fds[0].get(), wake_fd.get(), O_CLOEXEC);
-      // Before the tables are read below (answered_by_current_irisd).
-      connection_.fetch_add(1, std::memory_order_release);
-    }
+    // Before the tables are read below (answered_by_current_irisd).
+    link->switch_to(attached->connection, attached->fds[0]);
     try {
       settle_stream_completions();
-      resume_buffers();
-      const auto comm_ids = resume_comms();
+      registrations->resume();
+      resume_args_areas();
+      const auto comm_ids = comms->resume([this](uint64_t comm_id) { return unfinished(comm_id); });
       resume_graph_plans(comm_ids);
       resubmit(comm_ids);  // makes no call: cannot fail
+      comms->carry(comm_ids, link->connection_left(), link->current_connection());
       session_id = attached->response.session_id();
       latest_daemon_version_ = attached->response.daemon_version();
       break;
@@ -148,19 +131,15 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       // it refused is final.
       const bool went = e.code() == ErrorCode::kDaemonGone || e.code() == ErrorCode::kUnavailable;
       if (went && wait_to_retry(e.message())) continue;
-      ::shutdown(attach_fd.get(), SHUT_RDWR);  // the new irisd ends the half-resumed session
+      ::shutdown(link->attach_fd(), SHUT_RDWR);  // the new irisd ends the half-resumed session
       if (went) return window_passed();
       return give_up("irisd came back but this session could not resume: " + e.message());
     }
   }
   submitting.unlock();
-  {
-    std::lock_guard lock(link_mutex_);
-    link_.store(Link::kUp, std::memory_order_release);
-  }
-  link_changed_.notify_all();
+  link->resumed();
   ring_doorbell();
-  return attach_fd.get();
+  return link->attach_fd();
 }
 
 void Client::Impl::settle_stream_completions() {
@@ -186,144 +165,24 @@ void Client::Impl::settle_stream_completions() {
   }
 }
 
-void Client::Impl::resume_buffers() {
-  auto adopt = [this](uint64_t id, uint64_t bytes, int memfd) {
-    v1::SessionRequest request;
-    request.mutable_adopt_host()->set_buffer_id(id);
-    request.mutable_adopt_host()->set_bytes(bytes);
-    call(request, "resume a host buffer", {memfd}, nullptr);
-  };
-  {
-    // Held throughout: a buffer freed meanwhile is either carried and then freed on the next
-    // irisd, or neither (forget_buffer).
-    std::lock_guard lock(buffers_mutex_);
-    for (const auto& [address, b] : buffers_) {
-      void* base = reinterpret_cast<void*>(address);
-      if (b.memfd) {
-        adopt(b.id, b.bytes, b.memfd->get());
-      } else if (b.gpu) {
-        const auto runtime = make_gpu_runtime(b.vendor);
-        // Freed without being deregistered (a cudaFree in user code): it stays behind, and a
-        // request naming it fails as an unknown buffer; the rest of the session resumes.
-        bool present = true;
-        try {
-          runtime->use_context_of(base);  // this thread is libiris's, with no context of its own
-        } catch (const Error&) {
-          present = false;
-        }
-        if (!present || !runtime->chunk_of(address)) {
-          client::debug_log("resume: GPU buffer " + std::to_string(b.id) +
-                            " was freed; not registered again");
-          continue;
-        }
-        register_gpu(*runtime, b.vendor, base, b.bytes, b.id);
-      }
-    }
-  }
-  {
-    std::lock_guard lock(args_mutex_);
-    for (const ArgsArena& arena : args_arenas_)
-      adopt(arena.buffer_id, arena.stride * slots_.size(), arena.mapping.fd());
-  }
-  if (GpuRegistrationCache* cache = existing_gpu_cache()) {
-    cache->for_each_registration([&](uintptr_t begin, uintptr_t end, uint64_t id, bool present) {
-      // Memory freed since (torch's empty_cache, an OOM retry, a graph capture entered, an
-      // expandable segment unmapped): dropped; memory allocated there again registers anew.
-      if (!present) {
-        client::debug_log("resume: first-use GPU registration " + std::to_string(id) +
-                          " names freed memory; dropped");
-        return;
-      }
-      gpu_cache_runtime_->use_context_of(reinterpret_cast<void*>(begin));
-      register_gpu(*gpu_cache_runtime_, GpuVendor::kCuda, reinterpret_cast<void*>(begin),
-                   end - begin, id);
-    });
-  }
-  // The same GPU memory: streams waiting on it go on waiting.
-  std::lock_guard lock(done_flags_mutex_);
-  if (done_flags_registration_)
-    call(*done_flags_registration_, "register stream done flags again", {}, nullptr);
+void Client::Impl::resume_args_areas() {
+  std::lock_guard lock(args_mutex_);
+  for (const ArgsArena& arena : args_arenas_)
+    registrations->adopt(arena.buffer_id, arena.stride * slots_.size(), arena.mapping.fd());
 }
 
-std::map<uint64_t, uint64_t> Client::Impl::resume_comms() {
-  std::vector<std::shared_ptr<CommRank>> comms;
-  {
-    // Under the lock that Communicator::destroy marks them under: one destroyed after this is
-    // carried, and destroyed again there (call_naming).
-    std::lock_guard lock(comms_mutex_);
-    for (const auto& weak : comms_)
-      if (auto comm = weak.lock(); comm && !comm->destroyed) comms.push_back(std::move(comm));
+UnfinishedRequests Client::Impl::unfinished(uint64_t comm_id) const {
+  UnfinishedRequests open;
+  std::lock_guard lock(slots_mutex_);
+  for (uint32_t i = 0; i < slots_.size(); ++i) {
+    const SlotState& s = slots_[i];
+    if (!s.in_use || !s.queued || s.entry.comm_id != comm_id || poll(i, s.generation)) continue;
+    if (shm::is_point_to_point(s.entry.opcode))
+      open.point_to_point[p2p_channel(s.entry)].insert(s.entry.seq);
+    else
+      open.collectives.insert(s.entry.seq);
   }
-  std::map<uint64_t, uint64_t> ids;  // the previous irisd's id -> the new one
-  for (const auto& comm : comms) {
-    const uint64_t old_id = comm->id.load();
-    const uint64_t next = comm->next_seq.load();
-    // The collectives this rank submitted that irisd had not completed.
-    std::set<uint64_t> unfinished;
-    {
-      std::lock_guard lock(slots_mutex_);
-      for (uint32_t i = 0; i < slots_.size(); ++i) {
-        const SlotState& s = slots_[i];
-        if (s.in_use && s.queued && s.entry.comm_id == old_id &&
-            !shm::is_point_to_point(s.entry.opcode) && !poll(i, s.generation))
-          unfinished.insert(s.entry.seq);
-      }
-    }
-    const uint64_t resume_seq = unfinished.empty() ? next : *unfinished.begin();
-    v1::SessionRequest request;
-    auto* init = request.mutable_comm_init();
-    init->set_key(comm->key);
-    init->set_nranks(comm->nranks);
-    init->set_rank(comm->rank);
-    for (const std::string& address : comm->node_addresses) init->add_node_addresses(address);
-    for (uint32_t node : comm->node_of_rank) init->add_node_of_rank(node);
-    init->set_secret(comm->secret);
-    init->set_op_timeout_ms(comm->op_timeout_ms);
-    init->set_resume_seq(resume_seq);
-    {
-      std::lock_guard lock(comms_mutex_);
-      init->set_comm_secret(comm->resume_secret);
-    }
-    for (uint64_t seq = resume_seq + 1; seq < next; ++seq) {
-      if (unfinished.count(seq) != 0) continue;
-      init->add_completed_seqs(seq);
-      if (init->completed_seqs_size() > 1024)
-        throw Error(ErrorCode::kLimitExceeded,
-                    "communicator '" + comm->key + "' completed more than 1024 collectives after " +
-                        "its oldest unfinished one (seq " + std::to_string(resume_seq) + ")");
-    }
-    add_p2p_progress(*comm, *init);
-    const auto answer = call(request, "resume a communicator", {}, nullptr);
-    ids[old_id] = answer.comm_id();
-    std::lock_guard lock(comms_mutex_);
-    comm->resume_secret = answer.comm_secret();
-  }
-  return ids;
-}
-
-void Client::Impl::add_p2p_progress(const CommRank& comm, v1::CommInitRequest& init) {
-  // Positions of this communicator's sends and receives irisd has not completed, by channel.
-  std::map<std::pair<bool, uint32_t>, std::set<uint64_t>> unfinished;
-  {
-    std::lock_guard lock(slots_mutex_);
-    for (uint32_t i = 0; i < slots_.size(); ++i) {
-      const SlotState& s = slots_[i];
-      if (s.in_use && s.queued && s.entry.comm_id == comm.id.load() &&
-          shm::is_point_to_point(s.entry.opcode) && !poll(i, s.generation))
-        unfinished[p2p_channel(s.entry)].insert(s.entry.seq);
-    }
-  }
-  // The resume holds submit_mutex_, which guards p2p_posted.
-  for (const auto& [channel, posted] : comm.p2p_posted) {
-    const auto& open = unfinished[channel];
-    auto* progress = init.add_p2p_progress();
-    progress->set_send(channel.first);
-    progress->set_peer(channel.second);
-    const uint64_t below = open.empty() ? posted + 1 : *open.begin();
-    progress->set_done_below(below);
-    for (uint64_t k = below + 1; k <= posted; ++k)
-      if (open.count(k) == 0) progress->add_done_after(k);
-  }
+  return open;
 }
 
 void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
@@ -366,22 +225,10 @@ void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
   }
   // The session is back: the new ids hold from now on (an attempt that failed before this point
   // left them as they were, so the next one starts from the same state).
-  {
-    std::lock_guard plans(plans_mutex_);
-    for (PlanRecord& plan : plan_records_)
-      if (auto id = comm_ids.find(plan.entry.comm_id); plan.order != 0 && id != comm_ids.end())
-        plan.entry.comm_id = id->second;
-  }
-  std::lock_guard comms(comms_mutex_);
-  for (const auto& weak : comms_)
-    if (auto comm = weak.lock())
-      // Carried: its id is the irisd's that went (a communicator destroyed earlier and carried
-      // nowhere keeps an older irisd's id, which may equal one of those).
-      if (auto id = comm_ids.find(comm->id.load());
-          id != comm_ids.end() && comm->connection == connection_left_) {
-        comm->id.store(id->second);
-        comm->connection = connection_.load(std::memory_order_relaxed);
-      }
+  std::lock_guard plans(plans_mutex_);
+  for (PlanRecord& plan : plan_records_)
+    if (auto id = comm_ids.find(plan.entry.comm_id); plan.order != 0 && id != comm_ids.end())
+      plan.entry.comm_id = id->second;
 }
 
 void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
