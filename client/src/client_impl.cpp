@@ -1,7 +1,7 @@
 // Client::Impl, the session's life: attach (assembling the parts), detach, noticing that irisd is
 // gone; and making the buffers the caller gets (host memory irisd allocates or adopts, GPU
-// memory) from the registrations. Submission and completion are in completion_slots.cpp,
-// CUDA-graph capture in graph_capture.cpp, the resume in session_resume.cpp.
+// memory) from the registrations; submit() over the submissions (a captured call becomes a
+// graph plan instead: graph_capture.cpp). The resume is in session_resume.cpp.
 #include "client/src/client_impl.hpp"
 
 #include <sched.h>
@@ -18,7 +18,9 @@
 
 #include "client/src/attach_handshake.hpp"
 #include "client/src/buffer_impl.hpp"
+#include "client/src/group_waits.hpp"
 #include "client/src/process_id.hpp"
+#include "client/src/request_impl.hpp"
 #include "iris/shared/futex.hpp"
 
 namespace iris {
@@ -83,10 +85,8 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts) {
         request.mutable_register_ipc()->set_stream_done_flags(true);
         registrations->register_done_flags(request);
       });
-  producer_ =
-      shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
-  slots_.resize(view.ring_depth);
-  for (uint32_t i = view.ring_depth; i > 0; --i) free_slots_.push_back(i - 1);
+  submissions =
+      std::make_unique<Submissions>(view, *link, *registrations, *stream_flags, wait_spin);
   watch_ = std::make_unique<DaemonWatch>(
       link->attach_fd(), [this](DaemonWatch& watch) { return reattach(watch); },
       [this] { release_graph_waits(); }, [this] { release_lost_plans(); });
@@ -122,11 +122,7 @@ void Client::Impl::check_daemon() {
 }
 
 void Client::Impl::release_stream_waits() {
-  std::lock_guard lock(slots_mutex_);
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    if (!slots_[i].in_use) continue;
-    stream_flags->release(i, slots_[i].generation);
-  }
+  submissions->release_stream_waits();
   release_graph_waits();
 }
 
@@ -147,6 +143,56 @@ void Client::Impl::release_lost_plans() {
     any = true;
   }
   if (!any && watch_) watch_->set_tending(false);  // their graphs were destroyed
+}
+
+Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequenced,
+                             std::optional<GpuStream> stream, std::optional<StreamCopy> own_block,
+                             std::span<const uint64_t> v_args, HeldRegistrations* held) {
+  check_owner();
+  // Only the cheap check here: a crashed daemon is noticed by the wait.
+  if (link->detached()) throw Error(ErrorCode::kDaemonGone, "this client has detached");
+  check_daemon();
+  // Under capture the call becomes a graph plan: no ring slot, no ring entry.
+  if (stream && stream_flags->capturing(*stream)) {
+    if (comm == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, "only a communicator's calls can be captured");
+    capture_graph_plan(entry, *comm, *stream, own_block, v_args);
+    if (held != nullptr) held->submitted(std::nullopt);  // the graph replays them
+    return Request();
+  }
+  const auto deadline = deadline_after(options.submit_timeout);
+  auto request = std::make_shared<Request::Impl>(shared_from_this());
+  const uint32_t slot = submissions->acquire_slot(deadline, &request->outcome);
+  const uint32_t generation = submissions->generation(slot);
+  request->slot = slot;
+  request->generation = generation;
+  entry.slot = slot;
+  entry.generation = generation;
+  try {
+    if (!v_args.empty()) submissions->stage_args(slot, v_args, entry);
+    if (stream) {
+      if (own_block)
+        stream_flags->enqueue_copy(*stream, own_block->dst, own_block->src, own_block->bytes);
+      stream_flags->enqueue_ready(*stream, slot, generation);
+    }
+  } catch (const Error&) {
+    submissions->release_slot(slot);
+    throw;
+  }
+  submissions->push(entry, comm, sequenced, slot, deadline);
+  request->in_flight = true;
+  if (held != nullptr) held->submitted(GpuRegistrationCache::Use{slot, generation});
+  // After the push: the request is in flight whatever happens here, and a failure to enqueue
+  // the wait is reported while the Request still tracks the slot.
+  Request submitted(std::move(request));
+  if (stream && in_group()) {
+    defer_to_group([self = shared_from_this(), s = *stream, slot, generation] {
+      self->stream_flags->enqueue_wait_done(s, slot, generation);
+    });
+  } else if (stream) {
+    stream_flags->enqueue_wait_done(*stream, slot, generation);
+  }
+  return submitted;
 }
 
 Buffer Client::Impl::allocate(std::size_t bytes) {
@@ -252,12 +298,6 @@ Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std
 
 GpuRegistrationCache* Client::Impl::gpu_cache() {
   return registrations->gpu_cache(engine == "cuda", options.gpu_registration_cache, *this);
-}
-
-bool Client::Impl::finished(uint32_t slot, uint32_t generation) const {
-  if (poll(slot, generation)) return true;
-  std::lock_guard lock(slots_mutex_);
-  return slots_[slot].generation != generation || !slots_[slot].in_use;
 }
 
 std::optional<Buffer> Client::Impl::add_buffer(uint64_t id, uint64_t connection, void* base,

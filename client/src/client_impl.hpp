@@ -1,8 +1,8 @@
 // libiris internals: the session, assembled from its parts: the link to irisd (daemon_link: the
 // attach connection, session calls, which irisd answered), the registrations (registrations:
-// buffers, first-use GPU registrations, done flags), the communicators (communicators), and here
-// the submissions (completion_slots.cpp: segment, ring, completion slots, argument areas, waits)
-// and CUDA-graph plans (graph_capture.cpp). A resume (session_resume.cpp) runs each part's step in
+// buffers, first-use GPU registrations, done flags), the communicators (communicators), the
+// submissions (submissions: ring, completion slots, argument areas, waits), and here submit()
+// over them and the CUDA-graph plans (graph_capture.cpp). A resume (session_resume.cpp) runs each part's step in
 // turn. Shared by Client, Communicator, Buffer and Request through shared_ptr, so a Request
 // outliving its Client still finds the segment mapped.
 #pragma once
@@ -25,6 +25,7 @@
 #include "client/src/daemon_link.hpp"
 #include "client/src/daemon_watch.hpp"
 #include "client/src/registrations.hpp"
+#include "client/src/submissions.hpp"
 #include "iris/buffer.hpp"
 #include "iris/client.hpp"
 #include "iris/error.hpp"
@@ -39,15 +40,6 @@ namespace iris {
 struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistrationCache::Session {
   Impl(const ClientOptions& options);
   ~Impl() override;
-
-  // A request's result once its completion slot went back to the pool before its Request looked
-  // (acquire_slot takes back completed slots when none is free, so that Requests kept unwaited
-  // never block later calls); held by the Request's state, written through the slot's.
-  struct Outcome {
-    std::atomic<bool> ready{false};  // release: code and why are set
-    ErrorCode code = ErrorCode::kOk;
-    std::string why;
-  };
 
   // Submits one entry; `comm`, when given, supplies entry.comm_id (and with `sequenced`,
   // entry.seq) under the submission lock, so that a communicator's sequence numbers enter the
@@ -73,24 +65,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
                           std::optional<StreamCopy> own_block, std::span<const uint64_t> v_args);
   // Throws the failure of a graph plan's last replay (Client::check_graphs).
   void check_graphs();
-  // Waits for a slot's completion until `deadline`, or until `outcome` is ready (its slot was
-  // taken back); nullopt on timeout. Throws kDaemonGone.
-  std::optional<ErrorCode> wait(uint32_t slot, uint32_t generation,
-                                std::chrono::steady_clock::time_point deadline,
-                                const Outcome* outcome = nullptr);
-  std::optional<ErrorCode> poll(uint32_t slot, uint32_t generation) const;
-  // The daemon's reason for the failure completed in `slot` (empty when it gave none).
-  std::string failure_text(uint32_t slot) const;
-  // Counts a request libiris refused before it reached irisd (shown by `iris-ctl sessions`).
-  void count_rejection();
-  // A slot whose request never reached the ring (or only staged arguments) back to the pool.
-  void release_slot(uint32_t slot);
-  // The Request saw `code` in its slot (or found its outcome ready): its result, and the slot
-  // back in the pool unless acquire_slot already took it.
-  std::pair<ErrorCode, std::string> collect(uint32_t slot, const Outcome& outcome, ErrorCode code);
-  // The Request went away before its completion: the slot is taken back once it completes
-  // (unless it was already).
-  void abandon(uint32_t slot, const Outcome& outcome);
 
   Buffer allocate(std::size_t bytes);
   // A registration as a Buffer, recorded in the registrations (see Registrations::record; nullopt:
@@ -118,7 +92,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   void deregister(uint64_t buffer_id, uint64_t connection) override {
     registrations->deregister(buffer_id, connection);
   }
-  bool finished(uint32_t slot, uint32_t generation) const override;
+  bool finished(uint32_t slot, uint32_t generation) const override {
+    return submissions->finished(slot, generation);
+  }
   void detach();
   // Throws kInvalidArgument in a process other than the one that attached (a forked child):
   // the ring has one producer, and the session's connection is the parent's.
@@ -146,6 +122,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::unique_ptr<DaemonLink> link;
   std::unique_ptr<Registrations> registrations;
   std::unique_ptr<Communicators> comms;
+  std::unique_ptr<Submissions> submissions;
 
  private:
   // The session after irisd went away (session_resume.cpp). Runs on the daemon watch's thread:
@@ -158,59 +135,21 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::string latest_daemon_version_;
   // irisd is gone for good, `why`: streams and sleepers let go.
   int give_up(std::string why);
-  // The steps of reattach that are the submissions' and the graph plans' (the other parts have
-  // their own). Stream-ordered requests whose done flag the previous irisd wrote: completed (not
-  // re-run).
-  void settle_stream_completions();
-  // The argument areas handed to the next irisd.
-  void resume_args_areas();
-  // What the submissions hold unfinished of communicator `comm_id` (the resume holds
-  // submit_mutex_).
-  UnfinishedRequests unfinished(uint64_t comm_id) const;
-  void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
-  void resubmit(const std::map<uint64_t, uint64_t>& comm_ids);
 
-  // A free completion slot for a request whose result `outcome` receives if the slot is taken
-  // back before the request looks (null: a slot that only stages arguments).
-  uint32_t acquire_slot(std::chrono::steady_clock::time_point deadline, Outcome* outcome);
-  void ring_doorbell();
+  // The graph plans' resume step (registered again under the new ids), and the new ids held by
+  // their records once the session is back.
+  void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
+  void carry_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   // Lets GPU streams waiting on this session's done flags go on (the daemon will not write them).
   void release_stream_waits();
   // The part of it for CUDA graphs' replays.
   void release_graph_waits();
-  // Sleeps until the daemon publishes completions, `deadline`, or a liveness check is due;
-  // returns at once if `ready` already holds.
-  void sleep_for_completions(std::chrono::steady_clock::time_point deadline,
-                             const std::function<bool()>& ready) const;
 
   // The plan's graph was destroyed: tell irisd and free its slot. Runs on a GPU runtime thread.
   void release_graph_plan(uint32_t plan_slot);
   // The failure of a plan slot's last replay, if it failed.
   std::optional<Error> plan_failure(uint32_t plan_slot) const;
 
-  struct SlotState {
-    uint32_t generation = 0;
-    bool in_use = false;
-    // Its Request's, while the request is in flight; null once the Request went away before the
-    // completion arrived (abandon).
-    Outcome* outcome = nullptr;
-    // Set under submit_mutex_ just before its entry goes into the ring (once there, it may
-    // complete and its slot be taken back before the submitting thread runs again), and read
-    // only under it: the entry as pushed, and its place in the order of pushes, to submit it
-    // again if irisd restarts before it completes.
-    bool queued = false;
-    uint64_t ticket = 0;
-    shm::SubmitEntry entry{};
-  };
-  uint64_t next_ticket_ = 0;  // under submit_mutex_
-  // With slots_mutex_ held: a completed slot back to the pool, its result kept in its outcome.
-  void take_back_completed(uint32_t slot, ErrorCode code);
-
-  std::mutex submit_mutex_;  // process-local: the ring has one producer per session
-  shm::RingProducer<shm::SubmitEntry> producer_;
-  mutable std::mutex slots_mutex_;
-  std::vector<SlotState> slots_;
-  std::vector<uint32_t> free_slots_;
   mutable std::mutex plans_mutex_;
   std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
   // Each plan's entry as registered, and its place in the order of registrations (irisd matches
@@ -234,25 +173,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   uint64_t next_plan_order_ = 1;           // 0: a slot not (yet) registered
   std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
 
-  // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
-  // completion slot, so a request's arguments stay put until it completes (irisd copies them
-  // out when it pops the entry); areas grow (new buffer) when a larger communicator needs more.
-  void stage_args(uint32_t slot, std::span<const uint64_t> values, shm::SubmitEntry& entry);
-  struct ArgsArena {
-    uint64_t buffer_id;
-    std::size_t stride;  // bytes per slot
-    shm::ShmSegment mapping;
-  };
-  std::mutex args_mutex_;
-  // The last is current; earlier ones stay mapped for requests that may still name them (at
-  // most one per doubling of the stride).
-  std::vector<ArgsArena> args_arenas_;
-
   // Last: it stops (its callback touching the members above) before they go.
   std::unique_ptr<DaemonWatch> watch_;
 };
-
-// Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).
-std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout);
 
 }  // namespace iris

@@ -122,7 +122,7 @@ Request counting_rejections(Communicator::Impl* impl, Submit&& submit) {
   } catch (const Error& e) {
     const bool refused = e.code() == ErrorCode::kInvalidArgument ||
                          e.code() == ErrorCode::kNotFound || e.code() == ErrorCode::kOutOfRange;
-    if (refused && impl != nullptr) impl->client->count_rejection();
+    if (refused && impl != nullptr) impl->client->submissions->count_rejection();
     throw;
   }
 }

@@ -73,11 +73,11 @@ uint64_t Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry& entry,
   // the plan (it keeps a copy), then the slot is free again.
   std::optional<uint32_t> staging;
   if (!v_args.empty()) {
-    staging = acquire_slot(deadline_after(options.submit_timeout), nullptr);
+    staging = submissions->acquire_slot(deadline_after(options.submit_timeout), nullptr);
     try {
-      stage_args(*staging, v_args, entry);
+      submissions->stage_args(*staging, v_args, entry);
     } catch (const Error&) {
-      release_slot(*staging);
+      submissions->release_slot(*staging);
       throw;
     }
   }
@@ -103,10 +103,10 @@ uint64_t Client::Impl::send_plan(uint32_t plan_slot, shm::SubmitEntry& entry,
       comms->call_naming(*comm, plan, "capture a collective into a CUDA graph", &connection);
     }
   } catch (const Error&) {
-    if (staging) release_slot(*staging);
+    if (staging) submissions->release_slot(*staging);
     throw;
   }
-  if (staging) release_slot(*staging);
+  if (staging) submissions->release_slot(*staging);
   return connection;
 }
 
@@ -137,7 +137,7 @@ std::optional<Error> Client::Impl::plan_failure(uint32_t plan_slot) const {
   const uint64_t word = view.slots[index].word.load(std::memory_order_acquire);
   const ErrorCode code = shm::completion_code(word);
   if ((word & 1u) == 0 || code == ErrorCode::kOk) return std::nullopt;  // none yet, or it went well
-  const std::string why = failure_text(index);
+  const std::string why = submissions->failure_text(index);
   return Error(code, "a collective captured into a CUDA graph failed in replay " +
                          std::to_string(static_cast<uint32_t>(word >> 32)) + ": " +
                          (why.empty() ? describe_failure(code) : why));

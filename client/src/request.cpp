@@ -12,12 +12,12 @@
 namespace iris {
 
 Request::Impl::~Impl() {
-  if (in_flight && !done && client->link->owned_here()) client->abandon(slot, outcome);
+  if (in_flight && !done && client->link->owned_here()) client->submissions->abandon(slot, outcome);
 }
 
 void Request::Impl::finish(ErrorCode result) {
   done = true;
-  std::tie(code, why) = client->collect(slot, outcome, result);
+  std::tie(code, why) = client->submissions->collect(slot, outcome, result);
 }
 
 Request::Request() = default;
@@ -49,7 +49,7 @@ bool Request::test() {
     if (impl_->outcome.ready.load(std::memory_order_acquire)) {
       code = impl_->outcome.code;
     } else {
-      code = impl_->client->poll(impl_->slot, impl_->generation);
+      code = impl_->client->submissions->poll(impl_->slot, impl_->generation);
     }
     if (!code) {
       impl_->client->check_daemon();
@@ -64,8 +64,8 @@ bool Request::test() {
 bool Request::wait(std::chrono::nanoseconds timeout) {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, kEmptyRequest);
   if (!impl_->done) {
-    auto code = impl_->client->wait(impl_->slot, impl_->generation, deadline_after(timeout),
-                                    &impl_->outcome);
+    auto code = impl_->client->submissions->wait(impl_->slot, impl_->generation,
+                                                 deadline_after(timeout), &impl_->outcome);
     if (!code) return false;
     impl_->finish(*code);
   }

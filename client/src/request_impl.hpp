@@ -22,7 +22,7 @@ struct Request::Impl {
   uint32_t generation = 0;
   // Set once the entry is in the ring: from then on the slot is this request's until collected.
   bool in_flight = false;
-  Client::Impl::Outcome outcome;
+  Submissions::Outcome outcome;
   bool done = false;
   ErrorCode code = ErrorCode::kOk;
   std::string why;  // the daemon's reason for a failure

@@ -42,8 +42,7 @@ int Client::Impl::give_up(std::string why) {
   // No irisd writes a done flag any more: the GPU streams go on (their receive buffers
   // unwritten; the host learns why from its next call), and sleepers wake to see it.
   release_stream_waits();
-  view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
-  shm::futex_wake_all(view.header->completion_epoch);
+  submissions->wake_waiters();
   return -1;
 }
 
@@ -60,10 +59,7 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   link->begin_resume();
   const auto deadline = started + resume_window;
   // No entry reaches a ring until the session is back; then the unfinished ones go in first.
-  std::unique_lock submitting(submit_mutex_);
-  // The next irisd reads the ring from where the client leaves it: empty.
-  view.ring_control->head.store(0, std::memory_order_relaxed);
-  view.ring_control->tail.store(0, std::memory_order_release);
+  std::unique_lock submitting = submissions->hold_ring();
 
   v1::AttachRequest request;
   request.set_client_name(options.client_name);
@@ -116,13 +112,17 @@ int Client::Impl::reattach(DaemonWatch& watch) {
     // Before the tables are read below (answered_by_current_irisd).
     link->switch_to(attached->connection, attached->fds[0]);
     try {
-      settle_stream_completions();
+      submissions->settle_stream_completions();
       registrations->resume();
-      resume_args_areas();
-      const auto comm_ids = comms->resume([this](uint64_t comm_id) { return unfinished(comm_id); });
+      submissions->adopt_args_areas();
+      const auto comm_ids =
+          comms->resume([this](uint64_t comm_id) { return submissions->unfinished(comm_id); });
       resume_graph_plans(comm_ids);
-      resubmit(comm_ids);  // makes no call: cannot fail
+      submissions->resubmit(comm_ids);  // makes no call: cannot fail
+      // The session is back: the new ids hold from now on (an attempt that failed before this
+      // point left them as they were, so the next one starts from the same state).
       comms->carry(comm_ids, link->connection_left(), link->current_connection());
+      carry_graph_plans(comm_ids);
       session_id = attached->response.session_id();
       latest_daemon_version_ = attached->response.daemon_version();
       break;
@@ -138,93 +138,11 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   }
   submitting.unlock();
   link->resumed();
-  ring_doorbell();
+  submissions->ring_doorbell();
   return link->attach_fd();
 }
 
-void Client::Impl::settle_stream_completions() {
-  std::lock_guard lock(slots_mutex_);
-  bool settled = false;
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    const SlotState& s = slots_[i];
-    if (!s.in_use || !s.queued || (s.entry.flags & shm::kStreamOrdered) == 0 ||
-        poll(i, s.generation))
-      continue;
-    // irisd writes the done flag after the copies and before the slot: a flag written by the
-    // irisd that died means its stream went on (its buffers may be rewritten already), so the
-    // request completed and must not run again.
-    if (stream_flags->done_reached(i, s.generation)) {
-      view.slots[i].word.store(shm::pack_completion(s.generation, ErrorCode::kOk),
-                               std::memory_order_release);
-      settled = true;
-    }
-  }
-  if (settled) {
-    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
-    shm::futex_wake_all(view.header->completion_epoch);
-  }
-}
-
-void Client::Impl::resume_args_areas() {
-  std::lock_guard lock(args_mutex_);
-  for (const ArgsArena& arena : args_arenas_)
-    registrations->adopt(arena.buffer_id, arena.stride * slots_.size(), arena.mapping.fd());
-}
-
-UnfinishedRequests Client::Impl::unfinished(uint64_t comm_id) const {
-  UnfinishedRequests open;
-  std::lock_guard lock(slots_mutex_);
-  for (uint32_t i = 0; i < slots_.size(); ++i) {
-    const SlotState& s = slots_[i];
-    if (!s.in_use || !s.queued || s.entry.comm_id != comm_id || poll(i, s.generation)) continue;
-    if (shm::is_point_to_point(s.entry.opcode))
-      open.point_to_point[p2p_channel(s.entry)].insert(s.entry.seq);
-    else
-      open.collectives.insert(s.entry.seq);
-  }
-  return open;
-}
-
-void Client::Impl::resubmit(const std::map<uint64_t, uint64_t>& comm_ids) {
-  producer_ =
-      shm::RingProducer<shm::SubmitEntry>(view.ring_control, view.ring_entries, view.ring_depth);
-  std::lock_guard lock(slots_mutex_);
-  std::vector<uint32_t> unfinished;
-  for (uint32_t i = 0; i < slots_.size(); ++i)
-    if (slots_[i].in_use && slots_[i].queued && !poll(i, slots_[i].generation))
-      unfinished.push_back(i);
-  std::sort(unfinished.begin(), unfinished.end(),
-            [&](uint32_t a, uint32_t b) { return slots_[a].ticket < slots_[b].ticket; });
-  bool failed_here = false;
-  for (uint32_t slot : unfinished) {
-    SlotState& s = slots_[slot];
-    shm::SubmitEntry entry = s.entry;
-    const bool nop = entry.opcode == static_cast<uint32_t>(shm::Opcode::kNop);
-    const auto id = comm_ids.find(entry.comm_id);
-    if (!nop && id == comm_ids.end()) {
-      const std::string why =
-          "irisd restarted while this request was in flight, and its communicator was destroyed";
-      char* text = view.failures[slot].text;
-      const std::size_t n = std::min(why.size(), shm::kFailureTextBytes - 1);
-      std::memcpy(text, why.data(), n);
-      text[n] = '\0';
-      view.slots[slot].word.store(shm::pack_completion(s.generation, ErrorCode::kDaemonGone),
-                                  std::memory_order_release);
-      stream_flags->release(slot, s.generation);
-      failed_here = true;
-      continue;
-    }
-    if (!nop) entry.comm_id = id->second;
-    entry.flags |= shm::kResubmitted;
-    s.entry = entry;
-    producer_.try_push(entry);  // room for every slot: the ring is empty and as deep
-  }
-  if (failed_here) {
-    view.header->completion_epoch.fetch_add(1, std::memory_order_seq_cst);
-    shm::futex_wake_all(view.header->completion_epoch);
-  }
-  // The session is back: the new ids hold from now on (an attempt that failed before this point
-  // left them as they were, so the next one starts from the same state).
+void Client::Impl::carry_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
   std::lock_guard plans(plans_mutex_);
   for (PlanRecord& plan : plan_records_)
     if (auto id = comm_ids.find(plan.entry.comm_id); plan.order != 0 && id != comm_ids.end())

@@ -156,22 +156,26 @@ void CudaEngine::use_device(int index) {
 
 void CudaEngine::submit(std::span<const CopyRequest> copies) {
   // The pieces of one submit that go to one stream form a batch: one cuMemcpyBatchAsync where
-  // the driver has it, and one counter write that retires them all.
-  struct Group {
-    int device;
-    Stream* stream;
-    std::vector<CUdeviceptr> dsts, srcs;
-    std::vector<size_t> sizes;
-    Batch batch;
-  };
-  std::vector<Group> groups;
+  // the driver has it, and one counter write that retires them all. The groups and their
+  // vectors are kept from submit to submit, and a batch's pieces come from those retired.
+  std::size_t used = 0;
   auto add = [&](int device, Stream* st, CUdeviceptr dst, CUdeviceptr src, size_t bytes,
                  Piece piece) {
-    auto g =
-        std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.stream == st; });
-    if (g == groups.end()) {
-      groups.push_back({device, st, {}, {}, {}, {}});
-      g = std::prev(groups.end());
+    auto g = std::find_if(groups_.begin(), groups_.begin() + static_cast<std::ptrdiff_t>(used),
+                          [&](const Group& x) { return x.stream == st; });
+    if (g == groups_.begin() + static_cast<std::ptrdiff_t>(used)) {
+      if (used == groups_.size()) groups_.emplace_back();
+      g = groups_.begin() + static_cast<std::ptrdiff_t>(used++);
+      g->device = device;
+      g->stream = st;
+      g->dsts.clear();
+      g->srcs.clear();
+      g->sizes.clear();
+      g->batch.pieces.clear();
+      if (g->batch.pieces.capacity() == 0 && !spare_pieces_.empty()) {
+        g->batch.pieces = std::move(spare_pieces_.back());
+        spare_pieces_.pop_back();
+      }
     }
     g->dsts.push_back(dst);
     g->srcs.push_back(src);
@@ -205,7 +209,8 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
           {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
     }
   }
-  for (Group& g : groups) {
+  for (std::size_t i = 0; i < used; ++i) {
+    Group& g = groups_[i];
     use_device(g.device);
     if (!issue(g.stream->handle, g.device, g.dsts, g.srcs, g.sizes)) {
       for (Piece p : g.batch.pieces) {
@@ -277,7 +282,10 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
       if (st.batches.empty()) continue;
       const uint32_t retired = st.retired->load(std::memory_order_acquire);
       while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
-        for (const Piece& p : st.batches.front().pieces) splits_.retire(p.split, p.completion, out);
+        std::vector<Piece>& pieces = st.batches.front().pieces;
+        for (const Piece& p : pieces) splits_.retire(p.split, p.completion, out);
+        pieces.clear();
+        spare_pieces_.push_back(std::move(pieces));
         st.batches.pop_front();
         --in_flight_;
       }

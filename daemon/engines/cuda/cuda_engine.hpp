@@ -74,6 +74,14 @@ class CudaEngine final : public Engine {
     uint32_t issued = 0;
     std::deque<Batch> batches;
   };
+  // The pieces of one submit that go to one stream (see submit()).
+  struct Group {
+    int device = 0;
+    Stream* stream = nullptr;
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<size_t> sizes;
+    Batch batch{};
+  };
   struct Device {
     CUdevice handle;
     CUcontext context;
@@ -117,6 +125,9 @@ class CudaEngine final : public Engine {
   std::vector<Device> devices_;
   net::Fd event_fd_;           // immediate failures only
   std::vector<Piece> failed_;  // copies that could not be issued
+  std::vector<Group> groups_;  // submit()'s, kept with their vectors' capacity
+  // Piece vectors of retired batches, for the next batches: steady traffic allocates nothing.
+  std::vector<std::vector<Piece>> spare_pieces_;
   uint64_t split_bytes_;
   SplitCompletions splits_;
   void* retired_words_ = nullptr;  // pinned page of the streams' retired counters

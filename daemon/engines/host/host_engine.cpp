@@ -71,7 +71,10 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
       // At least one chunk: a copy of nothing must still complete.
       const uint64_t chunks =
           std::max<uint64_t>(1, (copy.bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
-      auto* job = new Job{copy.cookie, copy.bytes, {chunks}};
+      Job* job = take_job();
+      job->cookie = copy.cookie;
+      job->bytes = copy.bytes;
+      job->chunks_left.store(chunks, std::memory_order_relaxed);
       for (uint64_t i = 0; i < chunks; ++i) {
         const uint64_t offset = i * options_.chunk_bytes;
         const uint64_t n = std::min(options_.chunk_bytes, copy.bytes - offset);
@@ -131,11 +134,11 @@ void HostEngine::finish_chunk(Job* job) {
   {
     std::lock_guard lock(done_mutex_);
     done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes});
+    finished_jobs_.push_back(job);
   }
   // Stored, then the loop's flag loaded, both sequentially consistent; arm_completion_wakeup()
   // does the reverse: one of the two sees the other, so no completion is slept through.
   done_pending_.store(true, std::memory_order_seq_cst);
-  delete job;
   if (!loop_asleep_.load(std::memory_order_seq_cst)) return;
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t r = ::write(event_fd_.get(), &one, sizeof(one));
@@ -156,8 +159,20 @@ std::size_t HostEngine::poll(std::vector<CopyCompletion>& out) {
     std::lock_guard lock(done_mutex_);
     out.insert(out.end(), done_.begin(), done_.end());
     done_.clear();
+    spare_jobs_.insert(spare_jobs_.end(), finished_jobs_.begin(), finished_jobs_.end());
+    finished_jobs_.clear();
   }
   return out.size() - before;
+}
+
+HostEngine::Job* HostEngine::take_job() {
+  if (spare_jobs_.empty()) {
+    jobs_.push_back(std::make_unique<Job>());
+    return jobs_.back().get();
+  }
+  Job* job = spare_jobs_.back();
+  spare_jobs_.pop_back();
+  return job;
 }
 
 }  // namespace iris::daemon

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -46,6 +47,9 @@ class HostEngine final : public Engine {
   // once the engine stops.
   std::optional<Chunk> next_chunk();
   void finish_chunk(Job* job);
+  // A job record from those finished (poll() hands them back), else a new one: steady traffic
+  // allocates nothing. The progress thread's.
+  Job* take_job();
 
   EngineDescription description_;
   EngineOptions options_;
@@ -60,8 +64,13 @@ class HostEngine final : public Engine {
 
   std::mutex done_mutex_;
   std::vector<CopyCompletion> done_;
+  std::vector<Job*> finished_jobs_;        // under done_mutex_, until poll() takes them back
   std::atomic<bool> done_pending_{false};  // lets poll() skip the lock while nothing finished
   std::atomic<bool> loop_asleep_{false};   // the eventfd must announce completions
+
+  // Every job record made (owned here, reused), and those free to take; the progress thread's.
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::vector<Job*> spare_jobs_;
 
   std::vector<std::thread> workers_;
 };

@@ -150,10 +150,9 @@ bool HsaEngine::issue(const CopyRequest& copy, const hsa::PlannedPiece& piece,
 }
 
 void HsaEngine::submit(std::span<const CopyRequest> copies) {
-  std::vector<hsa::CopyShape> shapes;
-  shapes.reserve(copies.size());
-  for (const CopyRequest& c : copies) shapes.push_back({c.src_device, c.dst_device, c.bytes});
-  const std::vector<hsa::PlannedPiece> pieces = planner_->plan(shapes);
+  shapes_.clear();
+  for (const CopyRequest& c : copies) shapes_.push_back({c.src_device, c.dst_device, c.bytes});
+  const std::vector<hsa::PlannedPiece>& pieces = planner_->plan(shapes_);
   std::size_t first = 0;
   while (first < pieces.size()) {
     const std::size_t index = pieces[first].copy;

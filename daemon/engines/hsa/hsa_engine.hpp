@@ -143,6 +143,7 @@ class HsaEngine final : public Engine {
   bool on_engine_ = false;               // copies go to the planned engine
   uint32_t copy_timeout_ms_;
   std::optional<hsa::SdmaPlanner> planner_;
+  std::vector<hsa::CopyShape> shapes_;  // submit()'s, kept with its capacity
   hsa::SignalPool signals_;
   SplitCompletions splits_;
   std::vector<InFlight> in_flight_;

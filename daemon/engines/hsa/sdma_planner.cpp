@@ -27,14 +27,16 @@ int SdmaPlanner::least_loaded(int device, uint32_t mask, uint32_t taken) const {
   return best;
 }
 
-std::vector<PlannedPiece> SdmaPlanner::plan(std::span<const CopyShape> copies) {
-  // Largest first (greedy balancing), then put back in the callers' order.
-  std::vector<std::size_t> order(copies.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return copies[a].bytes > copies[b].bytes; });
-  std::vector<std::vector<PlannedPiece>> per_copy(copies.size());
-  for (std::size_t i : order) {
+const std::vector<PlannedPiece>& SdmaPlanner::plan(std::span<const CopyShape> copies) {
+  // Largest first (greedy balancing; ties in the callers' order), then put back in the callers'
+  // order. Into scratch kept from call to call: a submit allocates nothing once they have grown.
+  order_.resize(copies.size());
+  std::iota(order_.begin(), order_.end(), 0);
+  std::sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) {
+    return copies[a].bytes > copies[b].bytes || (copies[a].bytes == copies[b].bytes && a < b);
+  });
+  by_size_.clear();
+  for (std::size_t i : order_) {
     const CopyShape& c = copies[i];
     const int agent = c.src_device != kHostAgent ? c.src_device : c.dst_device;
     if (agent >= static_cast<int>(load_.size()))
@@ -43,7 +45,7 @@ std::vector<PlannedPiece> SdmaPlanner::plan(std::span<const CopyShape> copies) {
         agent == kHostAgent ? PairEngines{} : lookup_(c.src_device, c.dst_device);
     const uint32_t mask = usable_engines(pair);
     if (mask == 0) {
-      per_copy[i].push_back({i, 0, c.bytes, agent, 0});
+      by_size_.push_back({i, 0, c.bytes, agent, 0});
       continue;
     }
     const int engines = std::popcount(mask);
@@ -65,13 +67,17 @@ std::vector<PlannedPiece> SdmaPlanner::plan(std::span<const CopyShape> copies) {
       taken |= uint32_t{1} << e;
       load_[agent][e].bytes += bytes;
       ++load_[agent][e].pieces;
-      per_copy[i].push_back({i, at, bytes, agent, uint32_t{1} << e});
+      by_size_.push_back({i, at, bytes, agent, uint32_t{1} << e});
       at += bytes;
     } while (at < c.bytes);
   }
-  std::vector<PlannedPiece> out;
-  for (auto& pieces : per_copy) out.insert(out.end(), pieces.begin(), pieces.end());
-  return out;
+  // Each copy's pieces, in order, where its place in the callers' order puts them.
+  first_piece_.assign(copies.size() + 1, 0);
+  for (const PlannedPiece& p : by_size_) ++first_piece_[p.copy + 1];
+  for (std::size_t i = 1; i < first_piece_.size(); ++i) first_piece_[i] += first_piece_[i - 1];
+  planned_.resize(by_size_.size());
+  for (const PlannedPiece& p : by_size_) planned_[first_piece_[p.copy]++] = p;
+  return planned_;
 }
 
 void SdmaPlanner::finished(const PlannedPiece& piece) {

@@ -60,8 +60,8 @@ class SdmaPlanner {
   SdmaPlanner(int devices, PairLookup lookup, uint64_t split_bytes);
 
   // Assigns engines to `copies` and counts their bytes as queued. Pieces come out grouped by
-  // copy, in the order the copies were given.
-  std::vector<PlannedPiece> plan(std::span<const CopyShape> copies);
+  // copy, in the order the copies were given; valid until the next plan().
+  const std::vector<PlannedPiece>& plan(std::span<const CopyShape> copies);
   // A piece finished (or was given up): its bytes leave its engine's queue.
   void finished(const PlannedPiece& piece);
 
@@ -79,6 +79,11 @@ class SdmaPlanner {
   PairLookup lookup_;
   uint64_t split_bytes_;
   std::vector<std::array<Load, kMaxEngines>> load_;  // per device, per engine index
+  // plan()'s scratch and result, kept with their capacity.
+  std::vector<std::size_t> order_;
+  std::vector<PlannedPiece> by_size_;
+  std::vector<std::size_t> first_piece_;
+  std::vector<PlannedPiece> planned_;
 };
 
 }  // namespace iris::daemon::hsa
