@@ -162,8 +162,8 @@ Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequen
   }
   const auto deadline = deadline_after(options.submit_timeout);
   auto request = std::make_shared<Request::Impl>(shared_from_this());
-  const uint32_t slot = submissions->acquire_slot(deadline, &request->outcome);
-  const uint32_t generation = submissions->generation(slot);
+  uint32_t generation = 0;
+  const uint32_t slot = submissions->acquire_slot(deadline, &request->outcome, &generation);
   request->slot = slot;
   request->generation = generation;
   entry.slot = slot;

@@ -104,7 +104,8 @@ std::optional<ErrorCode> Submissions::wait(uint32_t slot, uint32_t generation,
   }
 }
 
-uint32_t Submissions::acquire_slot(clock::time_point deadline, Outcome* outcome) {
+uint32_t Submissions::acquire_slot(clock::time_point deadline, Outcome* outcome,
+                                   uint32_t* generation) {
   for (;;) {
     {
       std::lock_guard lock(slots_mutex_);
@@ -125,6 +126,7 @@ uint32_t Submissions::acquire_slot(clock::time_point deadline, Outcome* outcome)
         s.queued = false;
         s.outcome = outcome;
         s.generation = s.generation + 1 == 0 ? 1 : s.generation + 1;
+        if (generation != nullptr) *generation = s.generation;
         return slot;
       }
     }
@@ -268,11 +270,6 @@ void Submissions::push(shm::SubmitEntry entry, CommRank* comm, bool sequenced, u
       comm->p2p_posted[p2p_channel(entry)] = entry.seq;
   }
   ring_doorbell();
-}
-
-uint32_t Submissions::generation(uint32_t slot) const {
-  std::lock_guard lock(slots_mutex_);
-  return slots_[slot].generation;
 }
 
 bool Submissions::finished(uint32_t slot, uint32_t generation) const {

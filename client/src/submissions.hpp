@@ -43,10 +43,10 @@ class Submissions {
               StreamFlagsMapping& stream_flags, std::chrono::microseconds wait_spin);
 
   // A free completion slot for a request whose result `outcome` receives if the slot is taken
-  // back before the request looks (null: a slot that only stages arguments). Throws kBusy at
-  // `deadline`, kDaemonGone.
-  uint32_t acquire_slot(Clock::time_point deadline, Outcome* outcome);
-  uint32_t generation(uint32_t slot) const;
+  // back before the request looks (null: a slot that only stages arguments), and its generation
+  // now (`generation`). Throws kBusy at `deadline`, kDaemonGone.
+  uint32_t acquire_slot(Clock::time_point deadline, Outcome* outcome,
+                        uint32_t* generation = nullptr);
   // A slot whose request never reached the ring (or only staged arguments) back to the pool.
   void release_slot(uint32_t slot);
   // Copies `values` into the argument area of `slot` and names it in `entry`. One area per
