@@ -87,9 +87,15 @@ Client::Impl::Impl(const ClientOptions& opts) : options(opts) {
       });
   submissions =
       std::make_unique<Submissions>(view, *link, *registrations, *stream_flags, wait_spin);
+  plans = std::make_unique<CapturedPlans>(view, *link, *comms, *submissions, *stream_flags,
+                                          options.submit_timeout);
   watch_ = std::make_unique<DaemonWatch>(
       link->attach_fd(), [this](DaemonWatch& watch) { return reattach(watch); },
-      [this] { release_graph_waits(); }, [this] { release_lost_plans(); });
+      [this] { plans->release_waits(); },
+      [this] {
+        // None left: their graphs were destroyed.
+        if (!plans->release_lost() && watch_) watch_->set_tending(false);
+      });
 }
 
 Client::Impl::~Impl() {
@@ -123,26 +129,7 @@ void Client::Impl::check_daemon() {
 
 void Client::Impl::release_stream_waits() {
   submissions->release_stream_waits();
-  release_graph_waits();
-}
-
-void Client::Impl::release_graph_waits() {
-  // A replay waits for its plan's done flag (1) and then resets it: the daemon watch stores 1
-  // again every few milliseconds, so later replays go on too.
-  std::lock_guard plans(plans_mutex_);
-  for (uint32_t p = 0; p < plan_slot_used_.size(); ++p)
-    if (plan_slot_used_[p]) stream_flags->release(view.ring_depth + p, 1);
-}
-
-void Client::Impl::release_lost_plans() {
-  std::lock_guard plans(plans_mutex_);
-  bool any = false;
-  for (uint32_t p = 0; p < plan_slot_used_.size(); ++p) {
-    if (!plan_slot_used_[p] || !plan_records_[p].lost) continue;
-    stream_flags->release(view.ring_depth + p, 1);
-    any = true;
-  }
-  if (!any && watch_) watch_->set_tending(false);  // their graphs were destroyed
+  plans->release_waits();
 }
 
 Request Client::Impl::submit(shm::SubmitEntry entry, CommRank* comm, bool sequenced,

@@ -1,10 +1,10 @@
 // libiris internals: the session, assembled from its parts: the link to irisd (daemon_link: the
 // attach connection, session calls, which irisd answered), the registrations (registrations:
 // buffers, first-use GPU registrations, done flags), the communicators (communicators), the
-// submissions (submissions: ring, completion slots, argument areas, waits), and here submit()
-// over them and the CUDA-graph plans (graph_capture.cpp). A resume (session_resume.cpp) runs each part's step in
-// turn. Shared by Client, Communicator, Buffer and Request through shared_ptr, so a Request
-// outliving its Client still finds the segment mapped.
+// submissions (submissions: ring, completion slots, argument areas, waits), the CUDA-graph plans
+// (captured_plans), and here submit() and capture (graph_capture.cpp) over them. A resume
+// (session_resume.cpp) runs each part's step in turn. Shared by Client, Communicator, Buffer and
+// Request through shared_ptr, so a Request outliving its Client still finds the segment mapped.
 #pragma once
 
 #include <array>
@@ -21,6 +21,7 @@
 
 #include "client/gpu/gpu_registration_cache.hpp"
 #include "client/gpu/stream_flags.hpp"
+#include "client/src/captured_plans.hpp"
 #include "client/src/communicators.hpp"
 #include "client/src/daemon_link.hpp"
 #include "client/src/daemon_watch.hpp"
@@ -123,6 +124,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   std::unique_ptr<Registrations> registrations;
   std::unique_ptr<Communicators> comms;
   std::unique_ptr<Submissions> submissions;
+  std::unique_ptr<CapturedPlans> plans;
 
  private:
   // The session after irisd went away (session_resume.cpp). Runs on the daemon watch's thread:
@@ -136,42 +138,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
   // irisd is gone for good, `why`: streams and sleepers let go.
   int give_up(std::string why);
 
-  // The graph plans' resume step (registered again under the new ids), and the new ids held by
-  // their records once the session is back.
-  void resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
-  void carry_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids);
   // Lets GPU streams waiting on this session's done flags go on (the daemon will not write them).
   void release_stream_waits();
-  // The part of it for CUDA graphs' replays.
-  void release_graph_waits();
-
-  // The plan's graph was destroyed: tell irisd and free its slot. Runs on a GPU runtime thread.
-  void release_graph_plan(uint32_t plan_slot);
-  // The failure of a plan slot's last replay, if it failed.
-  std::optional<Error> plan_failure(uint32_t plan_slot) const;
-
-  mutable std::mutex plans_mutex_;
-  std::vector<bool> plan_slot_used_ = std::vector<bool>(shm::kGraphPlanSlots);
-  // Each plan's entry as registered, and its place in the order of registrations (irisd matches
-  // plans across ranks in that order), to register it again if irisd restarts.
-  struct PlanRecord {
-    shm::SubmitEntry entry{};
-    uint64_t order = 0;
-    std::vector<uint64_t> v_args;
-    // Why the irisd that came back after a restart refused it (memory it names was freed since
-    // the capture, say): its replays are released by the watch and check_graphs() reports it.
-    std::optional<Error> lost;
-  };
-  // Stores the done flag of each lost plan (its replay resets it and waits again).
-  void release_lost_plans();
-  // Registers a plan with irisd: resuming, on the resume's connection (`comm` null, the entry's
-  // id already the next irisd's); else naming `comm` by the id of the irisd it goes to, written
-  // into `entry`. Returns the connection it was answered on.
-  uint64_t send_plan(uint32_t plan_slot, shm::SubmitEntry& entry, std::span<const uint64_t> v_args,
-                     CommRank* comm);
-  std::vector<PlanRecord> plan_records_ = std::vector<PlanRecord>(shm::kGraphPlanSlots);
-  uint64_t next_plan_order_ = 1;           // 0: a slot not (yet) registered
-  std::optional<Error> released_failure_;  // of a plan released since check_graphs last looked
 
   // Last: it stops (its callback touching the members above) before they go.
   std::unique_ptr<DaemonWatch> watch_;

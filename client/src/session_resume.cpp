@@ -17,7 +17,6 @@
 
 #include "client/src/attach_handshake.hpp"
 #include "client/src/client_impl.hpp"
-#include "client/src/debug_log.hpp"
 #include "iris/shared/collective_shape.hpp"
 #include "iris/shared/futex.hpp"
 
@@ -117,12 +116,16 @@ int Client::Impl::reattach(DaemonWatch& watch) {
       submissions->adopt_args_areas();
       const auto comm_ids =
           comms->resume([this](uint64_t comm_id) { return submissions->unfinished(comm_id); });
-      resume_graph_plans(comm_ids);
+      const bool lost = plans->resume(comm_ids);
       submissions->resubmit(comm_ids);  // makes no call: cannot fail
       // The session is back: the new ids hold from now on (an attempt that failed before this
       // point left them as they were, so the next one starts from the same state).
       comms->carry(comm_ids, link->connection_left(), link->current_connection());
-      carry_graph_plans(comm_ids);
+      plans->carry(comm_ids);
+      if (lost) {
+        plans->release_lost();
+        watch.set_tending(true);
+      }
       session_id = attached->response.session_id();
       latest_daemon_version_ = attached->response.daemon_version();
       break;
@@ -140,56 +143,6 @@ int Client::Impl::reattach(DaemonWatch& watch) {
   link->resumed();
   submissions->ring_doorbell();
   return link->attach_fd();
-}
-
-void Client::Impl::carry_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
-  std::lock_guard plans(plans_mutex_);
-  for (PlanRecord& plan : plan_records_)
-    if (auto id = comm_ids.find(plan.entry.comm_id); plan.order != 0 && id != comm_ids.end())
-      plan.entry.comm_id = id->second;
-}
-
-void Client::Impl::resume_graph_plans(const std::map<uint64_t, uint64_t>& comm_ids) {
-  std::vector<std::pair<uint32_t, PlanRecord>> plans;
-  {
-    std::lock_guard lock(plans_mutex_);
-    for (uint32_t p = 0; p < plan_records_.size(); ++p)
-      if (plan_slot_used_[p] && plan_records_[p].order != 0)
-        plans.emplace_back(p, plan_records_[p]);
-  }
-  // irisd matches plans across ranks in the order each rank registered them.
-  std::sort(plans.begin(), plans.end(),
-            [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
-  bool lost = false;
-  for (auto& [slot, plan] : plans) {
-    const auto id = comm_ids.find(plan.entry.comm_id);
-    if (id == comm_ids.end())
-      throw Error(ErrorCode::kNotFound,
-                  "a CUDA graph holds a collective of a communicator that does not resume");
-    plan.entry.comm_id = id->second;
-    try {
-      send_plan(slot, plan.entry, plan.v_args, nullptr);
-    } catch (const Error& e) {
-      // This irisd went too: the next one is tried. Anything else is this plan's alone (memory
-      // it names freed since the capture): it fails at check_graphs(), the rest resumes.
-      if (e.code() == ErrorCode::kDaemonGone || e.code() == ErrorCode::kUnavailable) throw;
-      client::debug_log("a CUDA graph's collective (plan slot " + std::to_string(slot) +
-                        ") did not resume: " + e.what());
-      std::lock_guard lock(plans_mutex_);
-      plan_records_[slot].lost =
-          Error(e.code(),
-                "a collective captured into a CUDA graph could not be carried to the "
-                "restarted irisd: " +
-                    e.message() +
-                    " (memory it names freed since the capture?): destroy the graph and "
-                    "capture it again (replaying it uses that memory)");
-      lost = true;
-    }
-  }
-  if (lost) {
-    release_lost_plans();
-    watch_->set_tending(true);
-  }
 }
 
 }  // namespace iris
