@@ -45,16 +45,18 @@ class DaemonLink final : public SessionLink {
 
   // Throws kInvalidArgument in a process other than the one that attached (a forked child): the
   // connection is the parent's.
-  void check_owner() const;
+  void check_owner() const override;
   bool owned_here() const;
   std::chrono::milliseconds resume_window() const { return resume_window_; }
   int attach_fd() const { return attach_fd_.get(); }
   // Wakes irisd's progress thread for this session (entries wait in its ring).
-  void wake_irisd() const;
+  void wake_irisd() const override;
   // Above every buffer id irisd has given this session (ResumeSession.next_buffer_id).
   uint64_t next_buffer_id() const { return next_buffer_id_.load(std::memory_order_relaxed); }
   bool up() const { return state_.load(std::memory_order_acquire) == State::kUp; }
-  bool resuming() const { return state_.load(std::memory_order_acquire) == State::kResuming; }
+  bool resuming() const override {
+    return state_.load(std::memory_order_acquire) == State::kResuming;
+  }
 
   // The resume's steps, on the daemon watch's thread. begin_resume(): calls wait from now on.
   void begin_resume();
@@ -68,7 +70,7 @@ class DaemonLink final : public SessionLink {
   void give_up(std::string why);
   // The client detaches: no call goes out any more and the connection closes.
   void close();
-  bool detached() const { return detached_.load(std::memory_order_acquire); }
+  bool detached() const override { return detached_.load(std::memory_order_acquire); }
 
  private:
   enum class State { kUp, kResuming, kGone };

@@ -53,6 +53,13 @@ class SessionLink {
   virtual bool gone() const = 0;
   // When a call that broke gives up: now + the resume window + an attach's timeout.
   virtual Clock::time_point call_deadline() const = 0;
+  // True while the session resumes (calls and submissions wait).
+  virtual bool resuming() const = 0;
+  virtual bool detached() const = 0;
+  // Throws kInvalidArgument in a process other than the one that attached (a forked child).
+  virtual void check_owner() const = 0;
+  // Wakes irisd's progress thread for this session (entries wait in its ring).
+  virtual void wake_irisd() const = 0;
 
   bool answered_by_current_irisd(uint64_t connection) const {
     return connection == current_connection();

@@ -33,7 +33,7 @@ clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
   return now + std::chrono::duration_cast<clock::duration>(timeout);
 }
 
-Submissions::Submissions(const shm::SegmentView& view, DaemonLink& link,
+Submissions::Submissions(const shm::SegmentView& view, SessionLink& link,
                          Registrations& registrations, StreamFlagsMapping& stream_flags,
                          std::chrono::microseconds wait_spin)
     : view_(view),

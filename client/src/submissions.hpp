@@ -15,8 +15,8 @@
 
 #include "client/gpu/stream_flags.hpp"
 #include "client/src/communicators.hpp"
-#include "client/src/daemon_link.hpp"
 #include "client/src/registrations.hpp"
+#include "client/src/session_link.hpp"
 #include "iris/error.hpp"
 #include "iris/shared/descriptor.hpp"
 #include "iris/shared/segment_layout.hpp"
@@ -39,7 +39,7 @@ class Submissions {
     std::string why;
   };
 
-  Submissions(const shm::SegmentView& view, DaemonLink& link, Registrations& registrations,
+  Submissions(const shm::SegmentView& view, SessionLink& link, Registrations& registrations,
               StreamFlagsMapping& stream_flags, std::chrono::microseconds wait_spin);
 
   // A free completion slot for a request whose result `outcome` receives if the slot is taken
@@ -120,7 +120,7 @@ class Submissions {
   void take_back_completed(uint32_t slot, ErrorCode code);
 
   const shm::SegmentView& view_;
-  DaemonLink& link_;
+  SessionLink& link_;
   Registrations& registrations_;
   StreamFlagsMapping& stream_flags_;
   const std::chrono::microseconds wait_spin_;

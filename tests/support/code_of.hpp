@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "iris/error.hpp"
 
@@ -15,6 +16,16 @@ inline ErrorCode code_of(const std::function<void()>& f) {
     return e.code();
   }
   return ErrorCode::kOk;
+}
+
+// The iris::Error a call throws, whole (its message too); nullopt when it throws none.
+inline std::optional<Error> error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
 }
 
 }  // namespace iris::testing

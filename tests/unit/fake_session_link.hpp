@@ -79,6 +79,11 @@ class FakeSessionLink final : public SessionLink {
   Clock::time_point call_deadline() const override {
     return Clock::now() + std::chrono::seconds(1);
   }
+  bool resuming() const override { return false; }
+  bool detached() const override { return false; }
+  void check_owner() const override {}
+  void wake_irisd() const override { ++wakes; }
+  mutable int wakes = 0;
 };
 
 }  // namespace iris::testing
