@@ -138,6 +138,27 @@ class ScaleOut final : public RemoteNodes, public UcxWorker::Listener, public Po
   // communicator is then failed (peer_lost).
   std::optional<std::size_t> send_again(Communicator& comm, CommState& state, uint32_t node,
                                         const std::function<bool(uint64_t)>& completed);
+  // A local rank's arrival for one other node: its header (the NodeArrival) and where it goes.
+  struct OutgoingArrival {
+    uint64_t comm_id;
+    uint32_t node;
+    uint64_t seq;
+    uint32_t rank;
+    std::string header;
+  };
+  // Sends `out` with `bytes` of the rank's send buffer `from` at `offset`, by the strategy its
+  // memory takes: none (the header alone), host memory sent directly (no resume window), GPU
+  // memory staged into pinned host memory by the engine and then sent, small host memory copied
+  // here for keeping, or large host memory sent directly while the engine copies it for keeping.
+  // Each transfer takes a part of `hold`.
+  void send_block(const OutgoingArrival& out, const std::shared_ptr<MappedBuffer>& from,
+                  uint64_t offset, uint64_t bytes, const NetworkHold& hold);
+  void send_staged_from_gpu(const OutgoingArrival& out, const std::shared_ptr<MappedBuffer>& from,
+                            uint64_t offset, std::shared_ptr<StagedData> staged, NetworkHold part);
+  void send_host_while_copying(const OutgoingArrival& out,
+                               const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
+                               std::shared_ptr<StagedData> staged, NetworkHold send_part,
+                               NetworkHold copy_part);
   // Sends a local rank's arrival (header, and data when not null) to `node`; with a resume
   // window it is kept until that node completed the collective, and held while the node is away.
   // `part` (of the rank's hold) ends once it has left this node, or is kept while the node is

@@ -68,78 +68,92 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
     if (hi == 0) lo = 0;
     a.set_data_offset(lo);
     a.set_data_bytes(hi - lo);
-    NetworkHold part = hold.split();
     ++state.sent[rank];
-    const std::shared_ptr<MappedBuffer>& from = arrived.request->send;
-    if (hi == lo) {
-      send_and_keep(comm.id, n, c.seq, rank, m.SerializeAsString(), nullptr, part);
-      continue;
-    }
-    if (from->device == kHostMemory && !keeping()) {
-      worker().send(state.peers[n], m.SerializeAsString(), from->base + lo, hi - lo,
-                    [part](ErrorCode code, const std::string& why) { part.end(code, why); });
-      continue;
-    }
-    // GPU memory goes through pinned host memory, which UCX sends. With a resume window, host
-    // memory is copied too (what this node keeps for node n, KeptArrivals), but sent from the
-    // rank's buffer meanwhile, so the copy adds no latency.
-    std::shared_ptr<StagedData> staged;
-    try {
-      staged = staging_.take(hi - lo);
-    } catch (const Error& e) {
-      part.end(e.code(), e.message());
-      continue;
-    }
-    const std::string header = m.SerializeAsString();
-    if (from->device != kHostMemory) {
-      copies_.submit_one(
-          CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
-                      staged},
-          [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged,
-           part](ErrorCode code) mutable {
-            if (code != ErrorCode::kOk)
-              return part.end(code, "copying its data into host memory failed on the copy engine");
-            send_and_keep(comm_id, n, seq, rank, std::move(header), std::move(staged), part);
-          });
-      continue;
-    }
-    if (hi - lo <= kCopiedHereBytes) {
-      // Small: copied here at once (the engine's round trip would cost more than the copy).
-      std::memcpy(staged->data, from->base + lo, hi - lo);
-      send_and_keep(comm.id, n, c.seq, rank, header, std::move(staged), part);
-      continue;
-    }
-    // Whichever of the send and the copy ends second sends the copy, when the send did not reach
-    // node n (it was away, or the transfer failed): a node that came back meanwhile still gets it.
-    struct HostSend {
-      bool sent = false;
-      bool reached = false;
-      bool copied = false;
-    };
-    auto progress = std::make_shared<HostSend>();
-    copies_.submit_one(
-        CopyRequest{from->base + lo, staged->data, hi - lo, 0, from->device, kHostMemory, from,
-                    staged},
-        [this, comm_id = comm.id, n, seq = c.seq, rank, header, staged, copy_part = hold.split(),
-         progress](ErrorCode code) {
-          if (code != ErrorCode::kOk)
-            return copy_part.end(code, "copying its data for another node failed on the engine");
-          if (auto it = states_.find(comm_id); it != states_.end())
-            it->second.kept.keep({n, seq, rank, header, staged});
-          progress->copied = true;
-          copy_part.end();
-          if (progress->sent && !progress->reached)
-            send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, {}, {});
-        });
-    send_or_hold(comm.id, n, header, from->base + lo, hi - lo, from, part,
-                 [this, comm_id = comm.id, n, header, staged, progress](bool reached) {
-                   progress->sent = true;
-                   progress->reached = reached;
-                   if (!reached && progress->copied)
-                     send_or_hold(comm_id, n, header, staged->data, staged->bytes, staged, {}, {});
-                 });
+    send_block({comm.id, n, c.seq, rank, m.SerializeAsString()}, arrived.request->send, lo, hi - lo,
+               hold);
   }
   return problem;
+}
+
+void ScaleOut::send_block(const OutgoingArrival& out, const std::shared_ptr<MappedBuffer>& from,
+                          uint64_t offset, uint64_t bytes, const NetworkHold& hold) {
+  NetworkHold part = hold.split();
+  if (bytes == 0)
+    return send_and_keep(out.comm_id, out.node, out.seq, out.rank, out.header, nullptr, part);
+  if (from->device == kHostMemory && !keeping()) {
+    // Host memory and nothing to keep: UCX sends from the rank's buffer.
+    const UcxWorker::PeerId peer = states_.at(out.comm_id).peers[out.node];
+    return worker().send(peer, out.header, from->base + offset, bytes,
+                         [part](ErrorCode code, const std::string& why) { part.end(code, why); });
+  }
+  // GPU memory goes through pinned host memory, which UCX sends. With a resume window, host
+  // memory is copied too (what this node keeps for the node, KeptArrivals).
+  std::shared_ptr<StagedData> staged;
+  try {
+    staged = staging_.take(bytes);
+  } catch (const Error& e) {
+    return part.end(e.code(), e.message());
+  }
+  if (from->device != kHostMemory) return send_staged_from_gpu(out, from, offset, staged, part);
+  if (bytes <= kCopiedHereBytes) {
+    // Small: copied here at once (the engine's round trip would cost more than the copy).
+    std::memcpy(staged->data, from->base + offset, bytes);
+    return send_and_keep(out.comm_id, out.node, out.seq, out.rank, out.header, std::move(staged),
+                         part);
+  }
+  send_host_while_copying(out, from, offset, staged, part, hold.split());
+}
+
+void ScaleOut::send_staged_from_gpu(const OutgoingArrival& out,
+                                    const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
+                                    std::shared_ptr<StagedData> staged, NetworkHold part) {
+  copies_.submit_one(CopyRequest{from->base + offset, staged->data, staged->bytes, 0, from->device,
+                                 kHostMemory, from, staged},
+                     [this, out, staged, part](ErrorCode code) mutable {
+                       if (code != ErrorCode::kOk)
+                         return part.end(
+                             code, "copying its data into host memory failed on the copy engine");
+                       send_and_keep(out.comm_id, out.node, out.seq, out.rank, out.header,
+                                     std::move(staged), part);
+                     });
+}
+
+void ScaleOut::send_host_while_copying(const OutgoingArrival& out,
+                                       const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
+                                       std::shared_ptr<StagedData> staged, NetworkHold send_part,
+                                       NetworkHold copy_part) {
+  // Sent from the rank's buffer while the engine copies it for keeping, so the copy adds no
+  // latency. Whichever of the send and the copy ends second sends the copy, when the send did not
+  // reach the node (it was away, or the transfer failed): a node that came back meanwhile still
+  // gets it.
+  struct HostSend {
+    bool sent = false;
+    bool reached = false;
+    bool copied = false;
+  };
+  auto progress = std::make_shared<HostSend>();
+  copies_.submit_one(CopyRequest{from->base + offset, staged->data, staged->bytes, 0, from->device,
+                                 kHostMemory, from, staged},
+                     [this, out, staged, copy_part, progress](ErrorCode code) {
+                       if (code != ErrorCode::kOk)
+                         return copy_part.end(
+                             code, "copying its data for another node failed on the engine");
+                       if (auto it = states_.find(out.comm_id); it != states_.end())
+                         it->second.kept.keep({out.node, out.seq, out.rank, out.header, staged});
+                       progress->copied = true;
+                       copy_part.end();
+                       if (progress->sent && !progress->reached)
+                         send_or_hold(out.comm_id, out.node, out.header, staged->data,
+                                      staged->bytes, staged, {}, {});
+                     });
+  send_or_hold(out.comm_id, out.node, out.header, from->base + offset, staged->bytes, from,
+               send_part, [this, out, staged, progress](bool reached) {
+                 progress->sent = true;
+                 progress->reached = reached;
+                 if (!reached && progress->copied)
+                   send_or_hold(out.comm_id, out.node, out.header, staged->data, staged->bytes,
+                                staged, {}, {});
+               });
 }
 
 void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
