@@ -1,7 +1,7 @@
 // ScaleOut's membership and dispatch: UCX started on first use, a communicator's layout checked,
 // nodes joining, messages from other nodes authenticated and handed to the part that takes them
-// (scale_out_receive.cpp, scale_out_restart.cpp), retirements told to the other nodes. Sending,
-// receiving, restarts and liveness are in scale_out_*.cpp.
+// (ArrivalReceiver, NodeRestarts), retirements told to the other nodes; and the state the parts
+// share (ScaleOutShared, with the UCX worker). The parts: scale_out_parts.hpp.
 #include "daemon/scaleout/scale_out.hpp"
 
 #include <algorithm>
@@ -18,35 +18,63 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
-                   CommunicatorRegistry& comms, CopyDispatcher& copies, ProgressLoop& loop)
-    : config_(config),
-      scheduler_(scheduler),
-      copies_(copies),
-      log_(log),
-      comms_(comms),
-      loop_(loop),
-      staging_(copies.engine(), kStagingCachedBytes),
-      book_(config.socket_path + ".nodes") {
-  scheduler_.set_remote_nodes(this);
+ScaleOutShared::ScaleOutShared(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
+                               CommunicatorRegistry& comms, CopyDispatcher& copies,
+                               ProgressLoop& loop, UcxWorker::Listener& listener)
+    : config(config),
+      scheduler(scheduler),
+      copies(copies),
+      log(log),
+      comms(comms),
+      loop(loop),
+      listener(listener),
+      staging(copies.engine(), kStagingCachedBytes),
+      book(config.socket_path + ".nodes") {}
+
+ScaleOutShared::~ScaleOutShared() {
+  if (worker_) loop.unwatch(worker_->event_fd());
 }
 
-ScaleOut::~ScaleOut() {
-  scheduler_.set_remote_nodes(nullptr);
-  if (worker_) loop_.unwatch(worker_->event_fd());
-}
-
-UcxWorker& ScaleOut::worker() {
-  if (!config_.scale_out)
+UcxWorker& ScaleOutShared::worker() {
+  if (!config.scale_out)
     throw Error(ErrorCode::kUnavailable,
                 "this irisd runs with --no-scale-out: communicators across nodes are off here "
                 "(ask the operator)");
   if (!worker_) {
-    worker_ = std::make_unique<UcxWorker>(*this, config_.scale_out_interface);
-    loop_.watch(worker_->event_fd());
+    worker_ = std::make_unique<UcxWorker>(listener, config.scale_out_interface);
+    loop.watch(worker_->event_fd());
     spdlog::info("scale-out: UCX worker started ({} byte address)", worker_->address().size());
   }
   return *worker_;
+}
+
+ScaleOut::ScaleOut(const Config& config, CollectiveScheduler& scheduler, TenantLog& log,
+                   CommunicatorRegistry& comms, CopyDispatcher& copies, ProgressLoop& loop)
+    : ScaleOutSharedHolder(config, scheduler, log, comms, copies, loop,
+                           static_cast<UcxWorker::Listener&>(*this)),
+      ScaleOutPart(shared_state_),
+      liveness_(shared_state_),
+      sender_(shared_state_, liveness_),
+      receiver_(shared_state_, liveness_),
+      restarts_(shared_state_) {
+  scheduler_.set_remote_nodes(this);
+}
+
+ScaleOut::~ScaleOut() { scheduler_.set_remote_nodes(nullptr); }
+
+std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& c, uint32_t rank,
+                                                const NetworkHold& hold) {
+  return sender_.send_arrival(comm, c, rank, hold);
+}
+
+void ScaleOut::on_peer_failed(UcxWorker::PeerId peer, const std::string& why) {
+  liveness_.peer_failed(peer, why);
+}
+
+bool ScaleOut::try_enter_sleep() {
+  if (liveness_.tend_nodes(true)) return false;  // told what retired
+  // Parked breaks wait on arrivals or their deadline: the loop keeps turning meanwhile.
+  return liveness_.nothing_parked() && (!shared_.worker_ || shared_.worker_->arm());
 }
 
 const std::string& ScaleOut::address() { return worker().address(); }
@@ -103,7 +131,7 @@ std::shared_ptr<const NodeLayout> ScaleOut::check_layout(const std::string& key,
         std::to_string(node_of_rank[rank]) + " but attached to node " + std::to_string(*my_node) +
         "'s irisd");
   if (resuming) {
-    book_.update(key, secret, addresses);
+    shared_.book.update(key, secret, addresses);
     addresses[*my_node] = mine;  // the previous irisd's address named this node
   }
   auto layout = std::make_shared<NodeLayout>();
@@ -221,14 +249,15 @@ void ScaleOut::send_to_nodes(Communicator& comm, const std::string& header) {
 }
 
 bool ScaleOut::poll() {
-  if (!worker_) return false;
-  const bool worked = worker_->progress();
-  const bool tended = tend_nodes(false);
-  return apply_parked_breaks() || tended || worked;
+  if (!shared_.worker_) return false;
+  const bool worked = shared_.worker_->progress();
+  const bool tended = liveness_.tend_nodes(false);
+  return liveness_.apply_parked_breaks() || tended || worked;
 }
 
 void ScaleOut::broke_here(Communicator& comm, const std::string& why) {
-  if (stopping_) return;  // its ranks resume with the next irisd: the other nodes hold this one
+  if (shared_.stopping)
+    return;  // its ranks resume with the next irisd: the other nodes hold this one
   v1::NodeMessage m = envelope(comm);
   m.mutable_broken()->set_why(why);
   if (auto it = states_.find(comm.id); it != states_.end()) {
@@ -243,7 +272,7 @@ void ScaleOut::broke_here(Communicator& comm, const std::string& why) {
 
 void ScaleOut::retired(Communicator& comm, uint64_t seq) {
   // Stopping, collectives fail only because the sessions end here: their ranks resume them.
-  if (!keeping() || stopping_) return;
+  if (!keeping() || shared_.stopping) return;
   auto it = states_.find(comm.id);
   if (it == states_.end()) return;
   it->second.retired.push_back(seq);
@@ -254,7 +283,7 @@ void ScaleOut::retired(Communicator& comm, uint64_t seq) {
 void ScaleOut::forget(const Communicator& comm) {
   states_.erase(comm.id);
   // Stopping, the ranks resume with the next irisd, which needs what moved.
-  if (!stopping_) book_.forget(comm.key, comm.layout->secret);
+  if (!shared_.stopping) shared_.book.forget(comm.key, comm.layout->secret);
   auto [first, last] = by_key_.equal_range(comm.key);
   for (auto k = first; k != last; ++k)
     if (k->second == comm.id) {
@@ -307,7 +336,7 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
       note_join(*comm, node);
       // A node this resumed one waits for answers its rejoin.
       if (node < nodes && node != comm->layout->my_node && state.away_until[node])
-        answered(*comm, state, node);
+        restarts_.answered(*comm, state, node);
       break;
     }
     case v1::NodeMessage::kBroken: {
@@ -321,12 +350,12 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
       for (int i = 0; i < std::min(b.ranks_size(), b.arrivals_size()); ++i)
         if (b.ranks(i) < comm->nranks && !comm->is_local(b.ranks(i)))
           parked.arrivals.emplace_back(b.ranks(i), b.arrivals(i));
-      parked_breaks_.push_back(std::move(parked));
-      apply_parked_breaks();
+      liveness_.park(std::move(parked));
+      liveness_.apply_parked_breaks();
       break;
     }
     case v1::NodeMessage::kArrival:
-      handle_arrival(*comm, state, m.arrival(), payload);
+      receiver_.handle_arrival(*comm, state, m.arrival(), payload);
       break;
     case v1::NodeMessage::kDone: {
       const v1::NodeDone& done = m.done();
@@ -336,7 +365,7 @@ void ScaleOut::on_message(std::string_view header, UcxWorker::Payload& payload) 
       break;
     }
     case v1::NodeMessage::kRejoin:
-      handle_rejoin(*comm, state, m.rejoin());
+      restarts_.handle_rejoin(*comm, state, m.rejoin());
       break;
     default:
       warn("dropped a message of unknown kind for communicator '{}'", comm->key);

@@ -1,6 +1,7 @@
 // What the parts of ScaleOut (scale_out*.cpp: membership, sending, receiving, restarts,
-// liveness) share: the bounds on what other nodes and tenants can make irisd hold, the message
-// envelope, and its tenant-log line. Included only by those files.
+// liveness) share besides their state (scale_out_parts.hpp): the bounds on what other nodes and
+// tenants can make irisd hold, the message envelope, and its tenant-log line. Included only by
+// those files.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ constexpr UcxWorker::PeerId kNoPeer = UINT32_MAX;
 namespace iris::daemon {
 
 template <typename... Args>
-void ScaleOut::warn(fmt::format_string<Args...> format, Args&&... args) {
+void ScaleOutPart::warn(fmt::format_string<Args...> format, Args&&... args) {
   log_.warn(TenantLog::kOtherNodes, TenantLogKind::kScaleOut, "scale-out: {}",
             fmt::format(format, std::forward<Args>(args)...));
 }

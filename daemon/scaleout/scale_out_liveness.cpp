@@ -1,6 +1,6 @@
-// Liveness of the other nodes: which are away (UCX reported their endpoint failed, or a transfer to
-// them failed), holding them for the resume window, breaking the communicators they do not come
-// back to, and the breaks parked until the arrivals they wait for came.
+// NodeLiveness: the other nodes' liveness: which are away (UCX reported their endpoint failed, or a
+// transfer to them failed), holding them for the resume window, breaking the communicators they do
+// not come back to, and the breaks parked until the arrivals they wait for came.
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +12,7 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-bool ScaleOut::tend_nodes(bool idle) {
+bool NodeLiveness::tend_nodes(bool idle) {
   if (!tend_) return false;
   tend_ = false;
   bool worked = false;
@@ -64,13 +64,7 @@ bool ScaleOut::tend_nodes(bool idle) {
   return worked;
 }
 
-// Parked breaks wait on arrivals or their deadline: the loop keeps turning meanwhile.
-bool ScaleOut::try_enter_sleep() {
-  if (tend_nodes(true)) return false;  // told what retired: poll once more
-  return parked_breaks_.empty() && (!worker_ || worker_->arm());
-}
-
-bool ScaleOut::apply_parked_breaks() {
+bool NodeLiveness::apply_parked_breaks() {
   bool applied = false;
   const auto now = std::chrono::steady_clock::now();
   for (auto it = parked_breaks_.begin(); it != parked_breaks_.end();) {
@@ -94,7 +88,7 @@ bool ScaleOut::apply_parked_breaks() {
   return applied;
 }
 
-void ScaleOut::on_peer_failed(UcxWorker::PeerId peer, const std::string& why) {
+void NodeLiveness::peer_failed(UcxWorker::PeerId peer, const std::string& why) {
   std::vector<std::pair<uint64_t, uint32_t>> affected;  // (communicator, node)
   for (auto it = states_.begin(); it != states_.end();) {
     const Communicator* comm = comms_.find(it->first);
@@ -122,8 +116,8 @@ void ScaleOut::on_peer_failed(UcxWorker::PeerId peer, const std::string& why) {
   }
 }
 
-void ScaleOut::hold(const Communicator& comm, CommState& state, uint32_t node,
-                    const std::string& why) {
+void NodeLiveness::hold(const Communicator& comm, CommState& state, uint32_t node,
+                        const std::string& why) {
   // Its irisd may be restarting: held for the resume window (tend_nodes), what it misses kept.
   if (state.away_until[node]) return;
   state.away_until[node] =

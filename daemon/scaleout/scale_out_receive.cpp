@@ -1,6 +1,6 @@
-// Receiving another node's arrival: checked against the communicator's layout, dropped when already
-// heard of (a node sending again after a restart), landed in a staging area or straight in the
-// local ranks' buffers, and handed to the scheduler as that rank's arrival.
+// ArrivalReceiver: another node's arrival taken in: checked against the communicator's layout,
+// dropped when already heard of (a node sending again after a restart), landed in a staging area or
+// straight in the local ranks' buffers, and handed to the scheduler as that rank's arrival.
 #include <algorithm>
 #include <cstring>
 
@@ -12,8 +12,8 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::NodeArrival& a,
-                              UcxWorker::Payload& payload) {
+void ArrivalReceiver::handle_arrival(Communicator& comm, CommState& state, const v1::NodeArrival& a,
+                                     UcxWorker::Payload& payload) {
   const uint32_t rank = a.rank();
   if (rank >= comm.nranks || comm.is_local(rank) || a.seq() == 0) {
     warn("communicator '{}': dropped an arrival of rank {} seq {} (not another node's rank)",
@@ -118,8 +118,8 @@ void ScaleOut::handle_arrival(Communicator& comm, CommState& state, const v1::No
       // Its node's irisd likely died mid-transfer: held, and the arrival comes again when the
       // node is back (or the communicator fails at the end of the window).
       state->second.heard[rank].erase(seq);
-      hold(*c, state->second, node,
-           "rank " + std::to_string(rank) + "'s data did not arrive: " + why);
+      liveness_.hold(*c, state->second, node,
+                     "rank " + std::to_string(rank) + "'s data did not arrive: " + why);
       return;
     }
     count_received();

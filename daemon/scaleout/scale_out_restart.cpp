@@ -1,5 +1,6 @@
-// Restarts across nodes: a restarted node's rejoin (its new address, what its ranks completed),
-// the answer that ends holding it, and sending again the kept arrivals its ranks still need.
+// NodeRestarts: restarts across nodes: a restarted node's rejoin (its new address, what its ranks
+// completed), the answer that ends holding it, and sending again the kept arrivals its ranks still
+// need.
 #include <algorithm>
 #include <cstring>
 
@@ -11,7 +12,8 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::NodeRejoin& rejoin) {
+void NodeRestarts::handle_rejoin(Communicator& comm, CommState& state,
+                                 const v1::NodeRejoin& rejoin) {
   const NodeLayout& layout = *comm.layout;
   const uint32_t n = rejoin.node();
   if (n >= layout.nodes() || n == layout.my_node || rejoin.address().empty() ||
@@ -58,7 +60,7 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   state.peers[n] = peer;
   state.joined[n] = true;
   state.away_until[n].reset();
-  book_.learned(comm.key, layout.secret, n, rejoin.address());
+  shared_.book.learned(comm.key, layout.secret, n, rejoin.address());
   // Arrivals from its previous irisd still landing will not be used: its ranks send them again.
   ++state.epoch[n];
   for (auto it = state.landing.begin(); it != state.landing.end();) {
@@ -113,7 +115,7 @@ void ScaleOut::handle_rejoin(Communicator& comm, CommState& state, const v1::Nod
   worker().send(peer, answer.SerializeAsString(), nullptr, 0, [](ErrorCode, const std::string&) {});
 }
 
-void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
+void NodeRestarts::answered(Communicator& comm, CommState& state, uint32_t node) {
   state.away_until[node].reset();
   const std::optional<std::size_t> sent =
       send_again(comm, state, node, [](uint64_t) { return false; });
@@ -124,8 +126,9 @@ void ScaleOut::answered(Communicator& comm, CommState& state, uint32_t node) {
            node, comm.key, *sent);
 }
 
-std::optional<std::size_t> ScaleOut::send_again(Communicator& comm, CommState& state, uint32_t node,
-                                                const std::function<bool(uint64_t)>& completed) {
+std::optional<std::size_t> NodeRestarts::send_again(
+    Communicator& comm, CommState& state, uint32_t node,
+    const std::function<bool(uint64_t)>& completed) {
   std::optional<uint64_t> lost;
   std::vector<KeptArrivals::Arrival> again = state.kept.to_send_again(node, completed, lost);
   if (lost) {

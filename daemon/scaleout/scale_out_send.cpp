@@ -1,7 +1,7 @@
-// Sending a local rank's arrival to the other nodes of its communicator (ScaleOut's part that the
-// scheduler calls for each arrival): which bytes each node needs, from GPU memory through a staging
-// copy or from host memory directly, with a copy kept for a restart of that node (KeptArrivals),
-// or held while the node is away.
+// ArrivalSender: a local rank's arrival to the other nodes of its communicator (what the scheduler
+// hands ScaleOut for each arrival, with the rank's NetworkHold): which bytes each node needs, from
+// GPU memory through a staging copy or from host memory directly, with a copy kept for a restart of
+// that node (KeptArrivals), or held while the node is away.
 #include <algorithm>
 #include <cstring>
 
@@ -13,8 +13,8 @@ namespace iris::daemon {
 
 using namespace scale_out_limits;
 
-std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& c, uint32_t rank,
-                                                const NetworkHold& hold) {
+std::optional<PlanError> ArrivalSender::send_arrival(Communicator& comm, Collective& c,
+                                                     uint32_t rank, const NetworkHold& hold) {
   const auto state_it = states_.find(comm.id);
   if (state_it == states_.end())
     return PlanError{ErrorCode::kInternal, "communicator '" + comm.key + "' has no node state"};
@@ -75,8 +75,9 @@ std::optional<PlanError> ScaleOut::send_arrival(Communicator& comm, Collective& 
   return problem;
 }
 
-void ScaleOut::send_block(const OutgoingArrival& out, const std::shared_ptr<MappedBuffer>& from,
-                          uint64_t offset, uint64_t bytes, const NetworkHold& hold) {
+void ArrivalSender::send_block(const OutgoingArrival& out,
+                               const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
+                               uint64_t bytes, const NetworkHold& hold) {
   NetworkHold part = hold.split();
   if (bytes == 0)
     return send_and_keep(out.comm_id, out.node, out.seq, out.rank, out.header, nullptr, part);
@@ -104,9 +105,9 @@ void ScaleOut::send_block(const OutgoingArrival& out, const std::shared_ptr<Mapp
   send_host_while_copying(out, from, offset, staged, part, hold.split());
 }
 
-void ScaleOut::send_staged_from_gpu(const OutgoingArrival& out,
-                                    const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
-                                    std::shared_ptr<StagedData> staged, NetworkHold part) {
+void ArrivalSender::send_staged_from_gpu(const OutgoingArrival& out,
+                                         const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
+                                         std::shared_ptr<StagedData> staged, NetworkHold part) {
   copies_.submit_one(CopyRequest{from->base + offset, staged->data, staged->bytes, 0, from->device,
                                  kHostMemory, from, staged},
                      [this, out, staged, part](ErrorCode code) mutable {
@@ -118,10 +119,10 @@ void ScaleOut::send_staged_from_gpu(const OutgoingArrival& out,
                      });
 }
 
-void ScaleOut::send_host_while_copying(const OutgoingArrival& out,
-                                       const std::shared_ptr<MappedBuffer>& from, uint64_t offset,
-                                       std::shared_ptr<StagedData> staged, NetworkHold send_part,
-                                       NetworkHold copy_part) {
+void ArrivalSender::send_host_while_copying(const OutgoingArrival& out,
+                                            const std::shared_ptr<MappedBuffer>& from,
+                                            uint64_t offset, std::shared_ptr<StagedData> staged,
+                                            NetworkHold send_part, NetworkHold copy_part) {
   // Sent from the rank's buffer while the engine copies it for keeping, so the copy adds no
   // latency. Whichever of the send and the copy ends second sends the copy, when the send did not
   // reach the node (it was away, or the transfer failed): a node that came back meanwhile still
@@ -156,9 +157,9 @@ void ScaleOut::send_host_while_copying(const OutgoingArrival& out,
                });
 }
 
-void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
-                             std::string header, std::shared_ptr<StagedData> data,
-                             NetworkHold part) {
+void ArrivalSender::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint32_t rank,
+                                  std::string header, std::shared_ptr<StagedData> data,
+                                  NetworkHold part) {
   if (keeping())
     if (auto it = states_.find(comm_id); it != states_.end())
       it->second.kept.keep({node, seq, rank, header, data});
@@ -166,9 +167,10 @@ void ScaleOut::send_and_keep(uint64_t comm_id, uint32_t node, uint64_t seq, uint
                data ? data->bytes : 0, data, std::move(part), {});
 }
 
-void ScaleOut::send_or_hold(uint64_t comm_id, uint32_t node, std::string header, const void* bytes,
-                            std::size_t size, std::shared_ptr<const void> owner, NetworkHold part,
-                            std::function<void(bool reached)> after) {
+void ArrivalSender::send_or_hold(uint64_t comm_id, uint32_t node, std::string header,
+                                 const void* bytes, std::size_t size,
+                                 std::shared_ptr<const void> owner, NetworkHold part,
+                                 std::function<void(bool reached)> after) {
   auto end = [part, after](ErrorCode code, const std::string& why, bool reached) {
     part.end(code, why);
     if (after) after(reached);
@@ -188,7 +190,7 @@ void ScaleOut::send_or_hold(uint64_t comm_id, uint32_t node, std::string header,
           Communicator* comm = comms_.find(comm_id);
           auto state = states_.find(comm_id);
           if (comm != nullptr && state != states_.end() && state->second.peers[node] == peer)
-            hold(*comm, state->second, node, "a transfer to it failed: " + why);
+            liveness_.hold(*comm, state->second, node, "a transfer to it failed: " + why);
           return end(ErrorCode::kOk, {}, false);
         }
         end(code, why, true);

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -43,6 +44,8 @@ struct UcxWorker::Impl {
   };
   std::vector<Completion> completions;  // run at the next progress()
   std::vector<PeerId> failed_peers;     // reported at the next progress()
+  // Sends and receives UCX has not finished: freed by the destructor if UCX never ends them.
+  std::unordered_set<Pending*> in_flight;
 };
 
 // A send or rendezvous receive UCX has not finished: what its end runs.
@@ -54,6 +57,7 @@ struct UcxWorker::Pending {
 
   // Queues the end (a later progress() runs it) and frees this.
   void finish(ucs_status_t status) {
+    worker->impl_->in_flight.erase(this);
     worker->complete_later(
         std::move(done), status == UCS_OK ? ErrorCode::kOk : ErrorCode::kPeerLost,
         status == UCS_OK ? "" : std::string("UCX ") + what + " failed: " + describe(status));
@@ -156,6 +160,9 @@ UcxWorker::~UcxWorker() {
   }
   lib().ucp_worker_destroy(impl_->worker);
   lib().ucp_cleanup(impl_->context);
+  // A transfer still in flight when the worker goes (a force-closed endpoint's rendezvous send,
+  // say) never ends: irisd is stopping, so its end does not run; what it holds is let go here.
+  for (Pending* pending : impl_->in_flight) delete pending;
 }
 
 void UcxWorker::complete_later(Done done, ErrorCode code, std::string why) {
@@ -240,6 +247,7 @@ void UcxWorker::send(PeerId peer, std::string header, const void* data, std::siz
     return;
   }
   auto* pending = new Pending{this, std::move(header), std::move(done), "send"};
+  impl_->in_flight.insert(pending);
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   params.user_data = pending;
@@ -259,6 +267,7 @@ void UcxWorker::Payload::receive_into(void* into, Done done) {
     return;
   }
   auto* pending = new Pending{&worker_, {}, std::move(done), "receive"};
+  worker_.impl_->in_flight.insert(pending);
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   params.user_data = pending;
