@@ -12,6 +12,7 @@
 namespace iris {
 
 namespace {
+using Clock = std::chrono::steady_clock;
 // An attach's timeout, added to the resume window for a call that waits for the next irisd.
 constexpr auto kAttachTimeout = std::chrono::milliseconds(10000);
 // Session calls on the attach connection: a GPU import in irisd can take a while.
@@ -35,10 +36,14 @@ void DaemonLink::check_owner() const {
                     ") is a fork of it and must attach its own (iris::Client::connect)");
 }
 
-SessionLink::Clock::time_point DaemonLink::call_deadline() const {
-  const auto wait = std::chrono::nanoseconds(resume_window_ + kAttachTimeout);
+Clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
   const auto now = Clock::now();
-  return wait >= Clock::time_point::max() - now ? Clock::time_point::max() : now + wait;
+  if (timeout >= Clock::time_point::max() - now) return Clock::time_point::max();
+  return now + std::chrono::duration_cast<Clock::duration>(timeout);
+}
+
+SessionLink::Clock::time_point DaemonLink::call_deadline() const {
+  return deadline_after(resume_window_ + kAttachTimeout);
 }
 
 v1::SessionResponse DaemonLink::session_call(const v1::SessionRequest& request, const char* what,

@@ -17,6 +17,9 @@
 
 namespace iris {
 
+// Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).
+std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout);
+
 class SessionLink {
  public:
   using Clock = std::chrono::steady_clock;

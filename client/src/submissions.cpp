@@ -27,12 +27,6 @@ constexpr auto kPureSpin = std::chrono::microseconds(2);
 constexpr auto kLivenessInterval = std::chrono::milliseconds(20);
 }  // namespace
 
-clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
-  const auto now = clock::now();
-  if (timeout >= clock::time_point::max() - now) return clock::time_point::max();
-  return now + std::chrono::duration_cast<clock::duration>(timeout);
-}
-
 Submissions::Submissions(const shm::SegmentView& view, SessionLink& link,
                          Registrations& registrations, StreamFlagsMapping& stream_flags,
                          std::chrono::microseconds wait_spin)

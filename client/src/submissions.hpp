@@ -24,9 +24,6 @@
 
 namespace iris {
 
-// Now + `timeout`, saturating (a timeout of nanoseconds::max() waits for ever).
-std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout);
-
 class Submissions {
  public:
   using Clock = std::chrono::steady_clock;

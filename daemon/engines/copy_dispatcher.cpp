@@ -4,7 +4,7 @@
 
 namespace iris::daemon {
 
-uint64_t CopyDispatcher::take_slot(const CopyRequest& copy) {
+CopyDispatcher::Slot& CopyDispatcher::take_slot(CopyRequest& copy) {
   uint32_t index;
   if (free_slots_.empty()) {
     index = static_cast<uint32_t>(slots_.size());
@@ -18,19 +18,18 @@ uint64_t CopyDispatcher::take_slot(const CopyRequest& copy) {
   ++slot.generation;
   slot.device = device_slot(copy.src_device, copy.dst_device);
   add_from_loop(stats_.devices[slot.device].copies_in_flight, 1);
-  return (uint64_t{slot.generation} << 32) | index;
+  copy.cookie = (uint64_t{slot.generation} << 32) | index;
+  return slot;
 }
 
 void CopyDispatcher::track(CopyRequest& copy, CopyOwner& owner, uint64_t tag) {
-  copy.cookie = take_slot(copy);
-  Slot& slot = slots_[copy.cookie & 0xffffffffu];
+  Slot& slot = take_slot(copy);
   slot.owner = &owner;
   slot.tag = tag;
 }
 
 void CopyDispatcher::submit_one(CopyRequest copy, std::function<void(ErrorCode)> done) {
-  copy.cookie = take_slot(copy);
-  Slot& slot = slots_[copy.cookie & 0xffffffffu];
+  Slot& slot = take_slot(copy);
   slot.owner = nullptr;
   slot.done = std::move(done);
   engine_.submit(std::span<const CopyRequest>(&copy, 1));

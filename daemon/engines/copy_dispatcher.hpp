@@ -67,7 +67,8 @@ class CopyDispatcher final : public Poller {
     uint32_t generation = 0;
     bool used = false;
   };
-  uint64_t take_slot(const CopyRequest& copy);
+  // A free slot for `copy`, its cookie written into it and counted in flight on its device.
+  Slot& take_slot(CopyRequest& copy);
   void count(std::size_t device, ErrorCode code, TransferPath path, uint64_t bytes, uint64_t copies,
              bool were_in_flight);
 

@@ -41,7 +41,7 @@ TEST(NetworkHold, EndsOnceAfterItsLastPartWithTheFirstFailure) {
   EXPECT_EQ(owner.ended[0].tag, 7u);
   EXPECT_EQ(owner.ended[0].code, ErrorCode::kPeerLost);
   EXPECT_EQ(owner.ended[0].why, "node 1 went away");
-  copy.end();  // already ended through its copy: nothing more
+  copy.end();                       // already ended through its copy: nothing more
   NetworkHold late = send.split();  // split from an ended part: holds nothing
   EXPECT_FALSE(late);
   late.end(ErrorCode::kInternal, "ignored");
@@ -82,7 +82,7 @@ class Dispatcher : public ::testing::Test {
     o.workers = 1;
     return o;
   }
-  // Polls until `n` completions went out (10 s at most).
+  // Polls the engine's completions until `done` holds (10 s at most).
   void drain(const std::function<bool()>& done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!done() && std::chrono::steady_clock::now() < deadline)

@@ -82,8 +82,7 @@ class FakeSessionLink final : public SessionLink {
   bool resuming() const override { return false; }
   bool detached() const override { return false; }
   void check_owner() const override {}
-  void wake_irisd() const override { ++wakes; }
-  mutable int wakes = 0;
+  void wake_irisd() const override {}
 };
 
 }  // namespace iris::testing
