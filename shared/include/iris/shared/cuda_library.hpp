@@ -29,6 +29,16 @@ namespace iris::cuda {
   X(cuCtxSetCurrent) \
   X(cuCtxGetCurrent) \
   X(cuCtxEnablePeerAccess) \
+  X(cuCtxGetDevice) \
+  X(cuCtxSynchronize) \
+  X(cuEventCreate) \
+  X(cuEventRecord) \
+  X(cuEventDestroy) \
+  X(cuStreamWaitEvent) \
+  X(cuModuleLoadData) \
+  X(cuModuleGetFunction) \
+  X(cuLaunchKernel) \
+  X(cuMemcpyDtoH) \
   X(cuStreamCreate) \
   X(cuStreamDestroy) \
   X(cuStreamSynchronize) \

@@ -1,0 +1,371 @@
+// NCCL's communicator functions: ids, init (blocking and not), split, shrink, finalize, destroy,
+// abort, the asynchronous error and what a communicator is.
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/nccl/gpu_context.hpp"
+#include "client/nccl/nccl_comm.hpp"
+#include "client/nccl/nccl_errors.hpp"
+#include "client/nccl/unique_id.hpp"
+
+using iris::nccl::DebugLevel;
+using iris::nccl::guarded;
+using iris::nccl::NcclError;
+
+namespace {
+
+constexpr unsigned kConfigMagic = 0xcafebeef;
+
+// What the library reads from an ncclConfig_t: the fields inside the caller's `size`.
+struct Options {
+  bool blocking = true;
+  std::string name;
+};
+
+bool env_blocking() {
+  const char* v = std::getenv("NCCL_COMM_BLOCKING");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+Options read_config(const ncclConfig_t* config) {
+  Options o;
+  o.blocking = env_blocking();
+  if (config == nullptr) return o;
+  if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int) ||
+      config->magic != kConfigMagic)
+    throw NcclError(ncclInvalidArgument,
+                    "the ncclConfig_t was not made with NCCL_CONFIG_INITIALIZER (size " +
+                        std::to_string(config->size) + ", magic " + std::to_string(config->magic) +
+                        "): initialize it with the macro");
+  auto has = [&](std::size_t offset, std::size_t bytes) { return offset + bytes <= config->size; };
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) o.blocking = config->blocking != 0;
+  if (has(offsetof(ncclConfig_t, commName), sizeof(const char*)) && config->commName != nullptr)
+    o.name = std::string(config->commName, strnlen(config->commName, 128));
+  return o;
+}
+
+void check_ranks(int nranks, int rank) {
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    throw NcclError(ncclInvalidArgument, "rank " + std::to_string(rank) + " of nranks " +
+                                             std::to_string(nranks) +
+                                             ": nranks must be at least 1 and rank below it");
+}
+
+void join(ncclComm& c) {
+  c.comm = iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
+  iris::nccl::debug_print(
+      DebugLevel::kInfo,
+      "communicator " + c.key + " rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +
+          " on irisd (engine " + c.lane->client.engine() + ", session " +
+          std::to_string(c.lane->client.session_id()) + ", device " + std::to_string(c.device) +
+          "): every operation's bytes move on irisd's copy engines");
+  c.ready = true;
+}
+
+// A communicator `key` as `rank` of `nranks`; joined now, or on a thread of its own for a
+// non-blocking one.
+ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options& options,
+                    int device) {
+  auto c = std::make_unique<ncclComm>();
+  c->key = key;
+  c->nranks = static_cast<uint32_t>(nranks);
+  c->rank = static_cast<uint32_t>(rank);
+  c->device = device;
+  c->blocking = options.blocking;
+  c->lane = iris::nccl::ProcessClients::instance().take(key);
+  if (options.blocking) {
+    try {
+      join(*c);
+    } catch (...) {
+      iris::nccl::ProcessClients::instance().release(*c->lane, key);
+      throw;
+    }
+    return c.release();
+  }
+  ncclComm* raw = c.release();
+  raw->init_thread = std::thread([raw] {
+    try {
+      join(*raw);
+    } catch (const iris::Error& e) {
+      raw->fail(iris::nccl::result_of(e.code()), std::string("ncclCommInitRank: ") + e.what());
+    }
+  });
+  return raw;
+}
+
+std::string key_of(const ncclUniqueId& id) {
+  auto key = iris::nccl::key_of_unique_id(id.internal);
+  if (!key)
+    throw NcclError(ncclInvalidArgument,
+                    "the ncclUniqueId was not made by irisd's ncclGetUniqueId (a real NCCL's id, "
+                    "or bytes that are no id): every rank must use the library's id");
+  return *key;
+}
+
+void check_comm(const ncclComm* comm) {
+  if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
+}
+
+template <typename T>
+void check_out(const T* out, const char* name) {
+  if (out == nullptr) throw NcclError(ncclInvalidArgument, std::string(name) + " is NULL");
+}
+
+// Ends the communicator's rank: waits for its init, leaves irisd's communicator (the other
+// ranks' later operations fail with ncclRemoteError), frees it.
+void end_comm(ncclComm* comm) {
+  if (comm->init_thread.joinable()) comm->init_thread.join();
+  if (comm->ready) {
+    try {
+      comm->comm.destroy();
+    } catch (const iris::Error& e) {
+      iris::nccl::debug_print(DebugLevel::kWarn, std::string("ncclCommDestroy: ") + e.what());
+    }
+  }
+  iris::nccl::release_gpu_scratch(*comm);
+  iris::nccl::ProcessClients::instance().release(*comm->lane, comm->key);
+  delete comm;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGetVersion(int* version) {
+  return guarded("ncclGetVersion", [&] {
+    check_out(version, "version");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return guarded("ncclGetUniqueId", [&] {
+    check_out(uniqueId, "uniqueId");
+    iris::nccl::make_unique_id(uniqueId->internal);
+    return ncclSuccess;
+  });
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (irisd's copy engine failed a transfer, or a CUDA call failed)";
+    case ncclSystemError:
+      return "unhandled system error (irisd unreachable, gone or out of resources)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the irisd developers";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t comm) {
+  if (comm != nullptr) {
+    std::lock_guard lock(comm->mutex);
+    if (comm->async_error != ncclSuccess) iris::nccl::set_last_error(comm->async_message);
+  }
+  return iris::nccl::last_error();
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config) {
+  return guarded("ncclCommInitRank", [&] {
+    check_out(comm, "comm");
+    *comm = nullptr;
+    check_ranks(nranks, rank);
+    const Options options = read_config(config);
+    *comm = make_comm(key_of(commId), nranks, rank, options, iris::nccl::current_device());
+    return options.blocking ? ncclSuccess : ncclInProgress;
+  });
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return ncclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                      ncclUniqueId* commIds, ncclConfig_t* config) {
+  if (nId < 1 || commIds == nullptr) {
+    return guarded("ncclCommInitRankScalable", [&]() -> ncclResult_t {
+      throw NcclError(ncclInvalidArgument, "nId must be at least 1, with that many commIds");
+    });
+  }
+  // Every rank passes the same ids: the first names the communicator.
+  return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guarded("ncclCommInitAll", [&] {
+    check_out(comms, "comms");
+    if (ndev < 1) throw NcclError(ncclInvalidArgument, "ndev must be at least 1");
+    ncclUniqueId id;
+    iris::nccl::make_unique_id(id.internal);
+    const std::string key = key_of(id);
+    Options blocking;
+    blocking.blocking = true;
+    for (int i = 0; i < ndev; ++i) {
+      try {
+        comms[i] = make_comm(key, ndev, i, blocking, devlist != nullptr ? devlist[i] : i);
+      } catch (...) {
+        for (int j = 0; j < i; ++j) end_comm(comms[j]);
+        throw;
+      }
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                           ncclConfig_t* config) {
+  return guarded("ncclCommSplit", [&] {
+    check_comm(comm);
+    check_out(newcomm, "newcomm");
+    *newcomm = nullptr;
+    comm->check_usable("ncclCommSplit");
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+      throw NcclError(ncclInvalidArgument, "color must be non-negative or NCCL_SPLIT_NOCOLOR");
+    const Options options = read_config(config);
+    // Every rank's (color, key), gathered through irisd on the parent communicator.
+    const std::size_t pair = 2 * sizeof(int32_t);
+    char* table = comm->host_scratch.reserve(comm->lane->client, pair * comm->nranks);
+    const int32_t mine[2] = {color, key};
+    std::memcpy(table + pair * comm->rank, mine, pair);
+    comm->comm.all_gather(table + pair * comm->rank, table, pair).wait();
+    const uint64_t index = comm->children++;
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    int nranks = 0, rank = 0;
+    for (uint32_t r = 0; r < comm->nranks; ++r) {
+      int32_t theirs[2];
+      std::memcpy(theirs, table + pair * r, pair);
+      if (theirs[0] != color) continue;
+      ++nranks;
+      if (theirs[1] < key || (theirs[1] == key && r < comm->rank)) ++rank;
+    }
+    const std::string child =
+        iris::nccl::derived_key(comm->key, "split-" + std::to_string(color), index);
+    *newcomm = make_comm(child, nranks, rank, options, comm->device);
+    return options.blocking ? ncclSuccess : ncclInProgress;
+  });
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  return guarded("ncclCommShrink", [&] {
+    check_comm(comm);
+    check_out(newcomm, "newcomm");
+    *newcomm = nullptr;
+    if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
+      throw NcclError(ncclInvalidArgument, "excludeRanksCount must be 0 or more, with the list");
+    std::vector<bool> excluded(comm->nranks, false);
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      const int r = excludeRanksList[i];
+      if (r < 0 || static_cast<uint32_t>(r) >= comm->nranks)
+        throw NcclError(ncclInvalidArgument, "excluded rank " + std::to_string(r) +
+                                                 " is not a rank of the communicator");
+      excluded[r] = true;
+    }
+    if (excluded[comm->rank])
+      throw NcclError(ncclInvalidArgument, "this rank is in its own exclude list");
+    int nranks = 0, rank = 0;
+    for (uint32_t r = 0; r < comm->nranks; ++r)
+      if (!excluded[r]) {
+        if (r < comm->rank) ++rank;
+        ++nranks;
+      }
+    // No exchange: the ranks that remain pass the same list, so they name the same child.
+    const std::string child = iris::nccl::derived_key(comm->key, "shrink", comm->children++);
+    const Options options = read_config(config);
+    *newcomm = make_comm(child, nranks, rank, options, comm->device);
+    return options.blocking ? ncclSuccess : ncclInProgress;
+  });
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guarded("ncclCommFinalize", [&] {
+    check_comm(comm);
+    if (comm->init_thread.joinable()) comm->init_thread.join();
+    std::vector<iris::Request> in_flight;
+    {
+      std::lock_guard lock(comm->mutex);
+      in_flight.swap(comm->in_flight);
+    }
+    for (iris::Request& r : in_flight) {
+      try {
+        r.wait();
+      } catch (const iris::Error& e) {
+        comm->fail(iris::nccl::result_of(e.code()), e.what());
+      }
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  return guarded("ncclCommDestroy", [&] {
+    if (comm == nullptr) return ncclSuccess;
+    ncclCommFinalize(comm);
+    end_comm(comm);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  return guarded("ncclCommAbort", [&] {
+    if (comm == nullptr) return ncclSuccess;
+    end_comm(comm);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded("ncclCommGetAsyncError", [&] {
+    check_comm(comm);
+    check_out(asyncError, "asyncError");
+    *asyncError = comm->poll();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return guarded("ncclCommCount", [&] {
+    check_comm(comm);
+    check_out(count, "count");
+    *count = static_cast<int>(comm->nranks);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guarded("ncclCommCuDevice", [&] {
+    check_comm(comm);
+    check_out(device, "device");
+    *device = comm->device;
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guarded("ncclCommUserRank", [&] {
+    check_comm(comm);
+    check_out(rank, "rank");
+    *rank = static_cast<int>(comm->rank);
+    return ncclSuccess;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,24 @@
+// The GPU side of irisd's NCCL library: the CUDA driver (loaded at run time, so the library loads
+// on machines without one), the device a communicator is made on, whether memory is device
+// memory, and each communicator's GPU scratch memory. Builds without cuda.h answer "no GPU".
+#pragma once
+
+#include "client/nccl/nccl_comm.hpp"
+
+namespace iris::nccl {
+
+// The device of the calling thread's current CUDA context (0 without a GPU or a context).
+int current_device();
+// True for device memory of this process (false without a GPU).
+bool is_device_memory(const void* ptr);
+// Frees the communicator's GPU scratch memory once the GPU is done with it.
+void release_gpu_scratch(ncclComm& comm);
+// ncclMemAlloc's device memory (cuMemAlloc on the current device) and its release, which also
+// ends irisd's registrations of it.
+void* allocate_device(std::size_t bytes);
+void free_device(void* ptr);
+// Reads a device-resident scalar (ncclScalarDevice) of `bytes` into `out`, for a reduction the
+// host runs.
+void read_device_scalar(const void* at, std::size_t bytes, void* out);
+
+}  // namespace iris::nccl

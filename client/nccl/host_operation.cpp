@@ -1,0 +1,96 @@
+// An operation on host memory, run by the host: irisd's collectives waited for here, reductions
+// and local copies done by this thread. Memory irisd cannot see (host memory not from
+// ncclMemAlloc, or from another lane's session) is staged through the communicator's scratch:
+// copied in before the first phase, and the receive range copied out after the last.
+#include <cstring>
+
+#include "client/nccl/nccl_errors.hpp"
+#include "client/nccl/operation_runner.hpp"
+
+namespace iris::nccl {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;
+std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Whether irisd sees [ptr, ptr + bytes) through this communicator's session as it is.
+bool visible(const ncclComm& comm, const void* ptr, std::size_t bytes) {
+  return ProcessClients::instance().owner_of(ptr, bytes) == comm.lane.get();
+}
+
+class HostOp final : public RunningOp {
+ public:
+  HostOp(QueuedOp& op, char* scratch) : op_(op) {
+    const OpPlan& plan = op.plan;
+    char* at = scratch;
+    bases_.scratch = at;
+    at += aligned(plan.scratch_bytes);
+    bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
+    bases_.recv = static_cast<char*>(op.call.recv);
+    if (plan.send_bytes > 0 && !visible(*op.comm, op.call.send, plan.send_bytes)) {
+      std::memcpy(at, op.call.send, plan.send_bytes);
+      bases_.send = at;
+      at += aligned(plan.send_bytes);
+    }
+    if (plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes)) {
+      std::memcpy(at, op.call.recv, plan.recv_bytes);  // in place, and bytes left alone
+      bases_.recv = at;
+      staged_recv_ = true;
+    }
+  }
+
+  ~HostOp() override {
+    for (Request& r : requests_) try {
+        r.wait();
+      } catch (const Error&) {
+      }
+  }
+
+  void local(const LocalStep& s) override {
+    if (s.kind == LocalStep::Kind::kCopy) {
+      std::memmove(bases_.at(s.to), bases_.at(s.from), s.bytes);
+      return;
+    }
+    reduce_on_host(op_.call.type, op_.call.reduction, bases_.at(s.from), s.blocks, s.stride,
+                   s.count, bases_.at(s.to));
+  }
+
+  void submit(const Transfer& t) override {
+    requests_.push_back(submit_transfer(op_.comm->comm, t, bases_, Stream{}));
+  }
+
+  void settle() override {
+    std::vector<Request> requests;
+    requests.swap(requests_);
+    wait_all(requests);
+  }
+
+  void finish() override {
+    if (staged_recv_) std::memcpy(op_.call.recv, bases_.recv, op_.plan.recv_bytes);
+  }
+
+ private:
+  QueuedOp& op_;
+  AreaBases bases_;
+  bool staged_recv_ = false;
+  std::vector<Request> requests_;
+};
+
+}  // namespace
+
+std::size_t host_scratch_bytes(const QueuedOp& op) {
+  const OpPlan& plan = op.plan;
+  std::size_t bytes = aligned(plan.scratch_bytes);
+  if (plan.send_bytes > 0 && !visible(*op.comm, op.call.send, plan.send_bytes))
+    bytes += aligned(plan.send_bytes);
+  if (plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes))
+    bytes += aligned(plan.recv_bytes);
+  return bytes;
+}
+
+std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch) {
+  return std::make_unique<HostOp>(op, scratch);
+}
+
+}  // namespace iris::nccl

@@ -1,0 +1,75 @@
+// A communicator's error state, watched requests and scratch memory (nccl_comm.hpp).
+#include "client/nccl/nccl_comm.hpp"
+
+#include <algorithm>
+#include <bit>
+
+#include "client/nccl/nccl_errors.hpp"
+
+namespace iris::nccl {
+
+char* HostScratch::reserve(Client& client, std::size_t bytes) {
+  constexpr std::size_t kSmallest = 64 << 10;
+  bytes = std::max(bytes, kSmallest);
+  if (!buffer_.data() || buffer_.size() < bytes) {
+    buffer_ = Buffer();  // the old one goes first: host operations finished with it
+    buffer_ = client.allocate(std::bit_ceil(bytes));
+  }
+  return buffer_.as<char>();
+}
+
+}  // namespace iris::nccl
+
+void ncclComm::fail(ncclResult_t result, const std::string& message) {
+  std::lock_guard lock(mutex);
+  if (async_error != ncclSuccess) return;
+  async_error = result;
+  async_message = message;
+  iris::nccl::debug_print(iris::nccl::DebugLevel::kWarn,
+                          "communicator " + key + " rank " + std::to_string(rank) + ": " + message);
+}
+
+ncclResult_t ncclComm::poll() {
+  std::vector<iris::Request> failed_ones;
+  {
+    std::lock_guard lock(mutex);
+    auto keep = in_flight.begin();
+    for (auto& request : in_flight) {
+      bool done = false;
+      try {
+        done = request.test();
+      } catch (const iris::Error& e) {
+        if (async_error == ncclSuccess) {
+          async_error = iris::nccl::result_of(e.code());
+          async_message = e.what();
+        }
+        done = true;
+      }
+      if (!done) *keep++ = std::move(request);
+    }
+    in_flight.erase(keep, in_flight.end());
+    if (async_error != ncclSuccess) return async_error;
+  }
+  return ready.load() ? ncclSuccess : ncclInProgress;
+}
+
+void ncclComm::watch(iris::Request request) {
+  {
+    std::lock_guard lock(mutex);
+    in_flight.push_back(std::move(request));
+    if (in_flight.size() < 64) return;
+  }
+  poll();
+}
+
+void ncclComm::check_usable(const char* function) {
+  if (!ready.load())
+    throw iris::nccl::NcclError(ncclInvalidUsage,
+                                std::string(function) +
+                                    " on a communicator still initializing: poll "
+                                    "ncclCommGetAsyncError until it returns ncclSuccess");
+  std::lock_guard lock(mutex);
+  if (async_error != ncclSuccess)
+    throw iris::nccl::NcclError(async_error, "the communicator failed earlier (" + async_message +
+                                                 "); abort it and make a new one");
+}

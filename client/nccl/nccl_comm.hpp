@@ -1,0 +1,79 @@
+// A communicator of the NCCL API (ncclComm_t): one rank of an irisd communicator, held by one of
+// the process's sessions (a lane), with what NCCL's API keeps per communicator besides: its
+// device, its asynchronous error, the requests its stream-ordered operations left in flight, its
+// scratch memory, the reductions made for it (ncclRedOpCreatePreMulSum) and how many
+// communicators were made from it (so that every rank names a split's the same).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/nccl/element_types.hpp"
+#include "client/nccl/include/nccl.h"
+#include "client/nccl/process_clients.hpp"
+#include "iris/communicator.hpp"
+
+namespace iris::nccl {
+
+// Host memory shared with irisd that operations use for what irisd gathers before a reduction
+// and for staging host memory irisd cannot see; grows to the largest need and stays.
+class HostScratch {
+ public:
+  char* reserve(Client& client, std::size_t bytes);
+
+ private:
+  Buffer buffer_;
+};
+
+// GPU scratch memory and the legacy-stream bridge (stream_operation.cpp).
+struct GpuScratch;
+
+struct CustomReduction {
+  ElementType type;
+  Reduction reduction;
+};
+
+}  // namespace iris::nccl
+
+struct ncclComm {
+  std::string key;
+  uint32_t rank = 0;
+  uint32_t nranks = 0;
+  int device = 0;  // the CUDA device current at init (0 without a GPU)
+  bool blocking = true;
+  std::shared_ptr<iris::nccl::Lane> lane;
+  iris::Communicator comm;
+
+  // A non-blocking init joins on this thread; ncclCommGetAsyncError says ncclInProgress until it
+  // is done.
+  std::thread init_thread;
+  std::atomic<bool> ready{false};
+
+  iris::nccl::HostScratch host_scratch;
+  std::shared_ptr<iris::nccl::GpuScratch> gpu;  // made by the first operation on a stream
+  uint64_t children = 0;                        // communicators split or shrunk from this one
+  std::map<int, iris::nccl::CustomReduction> custom_ops;
+  int next_custom_op = ncclNumOps;
+
+  // The first failure seen asynchronously (a stream-ordered operation's request, a failed init),
+  // and the requests still to watch. Guarded: torch's watchdog asks from its own thread.
+  std::mutex mutex;
+  ncclResult_t async_error = ncclSuccess;
+  std::string async_message;
+  std::vector<iris::Request> in_flight;
+
+  // Records a failure for ncclCommGetAsyncError (the first one stays).
+  void fail(ncclResult_t result, const std::string& message);
+  // Polls the requests in flight; returns the communicator's error state.
+  ncclResult_t poll();
+  // Keeps a stream-ordered operation's request to watch (done ones are dropped on the way).
+  void watch(iris::Request request);
+  // Throws the communicator's error when it has one, or ncclInvalidUsage while it initializes.
+  void check_usable(const char* function);
+};

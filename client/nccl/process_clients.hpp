@@ -1,0 +1,56 @@
+// The process's sessions with irisd. irisd gives one session one rank of a communicator, so a
+// process that holds several ranks of one (ncclCommInitAll, a thread per GPU as nccl-tests' -t)
+// needs as many sessions: a "lane" is one, and a communicator takes the first lane that holds no
+// rank of its key yet (a process with one rank per communicator has one lane). Also the memory
+// ncclMemAlloc handed out, and which lane's session owns it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "iris/client.hpp"
+
+namespace iris::nccl {
+
+struct Lane {
+  Client client;
+  std::size_t index = 0;
+  std::set<std::string> keys;  // communicators this lane's session holds a rank of
+};
+
+class ProcessClients {
+ public:
+  static ProcessClients& instance();
+
+  // A lane holding no rank of `key`, attached now when every lane holds one (throws the attach's
+  // iris::Error), with `key` taken; give it back with release().
+  std::shared_ptr<Lane> take(const std::string& key);
+  void release(Lane& lane, const std::string& key);
+
+  // ncclMemAlloc/ncclMemFree of host memory shared with irisd (the host engine), from the first
+  // lane's session.
+  void* allocate_host(std::size_t bytes);
+  bool free_host(void* ptr);
+  // The lane whose session owns [ptr, ptr + bytes) (memory from allocate_host), or nullptr.
+  const Lane* owner_of(const void* ptr, std::size_t bytes);
+  // The engine irisd runs ("host", "cuda", "hsa"), attaching the first lane if none is.
+  std::string engine();
+
+ private:
+  std::shared_ptr<Lane> attach_locked();
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<Lane>> lanes_;
+  struct Allocation {
+    Buffer buffer;
+    std::shared_ptr<Lane> lane;
+  };
+  std::map<uintptr_t, Allocation> allocations_;  // by start address
+};
+
+}  // namespace iris::nccl

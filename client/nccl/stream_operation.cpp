@@ -1,0 +1,315 @@
+// An operation on a GPU stream: irisd's collectives ordered on the stream (copies start when the
+// stream reaches them, the stream goes on once they landed), the local steps enqueued between
+// them (a copy, a reduction kernel), the host never waiting. An operation on the legacy default
+// stream (a null cudaStream_t with device memory) runs on a stream of the communicator's that
+// waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
+// work on the legacy stream itself.
+//
+// Scratch memory is the communicator's, one area per stream: operations on one stream run in
+// order, so they may share it, and it never shrinks or moves, so CUDA graphs that captured an
+// operation keep a valid address for as long as the communicator lives.
+#include <bit>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "client/nccl/gpu_context.hpp"
+#include "client/nccl/nccl_errors.hpp"
+#include "client/nccl/operation_runner.hpp"
+#include "iris/iris.h"
+
+#ifdef IRIS_HAVE_CUDA
+#include "iris/shared/cuda_library.hpp"
+#endif
+
+#ifdef IRIS_NCCL_HAVE_KERNELS
+extern "C" const unsigned char iris_nccl_reduce_fatbin[];
+#endif
+
+namespace iris::nccl {
+
+#ifdef IRIS_HAVE_CUDA
+
+namespace {
+
+const cuda::Driver* loaded_driver() {
+  static const cuda::Driver* driver = [] {
+    std::string why;
+    return cuda::load_driver(why);
+  }();
+  return driver;
+}
+
+const cuda::Driver& driver() {
+  std::string why;
+  const cuda::Driver* d = cuda::load_driver(why);
+  if (d == nullptr) throw NcclError(ncclUnhandledCudaError, why);
+  return *d;
+}
+
+void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS)
+    throw NcclError(ncclUnhandledCudaError,
+                    std::string(what) + " failed: " + driver().describe(result));
+}
+
+// Makes the communicator's device's primary context current when the thread has none.
+void use_device(int device) {
+  const cuda::Driver& cu = driver();
+  CUcontext current = nullptr;
+  if (cu.cuCtxGetCurrent(&current) == CUDA_SUCCESS && current != nullptr) return;
+  CUdevice dev = 0;
+  CUcontext primary = nullptr;
+  check(cu.cuDeviceGet(&dev, device), "cuDeviceGet");
+  check(cu.cuDevicePrimaryCtxRetain(&primary, dev), "cuDevicePrimaryCtxRetain");
+  check(cu.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
+}
+
+// The reduction kernels, loaded once per context (by element type).
+CUfunction reduce_kernel(ElementType type) {
+#ifdef IRIS_NCCL_HAVE_KERNELS
+  static std::mutex mutex;
+  static std::map<CUcontext, std::vector<CUfunction>> loaded;
+  const cuda::Driver& cu = driver();
+  CUcontext context = nullptr;
+  check(cu.cuCtxGetCurrent(&context), "cuCtxGetCurrent");
+  std::lock_guard lock(mutex);
+  auto& kernels = loaded[context];
+  if (kernels.empty()) {
+    CUmodule module = nullptr;
+    check(cu.cuModuleLoadData(&module, iris_nccl_reduce_fatbin),
+          "loading the reduction kernels (cuModuleLoadData)");
+    for (int t = 0; t < kElementTypeCount; ++t) {
+      const std::string name =
+          std::string("iris_nccl_reduce_") + element_name(static_cast<ElementType>(t));
+      CUfunction f = nullptr;
+      check(cu.cuModuleGetFunction(&f, module, name.c_str()), "cuModuleGetFunction");
+      kernels.push_back(f);
+    }
+  }
+  return kernels[static_cast<int>(type)];
+#else
+  throw NcclError(ncclInvalidUsage,
+                  "this build of irisd's NCCL library has no GPU reduction kernels (it was "
+                  "built without nvcc): reductions on device memory need a build with the CUDA "
+                  "toolkit");
+#endif
+}
+
+}  // namespace
+
+struct GpuScratch {
+  struct Area {
+    CUdeviceptr ptr;
+    std::size_t bytes;
+  };
+  std::mutex mutex;
+  int device = 0;
+  std::map<void*, std::vector<Area>> by_stream;  // the last area of a stream is the largest
+  CUstream bridge = nullptr;                     // for the legacy stream
+  CUevent legacy_reached = nullptr, bridge_done = nullptr;
+
+  char* reserve(void* stream, std::size_t bytes) {
+    std::lock_guard lock(mutex);
+    auto& areas = by_stream[stream];
+    if (areas.empty() || areas.back().bytes < bytes) {
+      const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 64 << 10));
+      CUdeviceptr ptr = 0;
+      check(driver().cuMemAlloc(&ptr, size), "cuMemAlloc of scratch memory");
+      areas.push_back({ptr, size});
+    }
+    return reinterpret_cast<char*>(areas.back().ptr);
+  }
+};
+
+namespace {
+
+GpuScratch& scratch_of(ncclComm& comm) {
+  std::lock_guard lock(comm.mutex);
+  if (!comm.gpu) {
+    comm.gpu = std::make_shared<GpuScratch>();
+    comm.gpu->device = comm.device;
+  }
+  return *comm.gpu;
+}
+
+class StreamOp final : public RunningOp {
+ public:
+  explicit StreamOp(QueuedOp& op) : op_(op), cu_(driver()) {
+    use_device(op.comm->device);
+    GpuScratch& scratch = scratch_of(*op.comm);
+    stream_ = reinterpret_cast<CUstream>(op.stream);
+    if (stream_ == nullptr) bridge_from_legacy(scratch);
+    bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
+    bases_.recv = static_cast<char*>(op.call.recv);
+    bases_.scratch = scratch.reserve(stream_, std::max<uint64_t>(op.plan.scratch_bytes, 1));
+    if (reduces(op.call.kind) && op.plan.recv_bytes > 0 && !is_device_memory(op.call.recv))
+      throw NcclError(ncclInvalidUsage,
+                      std::string(op_name(op.call.kind)) +
+                          " on a stream reduces on the GPU: its receive buffer must be device "
+                          "memory (pass host memory with a null stream)");
+  }
+
+  void local(const LocalStep& s) override {
+    if (s.kind == LocalStep::Kind::kCopy) {
+      check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(bases_.at(s.to)),
+                              reinterpret_cast<CUdeviceptr>(bases_.at(s.from)), s.bytes, stream_),
+            "cuMemcpyAsync");
+      return;
+    }
+    const Reduction& r = op_.call.reduction;
+    const char* src = bases_.at(s.from);
+    char* dst = bases_.at(s.to);
+    unsigned blocks = s.blocks;
+    unsigned long long stride = s.stride, count = s.count, scalar_bits = r.scalar_bits;
+    int kind = static_cast<int>(r.kind);
+    const void* scalar_at = r.scalar_at;
+    void* args[] = {&src, &blocks, &stride, &count, &dst, &kind, &scalar_bits, &scalar_at};
+    constexpr unsigned kThreads = 256;
+    const auto grid = static_cast<unsigned>(
+        std::min<unsigned long long>((count + kThreads - 1) / kThreads, 4096));
+    check(cu_.cuLaunchKernel(reduce_kernel(op_.call.type), grid, 1, 1, kThreads, 1, 1, 0, stream_,
+                             args, nullptr),
+          "launching the reduction kernel");
+  }
+
+  void submit(const Transfer& t) override {
+    op_.comm->watch(submit_transfer(op_.comm->comm, t, bases_,
+                                    Stream(reinterpret_cast<CUstream_st*>(stream_))));
+  }
+
+  void settle() override {}
+
+  void finish() override {
+    if (!bridged_) return;
+    GpuScratch& scratch = *op_.comm->gpu;
+    check(cu_.cuEventRecord(scratch.bridge_done, stream_), "cuEventRecord");
+    check(cu_.cuStreamWaitEvent(nullptr, scratch.bridge_done, 0), "cuStreamWaitEvent");
+  }
+
+ private:
+  void bridge_from_legacy(GpuScratch& scratch) {
+    {
+      std::lock_guard lock(scratch.mutex);
+      if (scratch.bridge == nullptr) {
+        check(cu_.cuStreamCreate(&scratch.bridge, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+        check(cu_.cuEventCreate(&scratch.legacy_reached, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+        check(cu_.cuEventCreate(&scratch.bridge_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+      }
+    }
+    check(cu_.cuEventRecord(scratch.legacy_reached, nullptr), "cuEventRecord");
+    check(cu_.cuStreamWaitEvent(scratch.bridge, scratch.legacy_reached, 0), "cuStreamWaitEvent");
+    stream_ = scratch.bridge;
+    bridged_ = true;
+  }
+
+  QueuedOp& op_;
+  const cuda::Driver& cu_;
+  CUstream stream_ = nullptr;
+  bool bridged_ = false;
+  AreaBases bases_;
+};
+
+}  // namespace
+
+int current_device() {
+  const cuda::Driver* cu = loaded_driver();
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+  if (cu == nullptr || cu->cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == nullptr ||
+      cu->cuCtxGetDevice(&device) != CUDA_SUCCESS)
+    return 0;
+  return device;
+}
+
+bool is_device_memory(const void* ptr) {
+  const cuda::Driver* cu = loaded_driver();
+  if (cu == nullptr || ptr == nullptr) return false;
+  CUmemorytype type{};
+  return cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   reinterpret_cast<CUdeviceptr>(ptr)) == CUDA_SUCCESS &&
+         type == CU_MEMORYTYPE_DEVICE;
+}
+
+void release_gpu_scratch(ncclComm& comm) {
+  std::shared_ptr<GpuScratch> gpu;
+  {
+    std::lock_guard lock(comm.mutex);
+    gpu.swap(comm.gpu);
+  }
+  const cuda::Driver* cu = loaded_driver();
+  if (!gpu || cu == nullptr) return;
+  use_device(gpu->device);
+  cu->cuCtxSynchronize();  // the streams that used the scratch are done with it
+  for (auto& [stream, areas] : gpu->by_stream)
+    for (const GpuScratch::Area& a : areas) {
+      iris_gpu_memory_freed(reinterpret_cast<void*>(a.ptr), a.bytes);
+      cu->cuMemFree(a.ptr);
+    }
+  if (gpu->bridge != nullptr) {
+    cu->cuEventDestroy(gpu->legacy_reached);
+    cu->cuEventDestroy(gpu->bridge_done);
+    cu->cuStreamDestroy(gpu->bridge);
+  }
+}
+
+void* allocate_device(std::size_t bytes) {
+  use_device(current_device());
+  CUdeviceptr ptr = 0;
+  check(driver().cuMemAlloc(&ptr, bytes), "cuMemAlloc");
+  return reinterpret_cast<void*>(ptr);
+}
+
+void free_device(void* ptr) {
+  const cuda::Driver& cu = driver();
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  check(cu.cuMemGetAddressRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(ptr)),
+        "ncclMemFree of memory that is no ncclMemAlloc allocation: cuMemGetAddressRange");
+  iris_gpu_memory_freed(ptr, bytes);
+  check(cu.cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)), "cuMemFree");
+}
+
+void read_device_scalar(const void* at, std::size_t bytes, void* out) {
+  if (!is_device_memory(at)) {
+    std::memcpy(out, at, bytes);
+    return;
+  }
+  check(driver().cuMemcpyDtoH(out, reinterpret_cast<CUdeviceptr>(at), bytes), "cuMemcpyDtoH");
+}
+
+bool runs_on_stream(const QueuedOp& op) {
+  if (op.stream != nullptr) return true;
+  if (loaded_driver() == nullptr) return false;
+  return is_device_memory(op.call.send) || is_device_memory(op.call.recv);
+}
+
+std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op) { return std::make_unique<StreamOp>(op); }
+
+#else  // no cuda.h: host memory only
+
+struct GpuScratch {};
+
+int current_device() { return 0; }
+bool is_device_memory(const void*) { return false; }
+void release_gpu_scratch(ncclComm&) {}
+void* allocate_device(std::size_t) {
+  throw NcclError(ncclInvalidUsage, "this build of irisd's NCCL library has no CUDA support");
+}
+void free_device(void*) {
+  throw NcclError(ncclInvalidArgument, "ncclMemFree of memory ncclMemAlloc did not allocate");
+}
+void read_device_scalar(const void* at, std::size_t bytes, void* out) {
+  std::memcpy(out, at, bytes);
+}
+bool runs_on_stream(const QueuedOp& op) { return op.stream != nullptr; }
+std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op) {
+  throw NcclError(ncclInvalidUsage,
+                  "this build of irisd's NCCL library has no CUDA support: pass a null stream "
+                  "and host memory");
+}
+
+#endif
+
+}  // namespace iris::nccl
