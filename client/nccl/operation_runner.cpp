@@ -118,6 +118,18 @@ void run_operations(std::vector<QueuedOp>& ops) {
   for (Running& r : running)
     if (r.run && !r.failure) step(r, [&] { r.run->finish(); });
   for (Running& r : running)
+    if (r.failure) {
+      // A failure past the checks of the call (a rank lost, irisd gone) breaks the
+      // communicator, as NCCL's asynchronous errors do.
+      try {
+        std::rethrow_exception(r.failure);
+      } catch (const Error& e) {
+        r.op->comm->fail(result_of(e.code()),
+                         std::string(op_name(r.op->call.kind)) + ": " + e.what());
+      } catch (...) {
+      }
+    }
+  for (Running& r : running)
     if (r.failure) std::rethrow_exception(r.failure);
 }
 

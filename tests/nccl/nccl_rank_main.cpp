@@ -1,0 +1,531 @@
+// One process of a job that speaks NCCL's C API, linked against irisd's libnccl.so.2, for the
+// integration tests (tests/integration/nccl_api_test.cpp). Each case checks what landed against
+// a reference it computes itself (every rank can compute every rank's input), prints
+// "checks N" and exits 0, or prints what differs and exits 1.
+//
+//   iris-test-nccl-rank --socket S --id HEX --nranks N --rank R --case NAME [--stop-file F]
+// Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory),
+// group (operations mixed in one group), split, nonblocking, threads (every rank in this
+// process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
+// ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
+// for a restart test), refusals (bad calls: their codes and reasons).
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/nccl/element_types.hpp"
+#include "client/nccl/include/nccl.h"
+
+namespace {
+
+using iris::nccl::ElementType;
+
+std::atomic<long> checks{0};
+std::atomic<int> failures{0};
+
+#define NCCL_OK(call)                                                                             \
+  do {                                                                                            \
+    const ncclResult_t r_ = (call);                                                               \
+    if (r_ != ncclSuccess) {                                                                      \
+      std::printf("FAIL %s:%d %s -> %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
+                  ncclGetLastError(nullptr));                                                     \
+      std::exit(1);                                                                               \
+    }                                                                                             \
+  } while (0)
+
+void expect(bool ok, const std::string& what) {
+  ++checks;
+  if (ok) return;
+  if (failures++ < 20) std::printf("MISMATCH %s\n", what.c_str());
+}
+
+// Memory for a case: from ncclMemAlloc (irisd sees it directly) or malloc (staged).
+struct Memory {
+  bool nccl;
+  void* get(size_t bytes) {
+    void* p = nullptr;
+    if (nccl) {
+      NCCL_OK(ncclMemAlloc(&p, bytes));
+    } else {
+      p = std::malloc(bytes);
+    }
+    return p;
+  }
+  void put(void* p) {
+    if (nccl)
+      NCCL_OK(ncclMemFree(p));
+    else
+      std::free(p);
+  }
+};
+
+std::size_t size_of(ElementType t) { return iris::nccl::element_bytes(t); }
+bool is_float(ElementType t) {
+  return t == ElementType::kFloat16 || t == ElementType::kFloat32 || t == ElementType::kFloat64 ||
+         t == ElementType::kBfloat16 || t == ElementType::kFloat8e4m3 ||
+         t == ElementType::kFloat8e5m2;
+}
+
+// Stores `v` (a small integer, or a quotient for avg) as an element of type t.
+void put_value(ElementType t, void* base, size_t i, double v) {
+  auto* p = static_cast<unsigned char*>(base) + i * size_of(t);
+  auto raw = [&](auto x) { std::memcpy(p, &x, sizeof x); };
+  switch (t) {
+    case ElementType::kInt8:
+      return raw(static_cast<int8_t>(static_cast<int64_t>(v)));
+    case ElementType::kUint8:
+      return raw(static_cast<uint8_t>(static_cast<int64_t>(v)));
+    case ElementType::kInt32:
+      return raw(static_cast<int32_t>(static_cast<int64_t>(v)));
+    case ElementType::kUint32:
+      return raw(static_cast<uint32_t>(static_cast<int64_t>(v)));
+    case ElementType::kInt64:
+      return raw(static_cast<int64_t>(v));
+    case ElementType::kUint64:
+      return raw(static_cast<uint64_t>(static_cast<int64_t>(v)));
+    case ElementType::kFloat16:
+      return raw(iris::nccl::float_to_half(static_cast<float>(v)));
+    case ElementType::kFloat32:
+      return raw(static_cast<float>(v));
+    case ElementType::kFloat64:
+      return raw(v);
+    case ElementType::kBfloat16:
+      return raw(iris::nccl::float_to_bfloat16(static_cast<float>(v)));
+    case ElementType::kFloat8e4m3:
+      return raw(iris::nccl::float_to_e4m3(static_cast<float>(v)));
+    case ElementType::kFloat8e5m2:
+      return raw(iris::nccl::float_to_e5m2(static_cast<float>(v)));
+  }
+}
+
+bool same_element(ElementType t, const void* a, const void* b, size_t i) {
+  return std::memcmp(static_cast<const char*>(a) + i * size_of(t),
+                     static_cast<const char*>(b) + i * size_of(t), size_of(t)) == 0;
+}
+
+// Rank r's input element i for a reduction: exact in every type, and varying with i and r.
+double input(int op, int r, size_t i) {
+  if (op == ncclProd) return 1.0 + static_cast<double>((i + r) % 2);
+  return static_cast<double>((i * 5 + r * 3) % 4);
+}
+
+double reference(int op, ElementType t, int nranks, size_t i, double scalar) {
+  double acc = input(op, 0, i) * (op == ncclNumOps ? scalar : 1);
+  for (int r = 1; r < nranks; ++r) {
+    const double x = input(op, r, i);
+    switch (op) {
+      case ncclProd:
+        acc *= x;
+        break;
+      case ncclMax:
+        acc = std::max(acc, x);
+        break;
+      case ncclMin:
+        acc = std::min(acc, x);
+        break;
+      case ncclNumOps:
+        acc += x * scalar;
+        break;  // the pre-multiplied sum
+      default:
+        acc += x;
+    }
+  }
+  if (op == ncclAvg) acc = is_float(t) ? acc / nranks : std::trunc(acc / nranks);
+  return acc;
+}
+
+struct Job {
+  ncclComm_t comm;
+  int nranks, rank;
+};
+
+// The reductions (AllReduce, ReduceScatter, Reduce) for every type and op.
+void check_reductions(const Job& j, Memory mem, size_t count) {
+  for (int ti = 0; ti < iris::nccl::kElementTypeCount; ++ti) {
+    const auto t = static_cast<ElementType>(ti);
+    const auto dt = static_cast<ncclDataType_t>(ti);
+    const size_t sz = size_of(t);
+    for (int op = 0; op <= ncclNumOps; ++op) {  // ncclNumOps: a PreMulSum by 2
+      ncclRedOp_t red = static_cast<ncclRedOp_t>(op);
+      const double scalar = 2.0;
+      if (op == ncclNumOps) {
+        unsigned char bits[8] = {};
+        put_value(t, bits, 0, scalar);
+        NCCL_OK(ncclRedOpCreatePreMulSum(&red, bits, dt, ncclScalarHostImmediate, j.comm));
+      }
+      const std::string what =
+          std::string(iris::nccl::element_name(t)) + " op " + std::to_string(op);
+      const size_t all = count * j.nranks;
+      char* send = static_cast<char*>(mem.get(all * sz));
+      char* recv = static_cast<char*>(mem.get(all * sz));
+      std::vector<char> want(all * sz);
+      // All-reduce (out of place) over count elements.
+      for (size_t i = 0; i < count; ++i) put_value(t, send, i, input(op, j.rank, i));
+      for (size_t i = 0; i < count; ++i)
+        put_value(t, want.data(), i, reference(op, t, j.nranks, i, scalar));
+      NCCL_OK(ncclAllReduce(send, recv, count, dt, red, j.comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        expect(same_element(t, recv, want.data(), i),
+               "AllReduce " + what + " at " + std::to_string(i));
+      // All-reduce in place.
+      NCCL_OK(ncclAllReduce(send, send, count, dt, red, j.comm, nullptr));
+      for (size_t i = 0; i < count; ++i)
+        expect(same_element(t, send, want.data(), i), "AllReduce in place " + what);
+      // Reduce-scatter: rank r gets the reduction of elements [r*count, (r+1)*count).
+      for (size_t i = 0; i < all; ++i) put_value(t, send, i, input(op, j.rank, i));
+      NCCL_OK(ncclReduceScatter(send, recv, count, dt, red, j.comm, nullptr));
+      for (size_t i = 0; i < count; ++i) {
+        put_value(t, want.data(), i, reference(op, t, j.nranks, j.rank * count + i, scalar));
+        expect(same_element(t, recv, want.data(), i), "ReduceScatter " + what);
+      }
+      // Reduce to the last rank.
+      const int root = j.nranks - 1;
+      for (size_t i = 0; i < count; ++i) put_value(t, send, i, input(op, j.rank, i));
+      NCCL_OK(ncclReduce(send, recv, count, dt, red, root, j.comm, nullptr));
+      if (j.rank == root)
+        for (size_t i = 0; i < count; ++i) {
+          put_value(t, want.data(), i, reference(op, t, j.nranks, i, scalar));
+          expect(same_element(t, recv, want.data(), i), "Reduce " + what);
+        }
+      mem.put(send);
+      mem.put(recv);
+      if (op == ncclNumOps) NCCL_OK(ncclRedOpDestroy(red, j.comm));
+    }
+  }
+}
+
+unsigned char pattern(int r, size_t i) { return static_cast<unsigned char>(i * 31 + r * 17 + 1); }
+
+// The operations that only move bytes, in bytes (and once in float64, for the element sizes).
+void check_moves(const Job& j, Memory mem, size_t count) {
+  for (ncclDataType_t dt : {ncclUint8, ncclFloat64}) {
+    const size_t sz = size_of(static_cast<ElementType>(dt));
+    const size_t bytes = count * sz, all = bytes * j.nranks;
+    auto* send = static_cast<unsigned char*>(mem.get(all));
+    auto* recv = static_cast<unsigned char*>(mem.get(all));
+    const int root = 1 % j.nranks;
+    const std::string type = dt == ncclUint8 ? " uint8" : " float64";
+    // AllGather, out of place and in place.
+    for (size_t i = 0; i < bytes; ++i) send[i] = pattern(j.rank, i);
+    NCCL_OK(ncclAllGather(send, recv, count, dt, j.comm, nullptr));
+    for (int r = 0; r < j.nranks; ++r)
+      for (size_t i = 0; i < bytes; i += 7)
+        expect(recv[r * bytes + i] == pattern(r, i), "AllGather" + type);
+    std::memset(recv, 0, all);
+    for (size_t i = 0; i < bytes; ++i) recv[j.rank * bytes + i] = pattern(j.rank, i);
+    NCCL_OK(ncclAllGather(recv + j.rank * bytes, recv, count, dt, j.comm, nullptr));
+    for (int r = 0; r < j.nranks; ++r)
+      for (size_t i = 0; i < bytes; i += 7)
+        expect(recv[r * bytes + i] == pattern(r, i), "AllGather in place" + type);
+    // AlltoAll: block p of rank r goes to rank p; out of place, then in place.
+    for (int p = 0; p < j.nranks; ++p)
+      for (size_t i = 0; i < bytes; ++i) send[p * bytes + i] = pattern(j.rank * 8 + p, i);
+    NCCL_OK(ncclAlltoAll(send, recv, count, dt, j.comm, nullptr));
+    for (int r = 0; r < j.nranks; ++r)
+      for (size_t i = 0; i < bytes; i += 5)
+        expect(recv[r * bytes + i] == pattern(r * 8 + j.rank, i), "AlltoAll" + type);
+    NCCL_OK(ncclAlltoAll(send, send, count, dt, j.comm, nullptr));
+    for (int r = 0; r < j.nranks; ++r)
+      for (size_t i = 0; i < bytes; i += 5)
+        expect(send[r * bytes + i] == pattern(r * 8 + j.rank, i), "AlltoAll in place" + type);
+    // Broadcast out of place, and Bcast.
+    for (size_t i = 0; i < bytes; ++i) send[i] = pattern(j.rank + 100, i);
+    NCCL_OK(ncclBroadcast(send, recv, count, dt, root, j.comm, nullptr));
+    for (size_t i = 0; i < bytes; i += 3)
+      expect(recv[i] == pattern(root + 100, i), "Broadcast" + type);
+    NCCL_OK(ncclBcast(send, count, dt, 0, j.comm, nullptr));
+    for (size_t i = 0; i < bytes; i += 3) expect(send[i] == pattern(100, i), "Bcast" + type);
+    // Gather to root, Scatter from root.
+    for (size_t i = 0; i < bytes; ++i) send[i] = pattern(j.rank + 50, i);
+    NCCL_OK(ncclGather(send, recv, count, dt, root, j.comm, nullptr));
+    if (j.rank == root)
+      for (int r = 0; r < j.nranks; ++r)
+        for (size_t i = 0; i < bytes; i += 3)
+          expect(recv[r * bytes + i] == pattern(r + 50, i), "Gather" + type);
+    for (size_t i = 0; i < all; ++i) send[i] = pattern(j.rank + 70, i);
+    NCCL_OK(ncclScatter(send, recv, count, dt, root, j.comm, nullptr));
+    for (size_t i = 0; i < bytes; i += 3)
+      expect(recv[i] == pattern(root + 70, j.rank * bytes + i), "Scatter" + type);
+    // A ring of sends and receives in one group (each rank sends right, receives from left).
+    const int right = (j.rank + 1) % j.nranks, left = (j.rank + j.nranks - 1) % j.nranks;
+    for (size_t i = 0; i < bytes; ++i) send[i] = pattern(j.rank + 30, i);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(send, count, dt, right, j.comm, nullptr));
+    NCCL_OK(ncclRecv(recv, count, dt, left, j.comm, nullptr));
+    NCCL_OK(ncclGroupEnd());
+    for (size_t i = 0; i < bytes; i += 3)
+      expect(recv[i] == pattern(left + 30, i), "Send/Recv ring" + type);
+    mem.put(send);
+    mem.put(recv);
+  }
+}
+
+// Operations mixed in one group: an all-reduce, an all-gather, a reduce-scatter and a ring of
+// sends and receives, each checked afterwards.
+void check_group(const Job& j, size_t count) {
+  Memory mem{true};
+  const size_t all = count * j.nranks;
+  auto* ar = static_cast<int32_t*>(mem.get(count * 4));
+  auto* ar_out = static_cast<int32_t*>(mem.get(count * 4));
+  auto* ag_in = static_cast<int32_t*>(mem.get(count * 4));
+  auto* ag_out = static_cast<int32_t*>(mem.get(all * 4));
+  auto* rs_in = static_cast<float*>(mem.get(all * 4));
+  auto* rs_out = static_cast<float*>(mem.get(count * 4));
+  auto* ring_in = static_cast<int64_t*>(mem.get(count * 8));
+  auto* ring_out = static_cast<int64_t*>(mem.get(count * 8));
+  for (size_t i = 0; i < count; ++i) {
+    ar[i] = static_cast<int32_t>(i + j.rank);
+    ag_in[i] = static_cast<int32_t>(i * 3 + j.rank);
+    ring_in[i] = static_cast<int64_t>(i) * 1000 + j.rank;
+  }
+  for (size_t i = 0; i < all; ++i) rs_in[i] = static_cast<float>(i % 13 + j.rank);
+  const int right = (j.rank + 1) % j.nranks, left = (j.rank + j.nranks - 1) % j.nranks;
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclAllReduce(ar, ar_out, count, ncclInt32, ncclSum, j.comm, nullptr));
+  NCCL_OK(ncclSend(ring_in, count, ncclInt64, right, j.comm, nullptr));
+  NCCL_OK(ncclAllGather(ag_in, ag_out, count, ncclInt32, j.comm, nullptr));
+  NCCL_OK(ncclReduceScatter(rs_in, rs_out, count, ncclFloat32, ncclMax, j.comm, nullptr));
+  NCCL_OK(ncclRecv(ring_out, count, ncclInt64, left, j.comm, nullptr));
+  NCCL_OK(ncclGroupEnd());
+  const int32_t rank_sum = j.nranks * (j.nranks - 1) / 2;
+  for (size_t i = 0; i < count; ++i) {
+    expect(ar_out[i] == static_cast<int32_t>(i * j.nranks + rank_sum), "group AllReduce");
+    expect(ring_out[i] == static_cast<int64_t>(i) * 1000 + left, "group ring");
+    expect(rs_out[i] == static_cast<float>((j.rank * count + i) % 13 + j.nranks - 1),
+           "group ReduceScatter");
+  }
+  for (int r = 0; r < j.nranks; ++r)
+    for (size_t i = 0; i < count; ++i)
+      expect(ag_out[r * count + i] == static_cast<int32_t>(i * 3 + r), "group AllGather");
+  for (void* p : {static_cast<void*>(ar), static_cast<void*>(ar_out), static_cast<void*>(ag_in),
+                  static_cast<void*>(ag_out), static_cast<void*>(rs_in), static_cast<void*>(rs_out),
+                  static_cast<void*>(ring_in), static_cast<void*>(ring_out)})
+    mem.put(p);
+}
+
+// A sum all-reduce of int64 on `comm`, checked: each rank contributes rank + 1 + i.
+void check_sum(ncclComm_t comm, const char* what) {
+  int n = 0, r = 0;
+  NCCL_OK(ncclCommCount(comm, &n));
+  NCCL_OK(ncclCommUserRank(comm, &r));
+  constexpr size_t kCount = 1000;
+  Memory mem{true};
+  auto* buf = static_cast<int64_t*>(mem.get(kCount * 8));
+  for (size_t i = 0; i < kCount; ++i) buf[i] = r + 1 + static_cast<int64_t>(i);
+  NCCL_OK(ncclAllReduce(buf, buf, kCount, ncclInt64, ncclSum, comm, nullptr));
+  for (size_t i = 0; i < kCount; ++i)
+    expect(buf[i] == n * (n + 1) / 2 + n * static_cast<int64_t>(i), what);
+  mem.put(buf);
+}
+
+// Every refusal: its result code, and a reason in ncclGetLastError.
+void check_refusals(ncclComm_t comm) {
+  auto refused = [](ncclResult_t got, ncclResult_t want, const std::string& what) {
+    const std::string why = ncclGetLastError(nullptr);
+    expect(got == want, what + ": got " + ncclGetErrorString(got) + " (" + why + ")");
+    expect(!why.empty(), what + " has a reason");
+    std::printf("refused %s: %s\n", what.c_str(), why.c_str());
+  };
+  int64_t a[4] = {}, b[16] = {};
+  refused(ncclAllReduce(a, b, 4, static_cast<ncclDataType_t>(12), ncclSum, comm, nullptr),
+          ncclInvalidArgument, "an unknown datatype");
+  refused(ncclAllReduce(a, b, 4, ncclInt64, static_cast<ncclRedOp_t>(77), comm, nullptr),
+          ncclInvalidArgument, "an unknown reduction");
+  refused(ncclBroadcast(a, b, 4, ncclInt64, 5, comm, nullptr), ncclInvalidArgument,
+          "a root that is no rank");
+  refused(ncclSend(a, 4, ncclInt64, -1, comm, nullptr), ncclInvalidArgument,
+          "a peer that is no rank");
+  refused(ncclAllGather(nullptr, b, 4, ncclInt64, comm, nullptr), ncclInvalidArgument,
+          "a NULL send buffer");
+  refused(ncclAllGather(a, b, SIZE_MAX / 2, ncclInt64, comm, nullptr), ncclInvalidArgument,
+          "a count whose size overflows");
+  refused(ncclAllGather(a, b, 4, ncclInt64, nullptr, nullptr), ncclInvalidArgument,
+          "a NULL communicator");
+  refused(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  ncclRedOp_t op;
+  int64_t two = 2;
+  NCCL_OK(ncclRedOpCreatePreMulSum(&op, &two, ncclInt64, ncclScalarHostImmediate, comm));
+  refused(ncclAllReduce(a, b, 4, ncclFloat32, op, comm, nullptr), ncclInvalidArgument,
+          "a PreMulSum of another datatype");
+  NCCL_OK(ncclRedOpDestroy(op, comm));
+  refused(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "destroying a reduction twice");
+  ncclUniqueId foreign;
+  std::memset(foreign.internal, 0x5a, sizeof foreign.internal);
+  ncclComm_t other = nullptr;
+  refused(ncclCommInitRank(&other, 2, foreign, 0), ncclInvalidArgument,
+          "an id this library did not make");
+  refused(ncclCommInitRank(&other, 2, foreign, 2), ncclInvalidArgument, "a rank past nranks");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0;
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  refused(ncclCommInitRankConfig(&other, 1, id, 0, &config), ncclInvalidArgument,
+          "a config not made with NCCL_CONFIG_INITIALIZER");
+  refused(ncclDevCommCreate(comm, nullptr, nullptr), ncclInvalidUsage, "the device API");
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  refused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "a simulated group");
+  int version = 0;
+  NCCL_OK(ncclGetVersion(&version));
+  expect(version == NCCL_VERSION_CODE && version >= 22800, "the version is NCCL 2.28's API");
+  // Windows and registrations are accepted and change nothing.
+  void* handle = nullptr;
+  NCCL_OK(ncclCommRegister(comm, a, sizeof a, &handle));
+  NCCL_OK(ncclCommDeregister(comm, handle));
+  ncclWindow_t win = nullptr;
+  NCCL_OK(ncclCommWindowRegister(comm, a, sizeof a, &win, 0));
+  NCCL_OK(ncclCommWindowDeregister(comm, win));
+  // The communicator still works after every refusal.
+  check_sum(comm, "AllReduce after the refusals");
+}
+
+ncclUniqueId parse_id(const std::string& hex) {
+  ncclUniqueId id{};
+  for (size_t i = 0; i < sizeof id.internal && 2 * i + 1 < hex.size(); ++i)
+    id.internal[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return id;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket, id_hex, name = "ops", stop_file;
+  int nranks = 1, rank = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--socket")
+      socket = value;
+    else if (flag == "--id")
+      id_hex = value;
+    else if (flag == "--nranks")
+      nranks = std::stoi(value);
+    else if (flag == "--rank")
+      rank = std::stoi(value);
+    else if (flag == "--case")
+      name = value;
+    else if (flag == "--stop-file")
+      stop_file = value;
+  }
+  ::setenv("IRIS_SOCKET", socket.c_str(), 1);
+  const ncclUniqueId id = parse_id(id_hex);
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+
+  if (name == "threads") {
+    // Every rank in this process: ncclCommInitAll, one group driving them all from this thread.
+    std::vector<ncclComm_t> comms(nranks);
+    NCCL_OK(ncclCommInitAll(comms.data(), nranks, nullptr));
+    constexpr size_t kCount = 513;
+    std::vector<std::vector<int32_t>> bufs(nranks, std::vector<int32_t>(kCount));
+    for (int r = 0; r < nranks; ++r)
+      for (size_t i = 0; i < kCount; ++i) bufs[r][i] = static_cast<int32_t>(r * 10 + i);
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < nranks; ++r)
+      NCCL_OK(ncclAllReduce(bufs[r].data(), bufs[r].data(), kCount, ncclInt32, ncclSum, comms[r],
+                            nullptr));
+    NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < nranks; ++r)
+      for (size_t i = 0; i < kCount; ++i)
+        expect(bufs[r][i] == static_cast<int32_t>(10 * nranks * (nranks - 1) / 2 + nranks * i),
+               "InitAll group AllReduce");
+    // A thread per rank, each with its own communicator from one id.
+    std::vector<std::thread> threads;
+    for (int r = 0; r < nranks; ++r)
+      threads.emplace_back([&, r] {
+        ncclComm_t comm;
+        NCCL_OK(ncclCommInitRank(&comm, nranks, id, r));
+        check_sum(comm, "thread per rank AllReduce");
+        NCCL_OK(ncclCommDestroy(comm));
+      });
+    for (auto& t : threads) t.join();
+    for (ncclComm_t c : comms) NCCL_OK(ncclCommDestroy(c));
+  } else if (name == "nonblocking") {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t started = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+    expect(started == ncclInProgress || started == ncclSuccess, "non-blocking init started");
+    ncclResult_t state = ncclInProgress;
+    for (int i = 0; i < 100000 && state == ncclInProgress; ++i) {
+      NCCL_OK(ncclCommGetAsyncError(comm, &state));
+      if (state == ncclInProgress) ::usleep(100);
+    }
+    expect(state == ncclSuccess, "non-blocking init completed");
+    check_sum(comm, "AllReduce after non-blocking init");
+    NCCL_OK(ncclCommDestroy(comm));
+  } else {
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
+    const Job job{comm, nranks, rank};
+    if (name == "ops") {
+      for (bool nccl_memory : {true, false}) {
+        check_reductions(job, Memory{nccl_memory}, 1031);
+        check_moves(job, Memory{nccl_memory}, 4099);
+      }
+    } else if (name == "group") {
+      check_group(job, 2053);
+    } else if (name == "split") {
+      // Even and odd ranks apart, ordered by descending key; the last rank takes no part.
+      const int color = rank == nranks - 1 ? NCCL_SPLIT_NOCOLOR : rank % 2;
+      ncclComm_t half = nullptr;
+      NCCL_OK(ncclCommSplit(comm, color, nranks - rank, &half, nullptr));
+      if (color == NCCL_SPLIT_NOCOLOR) {
+        expect(half == nullptr, "no communicator for NCCL_SPLIT_NOCOLOR");
+      } else {
+        int n = 0, r = 0;
+        NCCL_OK(ncclCommCount(half, &n));
+        NCCL_OK(ncclCommUserRank(half, &r));
+        int members = 0, before = 0;
+        for (int q = 0; q < nranks - 1; ++q)
+          if (q % 2 == color) {
+            ++members;
+            if (q > rank) ++before;  // a larger parent rank has a smaller key
+          }
+        expect(n == members && r == before, "split size and rank");
+        check_sum(half, "AllReduce on the split");
+        NCCL_OK(ncclCommDestroy(half));
+      }
+      check_sum(comm, "AllReduce on the parent after the split");
+    } else if (name == "survivor") {
+      check_sum(comm, "AllReduce before a rank dies");
+      if (rank == 1) std::_Exit(0);  // dies without destroying its communicator
+      int64_t value = 1;
+      const ncclResult_t r = ncclAllReduce(&value, &value, 1, ncclInt64, ncclSum, comm, nullptr);
+      ncclResult_t async = ncclSuccess;
+      NCCL_OK(ncclCommGetAsyncError(comm, &async));
+      const std::string why = ncclGetLastError(comm);
+      std::printf("survivor: %s / %s: %s\n", ncclGetErrorString(r), ncclGetErrorString(async),
+                  why.c_str());
+      expect(r == ncclRemoteError, "the all-reduce fails with ncclRemoteError");
+      expect(why.find("peer_lost") != std::string::npos, "the reason names the lost peer");
+      NCCL_OK(ncclCommAbort(comm));
+      comm = nullptr;
+    } else if (name == "refusals") {
+      check_refusals(comm);
+    } else if (name == "loops") {
+      // Until the stop file appears (at most a minute); every rank sees it within one
+      // all-reduce of the others, so they agree on the last one by a final all-reduce of flags.
+      for (int k = 0; k < 60000; ++k) {
+        check_sum(comm, "AllReduce through restarts");
+        int32_t stop = ::access(stop_file.c_str(), F_OK) == 0 ? 1 : 0;
+        NCCL_OK(ncclAllReduce(&stop, &stop, 1, ncclInt32, ncclMax, comm, nullptr));
+        if (stop != 0) break;
+        ::usleep(1000);
+      }
+    } else {
+      std::printf("unknown case %s\n", name.c_str());
+      return 2;
+    }
+    if (comm != nullptr) NCCL_OK(ncclCommDestroy(comm));
+  }
+  std::printf("checks %ld failures %d\n", checks.load(), failures.load());
+  return failures.load() == 0 ? 0 : 1;
+}
