@@ -25,6 +25,7 @@ install(FILES deploy/irisd.tmpfiles DESTINATION lib/tmpfiles.d
         RENAME irisd.conf)
 install(DIRECTORY client/python/irisd DESTINATION ${IRIS_PYTHON_DIR} PATTERN __pycache__ EXCLUDE)
 install(FILES README.md docs/ARCHITECTURE.md docs/OPERATIONS.md docs/PERFORMANCE.md docs/MI300.md
+              docs/NCCL.md
         DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/irisd)
 install(FILES deploy/prometheus/prometheus.yml deploy/prometheus/irisd-alerts.yml
               deploy/prometheus/irisd-alerts.test.yml deploy/irisd-daemonset.yaml
@@ -35,7 +36,7 @@ set(CPACK_PACKAGE_VENDOR "irisd developers")
 set(CPACK_PACKAGE_CONTACT "irisd developers <irisd@example.invalid>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "collectives on GPU copy engines: daemon, client library, iris-ctl")
 set(CPACK_PACKAGE_DESCRIPTION
-    "irisd runs all-gather, all-to-all and the other copy-only collectives on the GPUs' DMA copy engines, so that compute units stay with the GEMMs. The package holds irisd (with its systemd unit), iris-ctl, libiris with headers and CMake package, and the Python binding.")
+    "irisd runs all-gather, all-to-all and the other copy-only collectives on the GPUs' DMA copy engines, so that compute units stay with the GEMMs. The package holds irisd (with its systemd unit), iris-ctl, libiris with headers and CMake package, the Python binding, and a libnccl.so.2 with NCCL's C API over irisd (under LIBDIR/irisd-nccl, for LD_PRELOAD or the library path).")
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)

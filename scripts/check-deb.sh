@@ -68,6 +68,20 @@ for rank in 0 1; do
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || { cat "$run"/rank*.txt; exit 1; }; done
+# The NCCL-API library as installed: the README's C example built against its header, run
+# linked to it and on the library path.
+ncclinc=/usr/include/irisd-nccl
+nccllib=$(dirname "$(dpkg-query -L irisd | grep '/irisd-nccl/libnccl.so.2$')")
+[ -f "$ncclinc/nccl.h" ] && [ -n "$nccllib" ] || { echo "check-deb: no libnccl.so.2 or nccl.h"; exit 1; }
+awk '/readme-example: nccl/ {on=1; next} on && /^```c/ {code=1; next} code && /^```/ {exit}
+     code {print}' README.md >"$run/nccl_example.c"
+cc -std=c11 -I"$ncclinc" "$run/nccl_example.c" -o "$run/nccl_example" -L"$nccllib" -lnccl \
+  -Wl,-rpath,"$nccllib"
+IRIS_SOCKET=$socket "$run/nccl_example" | grep -q "element 1023 = 3.0" ||
+  { echo "check-deb: the NCCL example failed"; cat "$run/irisd.log"; exit 1; }
+cc -std=c11 -I"$ncclinc" "$run/nccl_example.c" -o "$run/nccl_example_path" -L"$nccllib" -lnccl
+IRIS_SOCKET=$socket LD_LIBRARY_PATH=$nccllib "$run/nccl_example_path" | grep -q "= 3.0" ||
+  { echo "check-deb: the NCCL example on the library path failed"; exit 1; }
 kill "$daemon"
 wait "$daemon" || true
 daemon=

@@ -12,4 +12,8 @@ rm -rf .gpu
   build/tests/bench/iris-bench-resume build/tests/bench/iris-bench-mpi \
   build/tests/bench/iris-bench-memcpy build/tests/bench/iris-scale-out-bench \
   build/client/libiris.so.0 build/client/libiris_torch.so.0 \
+  build/client/nccl/lib/libnccl.so.2 \
   "$(ldconfig -p | awk '/libucp\.so\.0 / {print $NF; exit}')"  # irisd loads it at run time
+# irisd's libnccl.so.2 apart from lib/ (on LD_LIBRARY_PATH there): only LD_PRELOAD brings it in.
+mkdir -p .gpu/nccl
+mv .gpu/lib/libnccl.so.2 .gpu/nccl/

@@ -3,7 +3,9 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
-#                                 pytorch,p2p,resume,freed,nodes,cpu,compare (default: all). shared: small
+#                                 pytorch,nccl,p2p,resume,freed,nodes,cpu,compare (default: all).
+#                                 nccl: PyTorch's own nccl backend with irisd's libnccl.so.2
+#                                 preloaded (tests, per-call cost and bandwidth). shared: small
 #                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
 #                                 on this host's CPU cores against Open MPI (host engine, no GPU),
 #                                 and scripts/bench-scale-out.sh (3 daemons as 3 nodes).
@@ -13,7 +15,7 @@
 #                                 freed: jobs that freed registered GPU memory (empty_cache, a
 #                                 graph capture, expandable segments) through a restart of irisd.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,p2p,resume,freed,nodes,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,nccl,p2p,resume,freed,nodes,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -124,6 +126,22 @@ if want pytorch; then
   "${pyenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py >"$out/call_overhead.txt" 2>&1
   timeout 120 "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
+fi
+nccl_rc=skipped
+if want nccl; then
+  # PyTorch's nccl backend on irisd: the library preloaded, the scripts unchanged.
+  ncclenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
+           PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2")
+  "${ncclenv[@]}" NCCL_DEBUG=WARN timeout 500 python3 tests/python/gpu/nccl_preload_test.py \
+    --ranks 3 >"$out/nccl.txt" 2>&1
+  nccl_rc=$?
+  # Host cost per call: the same script with the real NCCL, then with irisd's library.
+  env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" \
+    PYTHONPATH="$PWD/client/python" timeout 120 python3 tests/bench/gpu/call_overhead.py \
+    >"$out/nccl_call_overhead.txt" 2>&1
+  "${ncclenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py \
+    >>"$out/nccl_call_overhead.txt" 2>&1
+  "${ncclenv[@]}" timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py >"$out/nccl_bandwidth.md" 2>&1
 fi
 p2p_rc=skipped
 if want p2p; then
@@ -254,6 +272,11 @@ if want cpu; then
   echo "-- the same, Open MPI over loopback TCP as the daemons' UCX"; cat "$out/cpu_scale_out_tcp.md"
 fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
+if want nccl; then
+  echo "-- PyTorch nccl backend on irisd's libnccl.so.2 (exit $nccl_rc)"; tail -12 "$out/nccl.txt"
+  grep -E "backend nccl" "$out/nccl_call_overhead.txt"
+  cat "$out/nccl_bandwidth.md"
+fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
 if want torch; then echo "-- torch.cuda.graph with irisd collectives"; cat "$out/graph_torch.txt"; fi

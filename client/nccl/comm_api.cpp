@@ -62,7 +62,8 @@ void join(ncclComm& c) {
       "communicator " + c.key + " rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +
           " on irisd (engine " + c.lane->client.engine() + ", session " +
           std::to_string(c.lane->client.session_id()) + ", device " + std::to_string(c.device) +
-          "): every operation's bytes move on irisd's copy engines");
+          "): irisd's engine moves every operation's bytes, reductions then run on the GPU's "
+          "SMs (device memory) or the host (host memory); the counts follow when it ends");
   c.ready = true;
 }
 
@@ -119,6 +120,7 @@ void check_out(const T* out, const char* name) {
 // ranks' later operations fail with ncclRemoteError), frees it.
 void end_comm(ncclComm* comm) {
   if (comm->init_thread.joinable()) comm->init_thread.join();
+  iris::nccl::debug_print(DebugLevel::kInfo, comm->tally_report());
   if (comm->ready) {
     try {
       comm->comm.destroy();

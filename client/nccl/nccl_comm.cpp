@@ -73,3 +73,27 @@ void ncclComm::check_usable(const char* function) {
     throw iris::nccl::NcclError(async_error, "the communicator failed earlier (" + async_message +
                                                  "); abort it and make a new one");
 }
+
+void ncclComm::count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu) {
+  iris::nccl::OpTally& t = tally[static_cast<int>(kind)];
+  ++t.calls;
+  t.by_irisd += bytes.by_irisd;
+  (on_gpu ? t.on_gpu : t.on_host) += bytes.local;
+}
+
+std::string ncclComm::tally_report() const {
+  std::string report = "communicator " + key + " rank " + std::to_string(rank) + " ended:";
+  bool any = false;
+  for (int k = 0; k < iris::nccl::kOpKindCount; ++k) {
+    const iris::nccl::OpTally& t = tally[k];
+    if (t.calls == 0) continue;
+    any = true;
+    report += std::string(" ") + iris::nccl::op_name(static_cast<iris::nccl::OpKind>(k)) + " " +
+              std::to_string(t.calls) + " calls, " + std::to_string(t.by_irisd) +
+              " bytes by irisd's engine (" + lane->client.engine() + ")";
+    if (t.on_gpu > 0) report += ", " + std::to_string(t.on_gpu) + " by kernels on the GPU's SMs";
+    if (t.on_host > 0) report += ", " + std::to_string(t.on_host) + " by the host";
+    report += ";";
+  }
+  return any ? report : report + " no operations";
+}

@@ -5,6 +5,7 @@
 // communicators were made from it (so that every rank names a split's the same).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "client/nccl/element_types.hpp"
 #include "client/nccl/include/nccl.h"
+#include "client/nccl/operation_plan.hpp"
 #include "client/nccl/process_clients.hpp"
 #include "iris/communicator.hpp"
 
@@ -33,6 +35,16 @@ class HostScratch {
 
 // GPU scratch memory and the legacy-stream bridge (stream_operation.cpp).
 struct GpuScratch;
+
+// What a communicator's operations of one kind moved on this rank: the bytes irisd's engines wrote
+// into its memory, and the bytes written by the local steps (reduction kernels and copies on the
+// GPU's SMs, or the host).
+struct OpTally {
+  uint64_t calls = 0;
+  uint64_t by_irisd = 0;
+  uint64_t on_gpu = 0;
+  uint64_t on_host = 0;
+};
 
 struct CustomReduction {
   ElementType type;
@@ -59,6 +71,7 @@ struct ncclComm {
   std::shared_ptr<iris::nccl::GpuScratch> gpu;  // made by the first operation on a stream
   uint64_t children = 0;                        // communicators split or shrunk from this one
   std::map<int, iris::nccl::CustomReduction> custom_ops;
+  std::array<iris::nccl::OpTally, iris::nccl::kOpKindCount> tally{};
   int next_custom_op = ncclNumOps;
 
   // The first failure seen asynchronously (a stream-ordered operation's request, a failed init),
@@ -74,6 +87,10 @@ struct ncclComm {
   ncclResult_t poll();
   // Keeps a stream-ordered operation's request to watch (done ones are dropped on the way).
   void watch(iris::Request request);
+  // Counts an operation; the report says, per kind, where its bytes moved (NCCL_DEBUG=INFO
+  // prints it when the communicator ends).
+  void count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu);
+  std::string tally_report() const;
   // Throws the communicator's error when it has one, or ncclInvalidUsage while it initializes.
   void check_usable(const char* function);
 };

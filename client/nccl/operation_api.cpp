@@ -1,6 +1,7 @@
 // NCCL's operations (collectives, point to point), groups and the reductions made per
 // communicator. Each call is checked here, planned (operation_plan.hpp), and run at once or, in a
 // group, at the outermost ncclGroupEnd (operation_runner.hpp).
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,6 +22,16 @@ struct Group {
   std::vector<iris::nccl::QueuedOp> ops;
 };
 thread_local Group group;
+
+// IRISD_NCCL_STRICT=1: an operation that would move data with a kernel on the GPU's SMs is an
+// error naming it, for users who need every byte on the copy engines.
+bool strict() {
+  static const bool on = [] {
+    const char* v = std::getenv("IRISD_NCCL_STRICT");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
 
 iris::nccl::ElementType checked_type(ncclDataType_t datatype) {
   const auto type = iris::nccl::element_type(static_cast<int>(datatype));
@@ -95,6 +106,17 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
                                    &queued.call.reduction.scalar_bits);
     queued.call.reduction.scalar_at = nullptr;
   }
+  const bool on_gpu = iris::nccl::runs_on_stream(queued);
+  const auto bytes =
+      iris::nccl::plan_bytes(queued.plan, call.type, comm->nranks, comm->rank == call.peer);
+  if (on_gpu && bytes.local > 0 && strict())
+    throw NcclError(ncclInvalidUsage,
+                    std::string("IRISD_NCCL_STRICT=1: ") + iris::nccl::op_name(kind) +
+                        " would write " + std::to_string(bytes.local) +
+                        " bytes with a kernel on the GPU's SMs (" +
+                        (iris::nccl::reduces(kind) ? "its reduction" : "a local copy") +
+                        "), not on irisd's copy engines; unset IRISD_NCCL_STRICT to allow it");
+  comm->count(kind, bytes, on_gpu);
   if (group.depth > 0) {
     group.ops.push_back(std::move(queued));
     return ncclSuccess;

@@ -1,6 +1,8 @@
 // The operations' plans (operation_plan.hpp).
 #include "client/nccl/operation_plan.hpp"
 
+#include <algorithm>
+
 namespace iris::nccl {
 
 namespace {
@@ -77,6 +79,52 @@ std::pair<uint64_t, uint64_t> all_reduce_chunk(uint64_t count, uint32_t nranks, 
   const uint64_t elements = base + (rank < larger ? 1 : 0);
   const uint64_t first = rank * base + std::min<uint64_t>(rank, larger);
   return {first, elements};
+}
+
+std::pair<uint64_t, uint64_t> transfer_reach(const Transfer& t, uint32_t nranks, bool root) {
+  const uint64_t b = t.bytes, all = b * nranks;
+  switch (t.move) {
+    case Move::kAllGather:
+      return {b, all};
+    case Move::kAllToAll:
+      return {all, all};
+    case Move::kBroadcast:
+      return {0, b};
+    case Move::kGather:
+      return {b, root ? all : 0};
+    case Move::kScatter:
+      return {root ? all : 0, b};
+    case Move::kSend:
+      return {b, 0};
+    case Move::kRecv:
+      return {0, b};
+    case Move::kAllToAllV: {
+      uint64_t send = 0, recv = 0;
+      for (uint32_t j = 0; j < nranks; ++j) {
+        send = std::max(send, t.v[1][j] + t.v[0][j]);
+        recv = std::max(recv, t.v[3][j] + t.v[2][j]);
+      }
+      return {send, recv};
+    }
+  }
+  return {0, 0};
+}
+
+PlanBytes plan_bytes(const OpPlan& plan, ElementType type, uint32_t nranks, bool root) {
+  PlanBytes bytes;
+  for (const Phase& phase : plan.phases) {
+    for (const Transfer& t : phase.transfers) {
+      if (t.move != Move::kAllToAllV) {
+        bytes.by_irisd += transfer_reach(t, nranks, root).second;
+        continue;
+      }
+      for (uint64_t landed : t.v[2]) bytes.by_irisd += landed;
+    }
+    for (const auto* steps : {&phase.before, &phase.after})
+      for (const LocalStep& s : *steps)
+        bytes.local += s.kind == LocalStep::Kind::kCopy ? s.bytes : s.count * element_bytes(type);
+  }
+  return bytes;
 }
 
 std::optional<OpPlan> plan_operation(const OpCall& call, uint32_t nranks, uint32_t rank) {

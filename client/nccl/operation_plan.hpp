@@ -31,6 +31,7 @@ enum class OpKind : uint8_t {
   kSend,
   kRecv,
 };
+inline constexpr int kOpKindCount = 10;
 const char* op_name(OpKind kind);
 bool reduces(OpKind kind);
 
@@ -104,6 +105,18 @@ struct OpPlan {
 // The plan of `call` on `rank` of `nranks`, or nullopt when its sizes overflow 64 bits. Assumes
 // the call was validated (root and peer below nranks). An operation of count 0 has no phases.
 std::optional<OpPlan> plan_operation(const OpCall& call, uint32_t nranks, uint32_t rank);
+
+// How far a transfer reads its send area and writes its receive area (`root`: this rank is the
+// transfer's root).
+std::pair<uint64_t, uint64_t> transfer_reach(const Transfer& t, uint32_t nranks, bool root);
+
+// What an operation's plan moves into this rank's memory: the bytes irisd writes there, and the
+// bytes the local steps write (a reduction's output, a local copy).
+struct PlanBytes {
+  uint64_t by_irisd = 0;
+  uint64_t local = 0;
+};
+PlanBytes plan_bytes(const OpPlan& plan, ElementType type, uint32_t nranks, bool root);
 
 // All-reduce's chunk of `rank`: chunks differ by at most one element, the first count % nranks
 // one larger. Returns {first element, elements}.

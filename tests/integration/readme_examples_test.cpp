@@ -57,6 +57,30 @@ TEST(Readme, CppExampleCompilesAndRuns) {
       << run.output;
 }
 
+TEST(Readme, NcclExampleCompilesAgainstTheLibraryAndRuns) {
+  const std::string code = readme_block("nccl");
+  ASSERT_FALSE(code.empty()) << "README.md lost its NCCL example";
+  const std::string source = write_temp("nccl_example.c", code);
+  const std::string binary = source + ".bin";
+  const auto build = run_program(
+      {"/bin/sh", "-c",
+       "cc -std=c11 -Wall -Werror -I\"$0\"/client/nccl/include \"$1\" -o \"$2\" \"$3\" "
+       "-Wl,-rpath,\"$(dirname \"$3\")\" 2>&1",
+       IRIS_TEST_SOURCE_DIR, source, binary, IRIS_TEST_LIBNCCL});
+  ASSERT_EQ(build.exit_code, 0) << build.output;
+  DaemonProcess daemon;
+  std::vector<std::string> argv = {"/usr/bin/env", "IRIS_SOCKET=" + daemon.socket()};
+  if (const char* preload = std::getenv("IRIS_TEST_PRELOAD"))
+    argv.push_back(std::string("LD_PRELOAD=") + preload);
+  argv.push_back(binary);
+  const auto run = run_program(argv);
+  std::remove(source.c_str());
+  std::remove(binary.c_str());
+  EXPECT_EQ(run.exit_code, 0) << run.output << daemon.log();
+  EXPECT_NE(run.output.find("nccl on irisd: rank 1 element 1023 = 3.0"), std::string::npos)
+      << run.output;
+}
+
 TEST(Readme, PythonExampleRuns) {
   const std::string code = readme_block("python");
   ASSERT_FALSE(code.empty()) << "README.md lost its Python example";

@@ -37,35 +37,6 @@ void expect_inside(const OpPlan& p, const At& at, uint64_t bytes, const std::str
   EXPECT_LE(at.offset + bytes, area_bytes(p, at.area)) << what;
 }
 
-// How far a transfer reaches into its send and receive areas.
-std::pair<uint64_t, uint64_t> reach(const Transfer& t, uint32_t nranks, bool root) {
-  const uint64_t b = t.bytes, all = b * nranks;
-  uint64_t send = 0, recv = 0;
-  switch (t.move) {
-    case Move::kAllGather:
-      return {b, all};
-    case Move::kAllToAll:
-      return {all, all};
-    case Move::kBroadcast:
-      return {0, b};
-    case Move::kGather:
-      return {b, root ? all : 0};
-    case Move::kScatter:
-      return {root ? all : 0, b};
-    case Move::kSend:
-      return {b, 0};
-    case Move::kRecv:
-      return {0, b};
-    case Move::kAllToAllV:
-      for (uint32_t j = 0; j < nranks; ++j) {
-        send = std::max(send, t.v[1][j] + t.v[0][j]);
-        recv = std::max(recv, t.v[3][j] + t.v[2][j]);
-      }
-      return {send, recv};
-  }
-  return {send, recv};
-}
-
 TEST(NcclPlan, EveryStepStaysInsideTheRangesItsPlanDeclares) {
   int plans = 0;
   for (OpKind kind : kKinds)
@@ -88,7 +59,7 @@ TEST(NcclPlan, EveryStepStaysInsideTheRangesItsPlanDeclares) {
             const uint64_t size = element_bytes(type);
             for (const Phase& ph : plan->phases) {
               for (const Transfer& t : ph.transfers) {
-                const auto [send, recv] = reach(t, n, rank == call.peer);
+                const auto [send, recv] = transfer_reach(t, n, rank == call.peer);
                 if (t.send) expect_inside(*plan, *t.send, send, what + " transfer send");
                 if (t.recv) expect_inside(*plan, *t.recv, recv, what + " transfer recv");
               }
@@ -104,6 +75,21 @@ TEST(NcclPlan, EveryStepStaysInsideTheRangesItsPlanDeclares) {
             }
           }
   EXPECT_EQ(plans, 10 * 45 * 6 * 3);  // kinds, (n, rank) pairs, counts, types
+}
+
+TEST(NcclPlan, BytesAreAccountedToIrisdAndToTheLocalSteps) {
+  // All-reduce of 10 int32 on 4 ranks, rank 1: chunks 3, 3, 2, 2; irisd lands 4 blocks of its
+  // chunk (4 x 12 bytes) and the 3 other chunks (28 bytes); the reduction writes 12 bytes.
+  const auto all_reduce =
+      plan_operation(make_call(OpKind::kAllReduce, 10, ElementType::kInt32), 4, 1);
+  const PlanBytes ar = plan_bytes(*all_reduce, ElementType::kInt32, 4, false);
+  EXPECT_EQ(ar.by_irisd, 4u * 12 + 28);
+  EXPECT_EQ(ar.local, 12u);
+  // An all-gather moves everything through irisd and nothing locally.
+  const auto gather = plan_operation(make_call(OpKind::kAllGather, 10, ElementType::kInt8), 3, 0);
+  const PlanBytes ag = plan_bytes(*gather, ElementType::kInt8, 3, false);
+  EXPECT_EQ(ag.by_irisd, 30u);
+  EXPECT_EQ(ag.local, 0u);
 }
 
 TEST(NcclPlan, SizesThatOverflowAreRefused) {

@@ -71,7 +71,8 @@ with tempfile.NamedTemporaryFile() as store:
             form = "async_op=True" if async_op else "blocking"
             timed(f"torch.distributed backend irisd, all_gather_into_tensor, {form}",
                   lambda: dist.all_gather_into_tensor(v, u, async_op=async_op), stream)
-            timed(f"torch.distributed backend nccl (baseline), all_gather_into_tensor, {form}",
+            timed(f"torch.distributed backend nccl {torch.cuda.nccl.version()} (baseline), "
+                  f"all_gather_into_tensor, {form}",
                   lambda: dist.all_gather_into_tensor(v, u, group=nccl, async_op=async_op),
                   stream)
             if fake is not None:

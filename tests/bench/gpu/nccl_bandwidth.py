@@ -1,0 +1,65 @@
+"""Bandwidth through NCCL's API on irisd against irisd's own torch backend, in one job: ranks
+sharing the one GPU, the default group PyTorch's "nccl" backend (irisd's libnccl.so.2 preloaded),
+a second group "cpu:gloo,cuda:irisd" over the same ranks; all_gather_into_tensor and all_reduce
+(SUM, float32) from 4 KiB to 256 MiB per rank, timed alternately, each the median of its
+iterations (between synchronizations). Prints a markdown table with the ratio (irisd backend
+time / NCCL API time: at least 0.98 means the NCCL API costs nothing).
+Needs IRIS_SOCKET, PYTHONPATH/IRIS_LIBRARY, LD_PRELOAD naming irisd's libnccl.so.2.
+    python3 tests/bench/gpu/nccl_bandwidth.py [--ranks 2]"""
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python" / "gpu"))
+import ranks  # noqa: E402
+
+
+def bench(rank, nranks, sizes):
+    import torch
+    import torch.distributed as dist
+
+    assert tuple(torch.cuda.nccl.version()[:3]) == (2, 28, 0), "preload irisd's libnccl.so.2"
+    iris_group = dist.new_group(list(range(nranks)), backend="cpu:gloo,cuda:irisd")
+    rows = []
+    for size in sizes:
+        n = size // 4
+        x = torch.ones(n, device="cuda")
+        out = torch.empty(n * nranks, device="cuda")
+        iters = max(3, min(50, (64 << 20) // size))
+        times = {}
+        for op in ("all_gather", "all_reduce"):
+            for name, group in (("nccl", None), ("irisd", iris_group)):
+                samples = []
+                for _ in range(iters + 1):
+                    dist.barrier(group=group)
+                    torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    if op == "all_gather":
+                        dist.all_gather_into_tensor(out, x, group=group)
+                    else:
+                        dist.all_reduce(x, group=group)
+                    torch.cuda.synchronize()
+                    samples.append(time.perf_counter() - t0)
+                times[(op, name)] = statistics.median(samples[1:])
+        rows.append((size, times))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=2)
+    args = parser.parse_args()
+    sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
+    rows = ranks.run(bench, args.ranks, (sizes,), backend="nccl")[0]
+    print("| bytes per rank | op | NCCL API on irisd (us) | irisd torch backend (us) | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    for size, times in rows:
+        for op in ("all_gather", "all_reduce"):
+            a, b = times[(op, "nccl")], times[(op, "irisd")]
+            print(f"| {size} | {op} | {1e6 * a:.1f} | {1e6 * b:.1f} | {b / a:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
