@@ -123,6 +123,11 @@ struct RankMemory {
   }
 };
 
+// memcpy that copies nothing without touching its pointers (an empty area has none).
+void copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 void run_transfer(std::vector<RankMemory>& mem, const std::vector<const Transfer*>& t,
                   uint32_t root) {
   const uint32_t n = static_cast<uint32_t>(mem.size());
@@ -133,25 +138,23 @@ void run_transfer(std::vector<RankMemory>& mem, const std::vector<const Transfer
       const Transfer& d = *t[dst];
       switch (s.move) {
         case Move::kAllGather:
-          std::memcpy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send), b);
+          copy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send), b);
           break;
         case Move::kAllToAll:
-          std::memcpy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send) + dst * b, b);
+          copy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send) + dst * b, b);
           break;
         case Move::kAllToAllV:
           ASSERT_EQ(s.v[0][dst], d.v[2][src]) << "what " << src << " sends " << dst;
-          std::memcpy(mem[dst].at(*d.recv) + d.v[3][src], mem[src].at(*s.send) + s.v[1][dst],
-                      s.v[0][dst]);
+          copy(mem[dst].at(*d.recv) + d.v[3][src], mem[src].at(*s.send) + s.v[1][dst], s.v[0][dst]);
           break;
         case Move::kGather:
-          if (dst == root) std::memcpy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send), b);
+          if (dst == root) copy(mem[dst].at(*d.recv) + src * b, mem[src].at(*s.send), b);
           break;
         case Move::kBroadcast:
-          if (src == root && dst != root)
-            std::memcpy(mem[dst].at(*d.recv), mem[src].at(*s.recv), b);
+          if (src == root && dst != root) copy(mem[dst].at(*d.recv), mem[src].at(*s.recv), b);
           break;
         case Move::kScatter:
-          if (src == root) std::memcpy(mem[dst].at(*d.recv), mem[src].at(*s.send) + dst * b, b);
+          if (src == root) copy(mem[dst].at(*d.recv), mem[src].at(*s.send) + dst * b, b);
           break;
         default:
           break;
@@ -175,13 +178,13 @@ std::vector<std::vector<int32_t>> simulate(OpKind kind, uint32_t n, uint64_t cou
     mem[r].scratch.resize(plans[r].scratch_bytes + 8);
     for (uint64_t i = 0; i < plans[r].send_bytes / 4; ++i) {
       const int32_t v = static_cast<int32_t>(r * 1000 + i);
-      std::memcpy(mem[r].send.data() + i * 4, &v, 4);
+      copy(mem[r].send.data() + i * 4, &v, 4);
     }
   }
   for (std::size_t p = 0; p < plans[0].phases.size(); ++p) {
     for (uint32_t r = 0; r < n; ++r)
       for (const LocalStep& s : plans[r].phases[p].before)
-        std::memmove(mem[r].at(s.to), mem[r].at(s.from), s.bytes);
+        if (s.bytes > 0) std::memmove(mem[r].at(s.to), mem[r].at(s.from), s.bytes);
     for (std::size_t k = 0; k < plans[0].phases[p].transfers.size(); ++k) {
       std::vector<const Transfer*> t;
       for (uint32_t r = 0; r < n; ++r) t.push_back(&plans[r].phases[p].transfers[k]);
@@ -195,7 +198,7 @@ std::vector<std::vector<int32_t>> simulate(OpKind kind, uint32_t n, uint64_t cou
   std::vector<std::vector<int32_t>> out(n);
   for (uint32_t r = 0; r < n; ++r) {
     out[r].resize(mem[r].recv.size() / 4);
-    std::memcpy(out[r].data(), mem[r].recv.data(), mem[r].recv.size());
+    copy(out[r].data(), mem[r].recv.data(), mem[r].recv.size());
   }
   return out;
 }
