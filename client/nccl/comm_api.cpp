@@ -93,6 +93,8 @@ ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options&
       join(*raw);
     } catch (const iris::Error& e) {
       raw->fail(iris::nccl::result_of(e.code()), std::string("ncclCommInitRank: ") + e.what());
+    } catch (const std::exception& e) {
+      raw->fail(ncclInternalError, std::string("ncclCommInitRank: ") + e.what());
     }
   });
   return raw;

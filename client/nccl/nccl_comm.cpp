@@ -30,7 +30,6 @@ void ncclComm::fail(ncclResult_t result, const std::string& message) {
 }
 
 ncclResult_t ncclComm::poll() {
-  std::vector<iris::Request> failed_ones;
   {
     std::lock_guard lock(mutex);
     auto keep = in_flight.begin();

@@ -66,6 +66,18 @@ void use_device(int device) {
   check(cu.cuCtxSetCurrent(primary), "cuCtxSetCurrent");
 }
 
+// Allocating and loading modules are refused while the thread's stream captures a graph in the
+// global mode PyTorch uses; the first operation on a stream may come during a capture, so those
+// calls run in the relaxed mode (what they do is not part of the graph).
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { driver().cuThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { driver().cuThreadExchangeStreamCaptureMode(&mode_); }
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 // The reduction kernels, loaded once per context (by element type).
 CUfunction reduce_kernel(ElementType type) {
 #ifdef IRIS_NCCL_HAVE_KERNELS
@@ -77,6 +89,7 @@ CUfunction reduce_kernel(ElementType type) {
   std::lock_guard lock(mutex);
   auto& kernels = loaded[context];
   if (kernels.empty()) {
+    RelaxedCapture relaxed;
     CUmodule module = nullptr;
     check(cu.cuModuleLoadData(&module, iris_nccl_reduce_fatbin),
           "loading the reduction kernels (cuModuleLoadData)");
@@ -116,6 +129,7 @@ struct GpuScratch {
     if (areas.empty() || areas.back().bytes < bytes) {
       const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 64 << 10));
       CUdeviceptr ptr = 0;
+      RelaxedCapture relaxed;
       check(driver().cuMemAlloc(&ptr, size), "cuMemAlloc of scratch memory");
       areas.push_back({ptr, size});
     }
