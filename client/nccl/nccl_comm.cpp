@@ -30,6 +30,14 @@ void ncclComm::fail(ncclResult_t result, const std::string& message) {
 }
 
 ncclResult_t ncclComm::poll() {
+  if (ready.load()) {
+    try {
+      lane->client.check_graphs();  // the failure of a replay of a captured operation
+    } catch (const iris::Error& e) {
+      fail(iris::nccl::result_of(e.code()),
+           std::string("a CUDA graph's replay of an operation failed: ") + e.what());
+    }
+  }
   {
     std::lock_guard lock(mutex);
     auto keep = in_flight.begin();

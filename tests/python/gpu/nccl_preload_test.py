@@ -1,7 +1,7 @@
 """PyTorch's own "nccl" backend on irisd, on the GPU host: irisd's libnccl.so.2 preloaded
 (LD_PRELOAD) in front of the NCCL that torch loads, ranks sharing the one GPU, the training
-scripts unchanged. Checks that the library answers (torch.cuda.nccl.version() is irisd's 2.28.0,
-the real one says 2.28.9), then, each against a reference computed here:
+scripts unchanged. Checks that the library answers (ncclGetVersion as the process resolves it is irisd's 22800,
+the real one's is 22809), then, each against a reference computed here:
   ops       every torch.distributed collective and point-to-point op, several dtypes and
             reductions, on 2 and 3 ranks (8 with --ranks 8)
   fsdp      FSDP2 (fully_shard) against one process training the same model
@@ -20,14 +20,18 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import ranks  # noqa: E402
 
-IRISD_NCCL = (2, 28, 0)
+IRISD_NCCL = 22800  # ncclGetVersion of irisd's library (the real one on the GPU host: 22809)
 
 
 def check_library():
-    import torch
+    """The process resolves NCCL's symbols to irisd's library (torch.cuda.nccl.version() gives the
+    version torch was built against, not the one it runs on)."""
+    import ctypes
 
-    got = torch.cuda.nccl.version()
-    assert tuple(got[:3]) == IRISD_NCCL, f"torch calls NCCL {got}, not irisd's library: preload it"
+    version = ctypes.c_int()
+    ctypes.CDLL(None).ncclGetVersion(ctypes.byref(version))
+    assert version.value == IRISD_NCCL, \
+        f"NCCL's symbols resolve to version {version.value}, not irisd's library: preload it"
 
 
 def ops_main(rank, nranks, seed):
@@ -306,7 +310,7 @@ def main():
         report.append(f"CUDA graph with NCCL calls, 2 ranks: {n} replays checked")
     if "strict" in parts:
         os.environ["IRISD_NCCL_STRICT"] = "1"
-        why = ranks.run(strict_main, 2, (), backend="nccl")[0]
+        why = ranks.run(strict_main, 2, (), backend="nccl", barrier=False)[0]
         del os.environ["IRISD_NCCL_STRICT"]
         report.append(f"IRISD_NCCL_STRICT=1: all-gather ran, all-reduce refused: {why}")
     if "compile" in parts:

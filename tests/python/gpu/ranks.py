@@ -9,7 +9,7 @@ import tempfile
 import traceback
 
 
-def _child(fn, rank, nranks, store_path, args, queue, backend):
+def _child(fn, rank, nranks, store_path, args, queue, backend, barrier):
     faulthandler.enable()  # a crash in native code still says where
     try:
         import torch
@@ -21,22 +21,25 @@ def _child(fn, rank, nranks, store_path, args, queue, backend):
         dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
                                 world_size=nranks)
         result = fn(rank, nranks, *args)
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
         queue.put((rank, "ok", result))
     except BaseException:  # reported to the parent, which fails the test
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def run(fn, nranks=2, args=(), timeout=600, backend="cpu:gloo,cuda:irisd"):
-    """fn(rank, nranks, *args) in each rank; returns the results by rank, or exits with the
-    failures printed."""
+def run(fn, nranks=2, args=(), timeout=600, backend="cpu:gloo,cuda:irisd", barrier=True):
+    """fn(rank, nranks, *args) in each rank, then a barrier unless `barrier` is False (a rank
+    whose group can no longer run one); returns the results by rank, or exits with the failures
+    printed."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     store = tempfile.NamedTemporaryFile(prefix="iris-ranks-", delete=False)
     store.close()
     os.unlink(store.name)
-    procs = [ctx.Process(target=_child, args=(fn, r, nranks, store.name, args, queue, backend))
+    procs = [ctx.Process(target=_child,
+                         args=(fn, r, nranks, store.name, args, queue, backend, barrier))
              for r in range(nranks)]
     for p in procs:
         p.start()
