@@ -3,12 +3,16 @@
 // memory, and each communicator's GPU scratch memory. Builds without cuda.h answer "no GPU".
 #pragma once
 
+#include <string>
+
 #include "client/nccl/nccl_comm.hpp"
 
 namespace iris::nccl {
 
 // The device of the calling thread's current CUDA context (0 without a GPU or a context).
 int current_device();
+// The PCI bus id of CUDA device `device` ("" without a GPU).
+std::string device_bus_id(int device);
 // True for device memory of this process (false without a GPU).
 bool is_device_memory(const void* ptr);
 // Frees the communicator's GPU scratch memory once the GPU is done with it.

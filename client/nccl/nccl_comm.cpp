@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 
 #include "client/nccl/nccl_errors.hpp"
 
@@ -79,6 +80,33 @@ void ncclComm::check_usable(const char* function) {
   if (async_error != ncclSuccess)
     throw iris::nccl::NcclError(async_error, "the communicator failed earlier (" + async_message +
                                                  "); abort it and make a new one");
+}
+
+namespace {
+constexpr std::size_t kBusIdBytes = 32;
+}
+
+void ncclComm::start_gpu_exchange(const std::string& bus_id) {
+  gpu_table = lane->client.allocate(kBusIdBytes * nranks);
+  char* mine = gpu_table.as<char>() + kBusIdBytes * rank;
+  std::memset(mine, 0, kBusIdBytes);
+  std::memcpy(mine, bus_id.data(), std::min(bus_id.size(), kBusIdBytes - 1));
+  gpu_exchange = comm.all_gather(mine, gpu_table.data(), kBusIdBytes);
+}
+
+bool ncclComm::shares_a_gpu() {
+  if (shares_gpu) return *shares_gpu;
+  bool shared = false;
+  if (gpu_exchange.valid()) {
+    gpu_exchange.wait();
+    const char* table = gpu_table.as<char>();
+    const char* mine = table + kBusIdBytes * rank;
+    for (uint32_t r = 0; r < nranks; ++r)
+      if (r != rank && mine[0] != 0 && std::memcmp(table + kBusIdBytes * r, mine, kBusIdBytes) == 0)
+        shared = true;
+  }
+  shares_gpu = shared;
+  return shared;
 }
 
 void ncclComm::count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu) {

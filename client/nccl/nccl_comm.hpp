@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,13 @@ struct ncclComm {
   std::thread init_thread;
   std::atomic<bool> ready{false};
 
+  // Which GPU each rank uses, gathered through irisd by an all-gather that init submits and the
+  // first operation on a stream waits for (a thread that initializes several ranks cannot wait in
+  // init): ranks that share a GPU wait on the host (IRISD_NCCL_SHARED_GPU).
+  iris::Buffer gpu_table;
+  iris::Request gpu_exchange;
+  std::optional<bool> shares_gpu;
+
   iris::nccl::HostScratch host_scratch;
   std::shared_ptr<iris::nccl::GpuScratch> gpu;  // made by the first operation on a stream
   uint64_t children = 0;                        // communicators split or shrunk from this one
@@ -91,6 +99,10 @@ struct ncclComm {
   // prints it when the communicator ends).
   void count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu);
   std::string tally_report() const;
+  // Submits the exchange of the ranks' GPUs (PCI bus ids; empty without one).
+  void start_gpu_exchange(const std::string& bus_id);
+  // Whether another rank uses this rank's GPU; waits for the exchange the first time.
+  bool shares_a_gpu();
   // Throws the communicator's error when it has one, or ncclInvalidUsage while it initializes.
   void check_usable(const char* function);
 };

@@ -5,10 +5,19 @@
 // waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
 // work on the legacy stream itself.
 //
+// Ranks that share a GPU (several processes on one device) wait on the host instead, unless
+// IRISD_NCCL_SHARED_GPU=stream: their contexts time-slice the GPU, so irisd's copies within it
+// (SM work in irisd's context) and the ranks' stream waits cost a context switch each (~280 us
+// on the H200); waiting on the host costs none. Then the stream is synchronized before irisd is
+// called (and again after a local kernel whose output a later phase sends), irisd's calls are
+// waited for on the host, and the reduction kernels still go on the stream. A stream capturing a
+// CUDA graph is always ordered on the stream.
+//
 // Scratch memory is the communicator's, one area per stream: operations on one stream run in
 // order, so they may share it, and it never shrinks or moves, so CUDA graphs that captured an
 // operation keep a valid address for as long as the communicator lives.
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -148,13 +157,32 @@ GpuScratch& scratch_of(ncclComm& comm) {
   return *comm.gpu;
 }
 
+bool shared_gpu_waits_on_host() {
+  static const bool host = [] {
+    const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
+    return v == nullptr || std::strcmp(v, "stream") != 0;
+  }();
+  return host;
+}
+
+bool capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 class StreamOp final : public RunningOp {
  public:
   explicit StreamOp(QueuedOp& op) : op_(op), cu_(driver()) {
     use_device(op.comm->device);
     GpuScratch& scratch = scratch_of(*op.comm);
     stream_ = reinterpret_cast<CUstream>(op.stream);
-    if (stream_ == nullptr) bridge_from_legacy(scratch);
+    if (stream_ == nullptr) {
+      bridge_from_legacy(scratch);
+    } else if (shared_gpu_waits_on_host() && op.comm->shares_a_gpu() && !capturing(stream_)) {
+      host_waits_ = true;
+      gpu_dirty_ = true;  // what the stream holds before the call produces the send data
+    }
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
     bases_.recv = static_cast<char*>(op.call.recv);
     bases_.scratch = scratch.reserve(stream_, std::max<uint64_t>(op.plan.scratch_bytes, 1));
@@ -166,6 +194,7 @@ class StreamOp final : public RunningOp {
   }
 
   void local(const LocalStep& s) override {
+    gpu_dirty_ = true;
     if (s.kind == LocalStep::Kind::kCopy) {
       check(cu_.cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(bases_.at(s.to)),
                               reinterpret_cast<CUdeviceptr>(bases_.at(s.from)), s.bytes, stream_),
@@ -188,7 +217,20 @@ class StreamOp final : public RunningOp {
           "launching the reduction kernel");
   }
 
+  ~StreamOp() override {
+    for (Request& r : requests_) try {
+        r.wait();
+      } catch (const Error&) {
+      }
+  }
+
   void submit(const Transfer& t) override {
+    if (host_waits_) {
+      if (gpu_dirty_) check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+      gpu_dirty_ = false;
+      requests_.push_back(submit_transfer(op_.comm->comm, t, bases_, Stream{}));
+      return;
+    }
     Request request =
         submit_transfer(op_.comm->comm, t, bases_, Stream(reinterpret_cast<CUstream_st*>(stream_)));
     // A collective captured into a CUDA graph has no request: the graph waits for it, and its
@@ -196,7 +238,11 @@ class StreamOp final : public RunningOp {
     if (request.valid()) op_.comm->watch(std::move(request));
   }
 
-  void settle() override {}
+  void settle() override {
+    std::vector<Request> requests;
+    requests.swap(requests_);
+    wait_all(requests);
+  }
 
   void finish() override {
     if (!bridged_) return;
@@ -225,6 +271,9 @@ class StreamOp final : public RunningOp {
   const cuda::Driver& cu_;
   CUstream stream_ = nullptr;
   bool bridged_ = false;
+  bool host_waits_ = false;
+  bool gpu_dirty_ = false;         // work on the stream that irisd's next copies must not pass
+  std::vector<Request> requests_;  // host waits: this round's
   AreaBases bases_;
 };
 
@@ -288,6 +337,16 @@ void free_device(void* ptr) {
   check(cu.cuMemFree(reinterpret_cast<CUdeviceptr>(ptr)), "cuMemFree");
 }
 
+std::string device_bus_id(int device) {
+  const cuda::Driver* cu = loaded_driver();
+  CUdevice dev = 0;
+  char id[32] = {};
+  if (cu == nullptr || cu->cuDeviceGet(&dev, device) != CUDA_SUCCESS ||
+      cu->cuDeviceGetPCIBusId(id, sizeof id - 1, dev) != CUDA_SUCCESS)
+    return "";
+  return id;
+}
+
 void read_device_scalar(const void* at, std::size_t bytes, void* out) {
   if (!is_device_memory(at)) {
     std::memcpy(out, at, bytes);
@@ -309,6 +368,7 @@ std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op) { return std::make_uniq
 struct GpuScratch {};
 
 int current_device() { return 0; }
+std::string device_bus_id(int) { return ""; }
 bool is_device_memory(const void*) { return false; }
 void release_gpu_scratch(ncclComm&) {}
 void* allocate_device(std::size_t) {

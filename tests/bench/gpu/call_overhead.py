@@ -30,12 +30,16 @@ CALLS, BYTES = 2000, 4096
 
 
 def nccl_version():
-    """ncclGetVersion as this process resolves it: irisd's libnccl.so.2 when preloaded (22800)."""
+    """Which NCCL torch calls: irisd's libnccl.so.2 when preloaded (its ncclGetVersion, 22800,
+    resolves globally), else the one torch loaded privately (torch's version of it)."""
     import ctypes
 
     version = ctypes.c_int()
-    ctypes.CDLL(None).ncclGetVersion(ctypes.byref(version))
-    return version.value
+    try:
+        ctypes.CDLL(None).ncclGetVersion(ctypes.byref(version))
+        return f"irisd {version.value}"
+    except AttributeError:
+        return "NCCL " + ".".join(map(str, torch.cuda.nccl.version()))
 
 
 def timed(label, call, stream):
