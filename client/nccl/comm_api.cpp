@@ -57,8 +57,8 @@ void check_ranks(int nranks, int rank) {
 
 void join(ncclComm& c) {
   c.comm = iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
-  // Every rank of a node sees the same engine, so all or none of them exchange.
-  if (c.lane->client.engine() != "host") c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
+  // Every rank, whatever its engine, so that every rank's first collective is the same.
+  c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
   iris::nccl::debug_print(
       DebugLevel::kInfo,
       "communicator " + c.key + " rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +

@@ -5,8 +5,9 @@
 // waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
 // work on the legacy stream itself.
 //
-// Ranks that share a GPU (several processes on one device) wait on the host instead, unless
-// IRISD_NCCL_SHARED_GPU=stream: their contexts time-slice the GPU, so irisd's copies within it
+// Ranks that share a GPU (several processes on one device) may wait on the host instead
+// (IRISD_NCCL_SHARED_GPU=host; the default stays "stream", the path that ran on the GPU host,
+// until this one has run there too): their contexts time-slice the GPU, so irisd's copies within it
 // (SM work in irisd's context) and the ranks' stream waits cost a context switch each (~280 us
 // on the H200); waiting on the host costs none. Then the stream is synchronized before irisd is
 // called (and again after a local kernel whose output a later phase sends), irisd's calls are
@@ -160,7 +161,7 @@ GpuScratch& scratch_of(ncclComm& comm) {
 bool shared_gpu_waits_on_host() {
   static const bool host = [] {
     const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
-    return v == nullptr || std::strcmp(v, "stream") != 0;
+    return v != nullptr && std::strcmp(v, "host") == 0;
   }();
   return host;
 }
