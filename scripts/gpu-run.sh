@@ -20,7 +20,7 @@ want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
-rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md"
+rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md" "$out/nccl_bandwidth.md"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export IRIS_BIN_DIR=$PWD/.gpu/bin
 # Never NVLink multicast (see the GPU host's rules).
@@ -141,7 +141,15 @@ if want nccl; then
     >"$out/nccl_call_overhead.txt" 2>&1
   "${ncclenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py \
     >>"$out/nccl_call_overhead.txt" 2>&1
-  "${ncclenv[@]}" timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py >"$out/nccl_bandwidth.md" 2>&1
+  # Ranks sharing the GPU waiting on the host: the same checks, and the bandwidth both ways.
+  "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=host timeout 300 python3 \
+    tests/python/gpu/nccl_preload_test.py --parts ops,fsdp,pipeline >>"$out/nccl.txt" 2>&1 ||
+    nccl_rc=1
+  for mode in stream host; do
+    echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_bandwidth.md"
+    "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 \
+      tests/bench/gpu/nccl_bandwidth.py >>"$out/nccl_bandwidth.md" 2>&1
+  done
 fi
 p2p_rc=skipped
 if want p2p; then
@@ -273,7 +281,8 @@ if want cpu; then
 fi
 if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want nccl; then
-  echo "-- PyTorch nccl backend on irisd's libnccl.so.2 (exit $nccl_rc)"; tail -12 "$out/nccl.txt"
+  echo "-- PyTorch nccl backend on irisd's libnccl.so.2 (exit $nccl_rc)"
+  grep -A12 "^PyTorch nccl backend" "$out/nccl.txt"
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
   cat "$out/nccl_bandwidth.md"
 fi
