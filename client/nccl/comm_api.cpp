@@ -12,6 +12,7 @@
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/unique_id.hpp"
 
+using iris::nccl::check_comm;
 using iris::nccl::DebugLevel;
 using iris::nccl::guarded;
 using iris::nccl::NcclError;
@@ -111,13 +112,21 @@ std::string key_of(const ncclUniqueId& id) {
   return *key;
 }
 
-void check_comm(const ncclComm* comm) {
-  if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
-}
-
 template <typename T>
 void check_out(const T* out, const char* name) {
   if (out == nullptr) throw NcclError(ncclInvalidArgument, std::string(name) + " is NULL");
+}
+
+// What ncclCommCount and its kind answer: `read` of the communicator, into *out.
+template <typename Read>
+ncclResult_t answer(const char* function, const ncclComm* comm, int* out, const char* name,
+                    Read read) {
+  return guarded(function, [&] {
+    check_comm(comm);
+    check_out(out, name);
+    *out = read(*comm);
+    return ncclSuccess;
+  });
 }
 
 // Ends the communicator's rank: waits for its init, leaves irisd's communicator (the other
@@ -348,30 +357,18 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  return guarded("ncclCommCount", [&] {
-    check_comm(comm);
-    check_out(count, "count");
-    *count = static_cast<int>(comm->nranks);
-    return ncclSuccess;
-  });
+  return answer("ncclCommCount", comm, count, "count",
+                [](const ncclComm& c) { return static_cast<int>(c.nranks); });
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  return guarded("ncclCommCuDevice", [&] {
-    check_comm(comm);
-    check_out(device, "device");
-    *device = comm->device;
-    return ncclSuccess;
-  });
+  return answer("ncclCommCuDevice", comm, device, "device",
+                [](const ncclComm& c) { return c.device; });
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  return guarded("ncclCommUserRank", [&] {
-    check_comm(comm);
-    check_out(rank, "rank");
-    *rank = static_cast<int>(comm->rank);
-    return ncclSuccess;
-  });
+  return answer("ncclCommUserRank", comm, rank, "rank",
+                [](const ncclComm& c) { return static_cast<int>(c.rank); });
 }
 
 }  // extern "C"

@@ -28,12 +28,12 @@ class HostOp final : public RunningOp {
     at += aligned(plan.scratch_bytes);
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
     bases_.recv = static_cast<char*>(op.call.recv);
-    if (plan.send_bytes > 0 && !visible(*op.comm, op.call.send, plan.send_bytes)) {
+    if (op.stage_send) {
       std::memcpy(at, op.call.send, plan.send_bytes);
       bases_.send = at;
       at += aligned(plan.send_bytes);
     }
-    if (plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes)) {
+    if (op.stage_recv) {
       std::memcpy(at, op.call.recv, plan.recv_bytes);  // in place, and bytes left alone
       bases_.recv = at;
       staged_recv_ = true;
@@ -82,11 +82,17 @@ class HostOp final : public RunningOp {
 std::size_t host_scratch_bytes(const QueuedOp& op) {
   const OpPlan& plan = op.plan;
   std::size_t bytes = aligned(plan.scratch_bytes);
-  if (plan.send_bytes > 0 && !visible(*op.comm, op.call.send, plan.send_bytes))
-    bytes += aligned(plan.send_bytes);
-  if (plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes))
-    bytes += aligned(plan.recv_bytes);
+  if (op.stage_send) bytes += aligned(plan.send_bytes);
+  if (op.stage_recv) bytes += aligned(plan.recv_bytes);
   return bytes;
+}
+
+void decide_where(QueuedOp& op) {
+  op.on_stream = runs_on_stream(op);
+  if (op.on_stream) return;
+  const OpPlan& plan = op.plan;
+  op.stage_send = plan.send_bytes > 0 && !visible(*op.comm, op.call.send, plan.send_bytes);
+  op.stage_recv = plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes);
 }
 
 std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch) {

@@ -8,6 +8,7 @@
 #include "client/nccl/gpu_context.hpp"
 #include "client/nccl/nccl_errors.hpp"
 
+using iris::nccl::check_comm;
 using iris::nccl::guarded;
 using iris::nccl::NcclError;
 
@@ -19,10 +20,6 @@ struct Registration {
   void* ptr;
   size_t size;
 };
-
-void check_comm(const ncclComm* comm) {
-  if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
-}
 
 }  // namespace
 

@@ -9,6 +9,10 @@
 
 namespace iris::nccl {
 
+void check_comm(const ncclComm* comm) {
+  if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
+}
+
 char* HostScratch::reserve(Client& client, std::size_t bytes) {
   constexpr std::size_t kSmallest = 64 << 10;
   bytes = std::max(bytes, kSmallest);

@@ -54,6 +54,12 @@ struct CustomReduction {
 
 }  // namespace iris::nccl
 
+struct ncclComm;
+namespace iris::nccl {
+// Throws ncclInvalidArgument for a NULL communicator.
+void check_comm(const ncclComm* comm);
+}  // namespace iris::nccl
+
 struct ncclComm {
   std::string key;
   uint32_t rank = 0;

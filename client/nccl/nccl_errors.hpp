@@ -5,7 +5,6 @@
 // unchanged, prefixed with the entry point.
 #pragma once
 
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 

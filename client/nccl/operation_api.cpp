@@ -72,7 +72,7 @@ void check_peer(const ncclComm& comm, int peer, const char* what) {
 // Checks, plans and runs (or queues, in a group) one operation.
 ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, size_t count,
                      ncclDataType_t datatype, ncclRedOp_t op, int peer, cudaStream_t stream) {
-  if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
+  iris::nccl::check_comm(comm);
   comm->check_usable(iris::nccl::op_name(kind));
   OpCall call;
   call.kind = kind;
@@ -99,14 +99,15 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
                     std::string(iris::nccl::op_name(kind)) + ": recvbuff is NULL");
   if (plan->phases.empty()) return ncclSuccess;
   iris::nccl::QueuedOp queued{comm, call, std::move(*plan), stream};
+  iris::nccl::decide_where(queued);
   // A device-resident scalar is read when the host reduces; the GPU kernel reads it itself.
-  if (call.reduction.scalar_at != nullptr && !iris::nccl::runs_on_stream(queued)) {
+  if (call.reduction.scalar_at != nullptr && !queued.on_stream) {
     const std::size_t bytes = iris::nccl::element_bytes(call.type);
     iris::nccl::read_device_scalar(call.reduction.scalar_at, bytes,
                                    &queued.call.reduction.scalar_bits);
     queued.call.reduction.scalar_at = nullptr;
   }
-  const bool on_gpu = iris::nccl::runs_on_stream(queued);
+  const bool on_gpu = queued.on_stream;
   const auto bytes =
       iris::nccl::plan_bytes(queued.plan, call.type, comm->nranks, comm->rank == call.peer);
   if (on_gpu && bytes.local > 0 && strict())
@@ -255,7 +256,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guarded("ncclRedOpDestroy", [&] {
-    if (comm == nullptr) throw NcclError(ncclInvalidArgument, "comm is NULL");
+    iris::nccl::check_comm(comm);
     if (comm->custom_ops.erase(static_cast<int>(op)) == 0)
       throw NcclError(ncclInvalidArgument,
                       "reduction " + std::to_string(static_cast<int>(op)) +

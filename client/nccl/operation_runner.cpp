@@ -64,7 +64,7 @@ void place_host_scratch(std::vector<QueuedOp>& ops, std::vector<Running>& runnin
   std::map<ncclComm*, std::size_t> total;
   std::vector<std::size_t> offset(ops.size());
   for (std::size_t i = 0; i < ops.size(); ++i)
-    if (!runs_on_stream(ops[i])) {
+    if (!ops[i].on_stream) {
       offset[i] = total[ops[i].comm];
       total[ops[i].comm] += host_scratch_bytes(ops[i]);
     }
@@ -74,9 +74,8 @@ void place_host_scratch(std::vector<QueuedOp>& ops, std::vector<Running>& runnin
   for (std::size_t i = 0; i < ops.size(); ++i) {
     running[i].op = &ops[i];
     step(running[i], [&] {
-      running[i].run = runs_on_stream(ops[i])
-                           ? start_on_stream(ops[i])
-                           : start_on_host(ops[i], base[ops[i].comm] + offset[i]);
+      running[i].run = ops[i].on_stream ? start_on_stream(ops[i])
+                                        : start_on_host(ops[i], base[ops[i].comm] + offset[i]);
     });
   }
 }
@@ -105,7 +104,7 @@ void run_operations(std::vector<QueuedOp>& ops) {
       group_end();
     } catch (...) {
       for (Running& r : running)
-        if (has(r) && runs_on_stream(*r.op)) r.failure = std::current_exception();
+        if (has(r) && r.op->on_stream) r.failure = std::current_exception();
     }
     for (Running& r : running)
       if (has(r)) step(r, [&] { r.run->settle(); });

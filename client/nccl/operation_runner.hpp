@@ -19,11 +19,17 @@
 
 namespace iris::nccl {
 
+// An operation as the API checked and planned it, with where it runs, decided once when it was
+// called: on its GPU stream or on the host, and for the host which of its buffers go through
+// scratch memory because irisd cannot see them.
 struct QueuedOp {
   ncclComm* comm;
   OpCall call;
   OpPlan plan;
   cudaStream_t stream;
+  bool on_stream = false;
+  bool stage_send = false;
+  bool stage_recv = false;
 };
 
 // One operation as it runs; the runner calls these in round order.
@@ -54,6 +60,8 @@ std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch);
 std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op);
 // The host scratch bytes an operation on the host needs (what it gathers, staged copies).
 std::size_t host_scratch_bytes(const QueuedOp& op);
+// Where `op` runs: sets on_stream, and for the host which buffers are staged.
+void decide_where(QueuedOp& op);
 // True when `op` runs on its GPU stream, false when on the host.
 bool runs_on_stream(const QueuedOp& op);
 

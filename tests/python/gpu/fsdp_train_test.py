@@ -66,11 +66,19 @@ def train_step(model, optimizer, tokens):
     return loss.item()
 
 
+def shard(model, mesh):
+    """FSDP2 over `mesh`: each transformer layer a unit, then the whole model."""
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
 def rank_main(rank, nranks, steps, pool):
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
 
     import irisd.fsdp
 
@@ -78,9 +86,7 @@ def rank_main(rank, nranks, steps, pool):
     torch.backends.cudnn.allow_tf32 = False
     mesh = DeviceMesh.from_group(dist.group.WORLD, "cuda")
     model = build_model()
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    shard(model, mesh)
     modules = irisd.fsdp.use_iris(model, torch.cuda.MemPool() if pool == "torch-pool" else None)
     gathers = irisd.fsdp.IrisAllGather.calls
     scatters = irisd.fsdp.IrisReduceScatter.calls

@@ -147,61 +147,47 @@ def ops_main(rank, nranks, seed):
     return checks
 
 
-def fsdp_main(rank, nranks, steps):
+def train_sharded(rank, nranks, steps, mesh_of):
+    """FSDP2 over the mesh `mesh_of()` makes, each rank training on its share of every step's
+    batch; returns (losses, one process's losses, the largest parameter difference from one
+    process trained on the whole batches)."""
     import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
-    from torch.distributed.fsdp import fully_shard
 
-    from fsdp_train_test import batches, build_model, reference, train_step, BATCH
+    from fsdp_train_test import batches, build_model, reference, shard, train_step, BATCH
 
     check_library()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     ref_losses, ref_params = reference(steps)
-    mesh = DeviceMesh.from_group(dist.group.WORLD, "cuda")
     model = build_model()
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    shard(model, mesh_of())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = batches(steps)
-    losses = []
-    for step in range(steps):
-        mine = data[step, rank * BATCH:(rank + 1) * BATCH].cuda()
-        losses.append(train_step(model, optimizer, mine))
-    worst = 0.0
-    for name, p in model.named_parameters():
-        full = p.full_tensor().detach().cpu()
-        worst = max(worst, float((full - ref_params[name]).abs().max()))
+    per = 2 * BATCH // nranks
+    losses = [train_step(model, optimizer, data[step, rank * per:(rank + 1) * per].cuda())
+              for step in range(steps)]
+    worst = max(float((p.full_tensor().detach().cpu() - ref_params[name]).abs().max())
+                for name, p in model.named_parameters())
+    return losses, ref_losses, worst
+
+
+def fsdp_main(rank, nranks, steps):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    losses, ref_losses, worst = train_sharded(
+        rank, nranks, steps, lambda: DeviceMesh.from_group(dist.group.WORLD, "cuda"))
     assert worst < 1e-3, f"FSDP2 parameters differ from one process's by {worst}"
     return {"worst": worst, "loss0": losses[0], "loss_last": losses[-1],
             "ref_last": ref_losses[-1]}
 
 
 def hsdp_main(rank, nranks, steps):
-    import torch
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    from fsdp_train_test import batches, build_model, reference, train_step, BATCH
-
-    check_library()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    _, ref_params = reference(steps)
-    mesh = init_device_mesh("cuda", (2, nranks // 2), mesh_dim_names=("replicate", "shard"))
-    model = build_model()
-    for layer in model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    data = batches(steps)
-    per = 2 * BATCH // nranks
-    for step in range(steps):
-        train_step(model, optimizer, data[step, rank * per:(rank + 1) * per].cuda())
-    worst = max(float((p.full_tensor().detach().cpu() - ref_params[name]).abs().max())
-                for name, p in model.named_parameters())
+    _, _, worst = train_sharded(
+        rank, nranks, steps,
+        lambda: init_device_mesh("cuda", (2, nranks // 2), mesh_dim_names=("replicate", "shard")))
     assert worst < 1e-3, f"HSDP parameters differ from one process's by {worst}"
     return worst
 
