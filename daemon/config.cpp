@@ -160,6 +160,17 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
   app.add_option("--metrics-address", c.metrics_address,
                  "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9478; "
                  "port 0 picks a free one); off when empty");
+  app.add_option("--meeting-address", c.meeting_address,
+                 "where ranks of jobs across nodes meet (NCCL's ncclUniqueId carries it): "
+                 "HOST:PORT on the address other nodes reach this one at (port 0 picks a free "
+                 "one); off when empty")
+      ->check([](const std::string& v) -> std::string {
+        const std::string host = v.substr(0, v.rfind(':'));
+        if (v.find(':') == std::string::npos || host.empty() || host == "0.0.0.0" ||
+            host == "[::]" || host == "::")
+          return "'" + v + "' is not HOST:PORT with an address other nodes can reach";
+        return "";
+      });
   app.add_option("--spin-us", c.spin_us, "progress loop spins this long idle before sleeping")
       ->check(CLI::Range(0u, 1'000'000u))
       ->capture_default_str();

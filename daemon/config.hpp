@@ -73,6 +73,9 @@ struct Config {
   std::string log_format = "text";  // text | json
   // Prometheus /metrics on HOST:PORT (port 0: any free one, iris-ctl status shows it); empty: off.
   std::string metrics_address;
+  // The meeting point for jobs across nodes on HOST:PORT (port 0: any free one; once started,
+  // the bound address); empty: off. See front/meeting_point.hpp.
+  std::string meeting_address;
   uint32_t spin_us = 1000;  // progress loop: polling this long with no work before it sleeps
 
   // The attach socket (plain, SO_PEERCRED) lives beside the gRPC one.

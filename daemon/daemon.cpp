@@ -27,11 +27,13 @@
 
 #include "daemon/front/attach_listener.hpp"
 #include "daemon/front/control_service.hpp"
+#include "daemon/front/meeting_point.hpp"
 #include "daemon/operations/health.hpp"
 #include "daemon/operations/metrics_server.hpp"
 #include "daemon/operations/prometheus_collector.hpp"
 #include "daemon/operations/systemd_notifier.hpp"
 #include "daemon/runtime.hpp"
+#include "daemon/tcp_listen.hpp"
 #include "iris/shared/version.hpp"
 
 namespace iris::daemon {
@@ -75,6 +77,7 @@ struct Daemon::Parts {
   std::unique_ptr<StatusLine> status_line;
   std::shared_ptr<PrometheusCollector> collector;
   std::unique_ptr<MetricsServer> metrics;
+  std::unique_ptr<MeetingPoint> meeting;
   std::string metrics_address;  // bound: HOST:PORT
   std::thread health_watch;
   std::mutex health_mutex;
@@ -116,6 +119,12 @@ void Daemon::start() {
   for (const std::string& path : {config_.socket_path, config_.attach_socket_path()})
     if (::unlink(path.c_str()) == 0) spdlog::info("removed stale socket {}", path);
 
+  if (!config_.meeting_address.empty()) {
+    p.meeting = std::make_unique<MeetingPoint>(
+        config_.meeting_address, std::chrono::milliseconds(config_.limits.handshake_timeout_ms));
+    config_.meeting_address = p.meeting->address();  // the bound port, for clients and status
+    spdlog::info("meeting point: {}", config_.meeting_address);
+  }
   p.engine = make_engine(config_.engine);
   spdlog::info("engine: {} ({})", p.engine->description().name, p.engine->description().reason);
   p.loop = std::make_unique<ProgressLoop>(std::chrono::microseconds(config_.spin_us));
@@ -196,8 +205,7 @@ void Daemon::start_metrics() {
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string(e.what()) + " (is the port taken? set metrics-address)");
   }
-  const std::string host = config_.metrics_address.substr(0, config_.metrics_address.rfind(':'));
-  p.metrics_address = host + ":" + std::to_string(p.metrics->port());
+  p.metrics_address = with_port(config_.metrics_address, p.metrics->port());
   spdlog::info("metrics: http://{}/metrics", p.metrics_address);
 }
 
@@ -240,6 +248,7 @@ void Daemon::shutdown() {
     p.health_watch.join();
   }
   p.metrics.reset();
+  p.meeting.reset();
   if (p.listener) p.listener->stop();
   if (p.runtime && p.loop) {
     try {

@@ -12,7 +12,8 @@ constexpr uint64_t kMaxClientHeldMs = 86'400'000;
 }  // namespace
 
 Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoop& loop)
-    : engine_(engine),
+    : meeting_address_(config.meeting_address),
+      engine_(engine),
       stats_(stats),
       loop_(loop),
       tenant_log_(stats.log_lines_suppressed_total),
@@ -155,6 +156,24 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
 }
 
 std::string Runtime::node_address() { return scale_out_.address(); }
+
+void Runtime::add_api_work(const v1::ReportApiWork& report) {
+  for (const auto& w : report.operations())
+    if (w.operation() >= kApiOperationCount || w.calls() > kMaxApiCallsPerReport ||
+        w.irisd_bytes() > kMaxApiBytesPerReport || w.sm_kernel_bytes() > kMaxApiBytesPerReport ||
+        w.host_bytes() > kMaxApiBytesPerReport)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a report of API operations with operation " + std::to_string(w.operation()) +
+                      " (of " + std::to_string(kApiOperationCount) +
+                      ") or a figure past its bound (2^40 calls, 2^56 bytes a report)");
+  for (const auto& w : report.operations()) {
+    ApiOperationCounters& c = stats_.api_operations[w.operation()];
+    add_from_loop(c.calls_total, static_cast<int64_t>(w.calls()));
+    add_from_loop(c.irisd_bytes_total, static_cast<int64_t>(w.irisd_bytes()));
+    add_from_loop(c.sm_kernel_bytes_total, static_cast<int64_t>(w.sm_kernel_bytes()));
+    add_from_loop(c.host_bytes_total, static_cast<int64_t>(w.host_bytes()));
+  }
+}
 
 std::pair<uint32_t, uint32_t> Runtime::comm_nodes_joined(uint64_t session_id, uint64_t comm_id) {
   Session& s = sessions_.get(session_id);

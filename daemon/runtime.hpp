@@ -26,6 +26,7 @@
 #include "daemon/sessions/completer.hpp"
 #include "daemon/sessions/session_registry.hpp"
 #include "iris/error.hpp"
+#include "iris/v1/attach.pb.h"
 
 #include <spdlog/spdlog.h>
 
@@ -83,6 +84,11 @@ class Runtime {
                      std::chrono::milliseconds op_timeout = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
+  // A library's report of its API's operations (ReportApiWork): added to the stats, or refused
+  // whole (kInvalidArgument) when an operation or a figure is out of bounds.
+  void add_api_work(const v1::ReportApiWork& report);
+  // Where this daemon's meeting point listens (HOST:PORT); empty when it has none.
+  const std::string& meeting_address() const { return meeting_address_; }
   // How many of the nodes of the session's communicator `comm_id` have joined it, of how many
   // (1 of 1 for a communicator within this daemon).
   std::pair<uint32_t, uint32_t> comm_nodes_joined(uint64_t session_id, uint64_t comm_id);
@@ -111,6 +117,7 @@ class Runtime {
   // communicator's collectives and sends and receives fail for the ranks that stay.
   void leave_comm(Session& s, uint64_t comm_id, const std::string& how);
 
+  const std::string meeting_address_;
   Engine& engine_;
   Stats& stats_;
   ProgressLoop& loop_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "iris/error_code.hpp"
+#include "iris/shared/api_operations.hpp"
 #include "iris/shared/descriptor.hpp"
 
 namespace iris::daemon {
@@ -93,6 +94,14 @@ constexpr std::size_t size_class(uint64_t bytes) {
   return bytes < (64u << 10) ? 0 : bytes < (1u << 20) ? 1 : bytes < (16u << 20) ? 2 : 3;
 }
 
+// What libraries over libiris reported of their API's operations (api_operations.hpp).
+struct ApiOperationCounters {
+  std::atomic<uint64_t> calls_total{0};
+  std::atomic<uint64_t> irisd_bytes_total{0};
+  std::atomic<uint64_t> sm_kernel_bytes_total{0};
+  std::atomic<uint64_t> host_bytes_total{0};
+};
+
 struct Stats {
 #define IRIS_STATS_DECLARE(name, kind, help) std::atomic<uint64_t> name{0};
   IRIS_STATS_COUNTERS(IRIS_STATS_DECLARE)
@@ -101,6 +110,7 @@ struct Stats {
   std::array<std::array<std::atomic<uint64_t>, 2>, kOpSlots> collectives{};  // [op][outcome]
   std::array<std::array<LatencyHistogram, kSizeClasses>, kOpSlots> latency{};
   std::array<DeviceCounters, kDeviceSlots> devices{};
+  std::array<ApiOperationCounters, kApiOperationCount> api_operations{};
 
   void count_error(ErrorCode code) {
     const auto i = static_cast<uint32_t>(code);

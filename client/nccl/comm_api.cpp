@@ -1,9 +1,13 @@
 // NCCL's communicator functions: ids, init (blocking and not), split, shrink, finalize, destroy,
 // abort, the asynchronous error and what a communicator is.
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,14 +60,31 @@ void check_ranks(int nranks, int rank) {
                                              ": nranks must be at least 1 and rank below it");
 }
 
+// How long a rank waits at the meeting point for the job's other ranks.
+constexpr std::chrono::minutes kMeetingTimeout{5};
+
+// Where a new communicator's ranks find each other (ncclComm's meeting_point, secret, nodes).
+struct Where {
+  std::string meeting_point;
+  std::string secret;
+  std::optional<iris::NodeSet> nodes;
+};
+
 void join(ncclComm& c) {
-  c.comm = iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
+  if (!c.meeting_point.empty())
+    c.nodes = iris::meet_nodes(c.lane->client, c.meeting_point, c.secret, c.nranks, c.rank,
+                               kMeetingTimeout);
+  if (c.nodes && c.nodes->addresses.size() < 2) c.nodes.reset();  // all on this node
+  c.comm = c.nodes ? iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, *c.nodes)
+                   : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
   // Every rank, whatever its engine, so that every rank's first collective is the same.
   c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
   iris::nccl::debug_print(
       DebugLevel::kInfo,
       "communicator " + c.key + " rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +
-          " on irisd (engine " + c.lane->client.engine() + ", session " +
+          " on irisd" +
+          (c.nodes ? " across " + std::to_string(c.nodes->addresses.size()) + " nodes" : "") +
+          " (engine " + c.lane->client.engine() + ", session " +
           std::to_string(c.lane->client.session_id()) + ", device " + std::to_string(c.device) +
           "): irisd's engine moves every operation's bytes, reductions then run on the GPU's "
           "SMs (device memory) or the host (host memory); the counts follow when it ends");
@@ -73,9 +94,12 @@ void join(ncclComm& c) {
 // A communicator `key` as `rank` of `nranks`; joined now, or on a thread of its own for a
 // non-blocking one.
 ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options& options,
-                    int device) {
+                    int device, Where where) {
   auto c = std::make_unique<ncclComm>();
   c->key = key;
+  c->meeting_point = std::move(where.meeting_point);
+  c->secret = std::move(where.secret);
+  c->nodes = std::move(where.nodes);
   c->nranks = static_cast<uint32_t>(nranks);
   c->rank = static_cast<uint32_t>(rank);
   c->device = device;
@@ -103,13 +127,32 @@ ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options&
   return raw;
 }
 
-std::string key_of(const ncclUniqueId& id) {
-  auto key = iris::nccl::key_of_unique_id(id.internal);
-  if (!key)
+iris::nccl::UniqueId read_id(const ncclUniqueId& id) {
+  auto read = iris::nccl::read_unique_id(id.internal);
+  if (!read)
     throw NcclError(ncclInvalidArgument,
                     "the ncclUniqueId was not made by irisd's ncclGetUniqueId (a real NCCL's id, "
                     "or bytes that are no id): every rank must use the library's id");
-  return *key;
+  return *read;
+}
+
+// The nodes of a child communicator whose ranks are the parent's `members` (in the child's rank
+// order); nullopt when the parent or the child lies on one node.
+std::optional<iris::NodeSet> child_nodes(const ncclComm& parent,
+                                         const std::vector<uint32_t>& members,
+                                         const std::string& child_key) {
+  if (!parent.nodes) return std::nullopt;
+  iris::NodeSet nodes;
+  std::map<uint32_t, uint32_t> renumbered;
+  for (uint32_t r : members) {
+    const uint32_t n = parent.nodes->node_of_rank[r];
+    const auto [at, added] = renumbered.emplace(n, static_cast<uint32_t>(nodes.addresses.size()));
+    if (added) nodes.addresses.push_back(parent.nodes->addresses[n]);
+    nodes.node_of_rank.push_back(at->second);
+  }
+  if (nodes.addresses.size() < 2) return std::nullopt;
+  nodes.secret = parent.nodes->secret + child_key;  // each child its own
+  return nodes;
 }
 
 template <typename T>
@@ -134,6 +177,7 @@ ncclResult_t answer(const char* function, const ncclComm* comm, int* out, const 
 void end_comm(ncclComm* comm) {
   if (comm->init_thread.joinable()) comm->init_thread.join();
   iris::nccl::debug_print(DebugLevel::kInfo, comm->tally_report());
+  if (comm->ready) comm->report_tally(true);
   if (comm->ready) {
     try {
       comm->comm.destroy();
@@ -161,7 +205,9 @@ ncclResult_t ncclGetVersion(int* version) {
 ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   return guarded("ncclGetUniqueId", [&] {
     check_out(uniqueId, "uniqueId");
-    iris::nccl::make_unique_id(uniqueId->internal);
+    // The root's irisd's meeting point, when it has one: ranks on other nodes meet there.
+    iris::nccl::make_unique_id(uniqueId->internal,
+                               iris::nccl::ProcessClients::instance().meeting_point());
     return ncclSuccess;
   });
 }
@@ -204,7 +250,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
     *comm = nullptr;
     check_ranks(nranks, rank);
     const Options options = read_config(config);
-    *comm = make_comm(key_of(commId), nranks, rank, options, iris::nccl::current_device());
+    iris::nccl::UniqueId id = read_id(commId);
+    *comm = make_comm(id.key, nranks, rank, options, iris::nccl::current_device(),
+                      {std::move(id.meeting_point), std::move(id.secret), std::nullopt});
     return options.blocking ? ncclSuccess : ncclInProgress;
   });
 }
@@ -229,13 +277,13 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     check_out(comms, "comms");
     if (ndev < 1) throw NcclError(ncclInvalidArgument, "ndev must be at least 1");
     ncclUniqueId id;
-    iris::nccl::make_unique_id(id.internal);
-    const std::string key = key_of(id);
+    iris::nccl::make_unique_id(id.internal, "");  // one process: one node
+    const std::string key = read_id(id).key;
     Options blocking;
     blocking.blocking = true;
     for (int i = 0; i < ndev; ++i) {
       try {
-        comms[i] = make_comm(key, ndev, i, blocking, devlist != nullptr ? devlist[i] : i);
+        comms[i] = make_comm(key, ndev, i, blocking, devlist != nullptr ? devlist[i] : i, {});
       } catch (...) {
         for (int j = 0; j < i; ++j) end_comm(comms[j]);
         throw;
@@ -263,17 +311,24 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     comm->comm.all_gather(table + pair * comm->rank, table, pair).wait();
     const uint64_t index = comm->children++;
     if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-    int nranks = 0, rank = 0;
+    // The child's ranks: the parent's of this color, ordered by key, then by parent rank.
+    std::vector<std::pair<int32_t, uint32_t>> ordered;
     for (uint32_t r = 0; r < comm->nranks; ++r) {
       int32_t theirs[2];
       std::memcpy(theirs, table + pair * r, pair);
-      if (theirs[0] != color) continue;
-      ++nranks;
-      if (theirs[1] < key || (theirs[1] == key && r < comm->rank)) ++rank;
+      if (theirs[0] == color) ordered.emplace_back(theirs[1], r);
+    }
+    std::sort(ordered.begin(), ordered.end());
+    std::vector<uint32_t> members;
+    int rank = 0;
+    for (const auto& [k, r] : ordered) {
+      if (r == comm->rank) rank = static_cast<int>(members.size());
+      members.push_back(r);
     }
     const std::string child =
         iris::nccl::derived_key(comm->key, "split-" + std::to_string(color), index);
-    *newcomm = make_comm(child, nranks, rank, options, comm->device);
+    *newcomm = make_comm(child, static_cast<int>(members.size()), rank, options, comm->device,
+                         {"", "", child_nodes(*comm, members, child)});
     return options.blocking ? ncclSuccess : ncclInProgress;
   });
 }
@@ -296,16 +351,18 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
     }
     if (excluded[comm->rank])
       throw NcclError(ncclInvalidArgument, "this rank is in its own exclude list");
-    int nranks = 0, rank = 0;
+    std::vector<uint32_t> members;
+    int rank = 0;
     for (uint32_t r = 0; r < comm->nranks; ++r)
       if (!excluded[r]) {
-        if (r < comm->rank) ++rank;
-        ++nranks;
+        if (r == comm->rank) rank = static_cast<int>(members.size());
+        members.push_back(r);
       }
     // No exchange: the ranks that remain pass the same list, so they name the same child.
     const std::string child = iris::nccl::derived_key(comm->key, "shrink", comm->children++);
     const Options options = read_config(config);
-    *newcomm = make_comm(child, nranks, rank, options, comm->device);
+    *newcomm = make_comm(child, static_cast<int>(members.size()), rank, options, comm->device,
+                         {"", "", child_nodes(*comm, members, child)});
     return options.blocking ? ncclSuccess : ncclInProgress;
   });
 }

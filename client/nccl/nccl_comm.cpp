@@ -118,6 +118,29 @@ void ncclComm::count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes
   ++t.calls;
   t.by_irisd += bytes.by_irisd;
   (on_gpu ? t.on_gpu : t.on_host) += bytes.local;
+  report_tally(false);
+}
+
+void ncclComm::report_tally(bool now_anyway) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!now_anyway && now - reported_at < std::chrono::seconds(1)) return;
+  reported_at = now;
+  std::vector<iris::Client::ApiWork> work;
+  for (int k = 0; k < iris::nccl::kOpKindCount; ++k) {
+    const iris::nccl::OpTally &t = tally[k], &r = reported[k];
+    if (t.calls == r.calls) continue;
+    work.push_back({static_cast<uint32_t>(k), t.calls - r.calls, t.by_irisd - r.by_irisd,
+                    t.on_gpu - r.on_gpu, t.on_host - r.on_host});
+  }
+  if (work.empty()) return;
+  try {
+    lane->client.report_api_work(work);
+    reported = tally;
+  } catch (const iris::Error& e) {
+    iris::nccl::debug_print(
+        iris::nccl::DebugLevel::kWarn,
+        std::string("could not report the operations' counts to irisd: ") + e.what());
+  }
 }
 
 std::string ncclComm::tally_report() const {

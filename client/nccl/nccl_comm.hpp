@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -68,6 +69,12 @@ struct ncclComm {
   bool blocking = true;
   std::shared_ptr<iris::nccl::Lane> lane;
   iris::Communicator comm;
+  // Where the ranks find each other: the meeting point and secret of the id (empty: through
+  // this node's irisd alone), or the nodes a split's parent already knows. `nodes` is set once
+  // joined when the ranks span several nodes.
+  std::string meeting_point;
+  std::string secret;
+  std::optional<iris::NodeSet> nodes;
 
   // A non-blocking init joins on this thread; ncclCommGetAsyncError says ncclInProgress until it
   // is done.
@@ -86,6 +93,8 @@ struct ncclComm {
   uint64_t children = 0;                        // communicators split or shrunk from this one
   std::map<int, iris::nccl::CustomReduction> custom_ops;
   std::array<iris::nccl::OpTally, iris::nccl::kOpKindCount> tally{};
+  std::array<iris::nccl::OpTally, iris::nccl::kOpKindCount> reported{};  // sent to irisd
+  std::chrono::steady_clock::time_point reported_at{};
   int next_custom_op = ncclNumOps;
 
   // The first failure seen asynchronously (a stream-ordered operation's request, a failed init),
@@ -105,6 +114,9 @@ struct ncclComm {
   // prints it when the communicator ends).
   void count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu);
   std::string tally_report() const;
+  // Sends irisd what the tally gained since the last report (iris-ctl stats, /metrics): at most
+  // once a second unless `now_anyway` (the communicator ends); a failure only costs the figures.
+  void report_tally(bool now_anyway);
   // Submits the exchange of the ranks' GPUs (PCI bus ids; empty without one).
   void start_gpu_exchange(const std::string& bus_id);
   // Whether another rank uses this rank's GPU; waits for the exchange the first time.

@@ -84,7 +84,15 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
   const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast ||
                       kind == OpKind::kGather || kind == OpKind::kScatter;
   if (rooted) check_peer(*comm, peer, "root");
-  if (kind == OpKind::kSend || kind == OpKind::kRecv) check_peer(*comm, peer, "peer");
+  if (kind == OpKind::kSend || kind == OpKind::kRecv) {
+    check_peer(*comm, peer, "peer");
+    if (comm->nodes)
+      throw NcclError(ncclInvalidUsage,
+                      std::string(iris::nccl::op_name(kind)) + ": this communicator spans " +
+                          std::to_string(comm->nodes->addresses.size()) +
+                          " nodes, and irisd runs sends and receives within one node only (yet); "
+                          "collectives run across nodes");
+  }
   call.peer = static_cast<uint32_t>(peer);
   auto plan = iris::nccl::plan_operation(call, comm->nranks, comm->rank);
   if (!plan)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/nccl/element_types.hpp"
+#include "iris/shared/api_operations.hpp"
 
 namespace iris::nccl {
 
@@ -32,6 +33,7 @@ enum class OpKind : uint8_t {
   kRecv,
 };
 inline constexpr int kOpKindCount = 10;
+static_assert(kOpKindCount == kApiOperationCount, "irisd counts NCCL's operations by these kinds");
 const char* op_name(OpKind kind);
 bool reduces(OpKind kind);
 

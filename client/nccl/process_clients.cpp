@@ -41,6 +41,12 @@ void ProcessClients::release(Lane& lane, const std::string& key) {
   lane.keys.erase(key);
 }
 
+std::string ProcessClients::meeting_point() {
+  std::lock_guard lock(mutex_);
+  auto lane = lanes_.empty() ? attach_locked() : lanes_.front();
+  return lane->client.meeting_point();
+}
+
 void* ProcessClients::allocate_host(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   auto lane = lanes_.empty() ? attach_locked() : lanes_.front();

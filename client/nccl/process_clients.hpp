@@ -32,6 +32,8 @@ class ProcessClients {
   // iris::Error), with `key` taken; give it back with release().
   std::shared_ptr<Lane> take(const std::string& key);
   void release(Lane& lane, const std::string& key);
+  // The meeting point of this node's irisd (empty when it has none), asked on the first lane.
+  std::string meeting_point();
 
   // ncclMemAlloc/ncclMemFree of host memory shared with irisd (the host engine), from the first
   // lane's session.

@@ -84,6 +84,26 @@ std::string Client::node_address() {
   return usable(impl_).link->session_call(request, "node address").node_address();
 }
 
+void Client::report_api_work(const std::vector<ApiWork>& work) {
+  v1::SessionRequest request;
+  auto* report = request.mutable_report_api_work();
+  for (const ApiWork& w : work) {
+    auto* op = report->add_operations();
+    op->set_operation(w.operation);
+    op->set_calls(w.calls);
+    op->set_irisd_bytes(w.irisd_bytes);
+    op->set_sm_kernel_bytes(w.sm_kernel_bytes);
+    op->set_host_bytes(w.host_bytes);
+  }
+  usable(impl_).link->session_call(request, "report of API operations");
+}
+
+std::string Client::meeting_point() {
+  v1::SessionRequest request;
+  request.mutable_meeting_point();
+  return usable(impl_).link->session_call(request, "meeting point").meeting_point();
+}
+
 void Client::detach() {
   if (impl_) impl_->detach();
 }

@@ -98,6 +98,7 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
     resp->set_healthy(verdict.healthy);
     resp->set_health_reason(verdict.reason);
     resp->set_metrics_address(metrics_address_);
+    resp->set_meeting_address(config_.meeting_address);
     resp->set_version(std::string(release_version()));
     resp->set_build(std::string(build_info()));
     resp->set_protocol_version(kProtocolVersion);

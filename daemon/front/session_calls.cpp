@@ -113,6 +113,12 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
       case v1::SessionRequest::kNodeAddress:
         response.set_node_address(runtime.node_address());
         break;
+      case v1::SessionRequest::kReportApiWork:
+        runtime.add_api_work(request.report_api_work());
+        break;
+      case v1::SessionRequest::kMeetingPoint:
+        response.set_meeting_point(runtime.meeting_address());
+        break;
       case v1::SessionRequest::kCommStatus: {
         const auto [joined, total] = runtime.comm_nodes_joined(id, request.comm_status().comm_id());
         response.set_nodes_joined(joined);

@@ -110,6 +110,26 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
   }
   for (auto* f : {&bytes, &copies, &errors, &queue}) out.push_back(std::move(*f));
 
+  auto api_calls =
+      family("iris_api_operations_total",
+             "NCCL-API operations, as irisd's NCCL library reported them", MetricType::Counter);
+  auto api_bytes = family("iris_api_operation_bytes_total",
+                          "bytes the NCCL library's operations wrote, by operation and mover "
+                          "(irisd: irisd's engine; sm_kernel: kernels on the GPU's SMs; host), "
+                          "as the library reported them",
+                          MetricType::Counter);
+  for (const auto& a : s.api_operations()) {
+    sample(api_calls, {{"op", a.op()}}, static_cast<double>(a.calls_total()));
+    sample(api_bytes, {{"op", a.op()}, {"mover", "irisd"}},
+           static_cast<double>(a.irisd_bytes_total()));
+    sample(api_bytes, {{"op", a.op()}, {"mover", "sm_kernel"}},
+           static_cast<double>(a.sm_kernel_bytes_total()));
+    sample(api_bytes, {{"op", a.op()}, {"mover", "host"}},
+           static_cast<double>(a.host_bytes_total()));
+  }
+  out.push_back(std::move(api_calls));
+  out.push_back(std::move(api_bytes));
+
   auto by_code =
       family("iris_errors_total", "errors returned to clients, by code", MetricType::Counter);
   for (const auto& e : s.errors())

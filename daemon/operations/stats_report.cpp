@@ -74,6 +74,16 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
   out.set_compute_unit_bytes_total(compute_units);
   out.set_copies_total(copies);
   out.set_bytes_copied_total(copy_engine + compute_units);
+  for (std::size_t op = 0; op < kApiOperationCount; ++op) {
+    const ApiOperationCounters& a = stats.api_operations[op];
+    if (load(a.calls_total) == 0) continue;
+    auto* row = out.add_api_operations();
+    row->set_op(kApiOperationNames[op]);
+    row->set_calls_total(load(a.calls_total));
+    row->set_irisd_bytes_total(load(a.irisd_bytes_total));
+    row->set_sm_kernel_bytes_total(load(a.sm_kernel_bytes_total));
+    row->set_host_bytes_total(load(a.host_bytes_total));
+  }
 }
 
 }  // namespace iris::daemon

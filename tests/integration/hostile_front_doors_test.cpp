@@ -18,8 +18,10 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "iris/iris.hpp"
+#include "iris/shared/meeting_wire.hpp"
 #include "iris/shared/segment_layout.hpp"
 #include "iris/shared/shm_segment.hpp"
 #include "tests/support/client_helpers.hpp"
@@ -241,6 +243,42 @@ TEST(HostileSessionCalls, ACommunicatorTimeoutPastTheBoundIsRefused) {
   EXPECT_EQ(s.call(fine).error_code(), 0u);
 }
 
+// A library's report of its API's operations is a client's word: an unknown operation or a
+// figure past its bound refuses the whole report (nothing of it counted), so no tenant can wrap
+// the node's counters; a report within bounds is counted as sent.
+TEST(HostileSessionCalls, AReportOfApiOperationsPastItsBoundsIsRefusedWhole) {
+  DaemonProcess daemon;
+  RawSession s = RawSession::attach(daemon.socket());
+  auto report = [&](uint32_t op, uint64_t calls, uint64_t bytes) {
+    v1::SessionRequest r;
+    auto* good = r.mutable_report_api_work()->add_operations();
+    good->set_operation(1);
+    good->set_calls(1);
+    auto* w = r.mutable_report_api_work()->add_operations();
+    w->set_operation(op);
+    w->set_calls(calls);
+    w->set_host_bytes(bytes);
+    return s.call(r);
+  };
+  for (const auto& [op, calls, bytes] :
+       {std::tuple{uint32_t{10}, uint64_t{1}, uint64_t{0}}, std::tuple{UINT32_MAX, 1ul, 0ul},
+        std::tuple{0u, (uint64_t{1} << 40) + 1, 0ul}, std::tuple{0u, 1ul, UINT64_MAX}}) {
+    const auto response = report(op, calls, bytes);
+    EXPECT_EQ(response.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument)) << op;
+    EXPECT_NE(response.error_message().find("bound"), std::string::npos)
+        << response.error_message();
+  }
+  EXPECT_TRUE(ctl_json(daemon, {"stats"})["api_operations"].empty());
+  EXPECT_EQ(report(0, 5, 4096).error_code(), 0u);
+  const auto rows = ctl_json(daemon, {"stats"})["api_operations"];
+  ASSERT_EQ(rows.size(), 2u) << rows.dump();
+  EXPECT_EQ(rows[0]["op"], "all_gather");
+  EXPECT_EQ(rows[0]["calls"], 5);
+  EXPECT_EQ(rows[0]["host_bytes"], 4096);
+  EXPECT_EQ(rows[1]["op"], "all_reduce");
+  EXPECT_EQ(rows[1]["calls"], 1);
+}
+
 TEST(HostileAttach, AtTheDescriptorLimitAnHonestAttachGetsInWithoutWaitingForDeadlines) {
   // Handshakes may take 10 minutes here, past ctest's 300 s limit for this test: an attach that
   // had to wait for one to expire would never get in, and the test would fail by its timeout.
@@ -328,6 +366,103 @@ TEST(HostileScaleOut, TheTcpListenerIsOnTheChosenInterfaceAndShrugsOffStrangers)
   EXPECT_EQ(::kill(daemon.pid(), 0), 0) << "irisd died of a stranger at its UCX port";
   EXPECT_EQ(client.node_address(), address);
   honest_pair_gathers(daemon, "after-strangers");
+}
+
+}  // namespace
+}  // namespace iris::testing
+
+namespace iris::testing {
+namespace {
+
+// Sends `bytes` on a fresh connection to the meeting point and returns what it answers (empty
+// when it closed without a word), waiting at most 10 s.
+std::string meeting_answer_to(int port, const std::string& bytes) {
+  net::Fd fd = connect_tcp("127.0.0.1", port);
+  if (!fd) return "no connection";
+  ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  const timeval bound{10, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd.get(), buf, sizeof buf, 0)) > 0;)
+    in.append(buf, static_cast<std::size_t>(n));
+  return in;
+}
+
+// The meeting point is a TCP port anyone on the network reaches: silent, slow, garbage and
+// oversized connections and jobs that never complete cost it descriptors, while an honest job
+// of three ranks meets beside them and every stranger gets a reason or a closed connection.
+TEST(HostileMeeting, StrangersAndHalfJobsLeaveAnHonestJobMeetingAndGetTheirReasons) {
+  DaemonProcess daemon({"--meeting-address", "127.0.0.1:0", "--handshake-timeout-ms", "1000"});
+  const std::string point = ctl_json(daemon, {"status"})["irisd"]["meeting_point"];
+  const int port = std::stoi(point.substr(point.rfind(':') + 1));
+  std::vector<net::Fd> attackers;
+  for (int i = 0; i < 400; ++i) {
+    net::Fd fd = connect_tcp("127.0.0.1", port);
+    ASSERT_TRUE(fd) << "connection " << i;
+    std::string bytes;
+    if (i % 4 == 1) {
+      bytes = meeting::encode(meeting::Hello{{}, 2, 0, "x"}).substr(0, 20);  // never finished
+    } else if (i % 4 == 2) {
+      meeting::Hello half;  // a job of 1000 ranks of which one ever comes
+      half.group.fill(static_cast<uint8_t>(i));
+      half.group[0] = static_cast<uint8_t>(i >> 8);
+      half.nranks = 1000;
+      half.node_address = "stranger";
+      bytes = meeting::encode(half);
+    } else if (i % 4 == 3) {
+      bytes = "GET / HTTP/1.1\r\n\r\n";
+    }
+    ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    attackers.push_back(std::move(fd));
+  }
+
+  // An honest job of three ranks, each with its own session, meets beside them.
+  std::string secret(kMeetingSecretBytes, '\0');
+  for (std::size_t i = 0; i < secret.size(); ++i) secret[i] = static_cast<char>(fresh_seed() + i);
+  std::vector<NodeSet> met(3);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      Client client = Client::connect(options_for(daemon, "meeting-" + std::to_string(r)));
+      met[r] = meet_nodes(client, point, secret, 3, r, std::chrono::seconds(30));
+    });
+  for (auto& t : ranks) t.join();
+  for (const NodeSet& n : met) {
+    ASSERT_EQ(n.addresses.size(), 1u);
+    EXPECT_EQ(n.node_of_rank, (std::vector<uint32_t>{0, 0, 0}));
+    EXPECT_EQ(n.addresses[0], met[0].addresses[0]);
+    EXPECT_EQ(n.secret, secret);
+  }
+
+  // Strangers get the reason: another protocol, an oversized frame, a rank past nranks.
+  auto error_of = [](const std::string& bytes) {
+    meeting::Answer a;
+    std::size_t used = 0;
+    std::string why;
+    EXPECT_EQ(meeting::decode(bytes, a, used, why, 1 << 16), meeting::Take::kDone) << why;
+    return a;
+  };
+  const meeting::Answer http = error_of(meeting_answer_to(port, "GET / HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(http.error, ErrorCode::kInvalidArgument);
+  EXPECT_NE(http.message.find("irisMEET"), std::string::npos) << http.message;
+  EXPECT_EQ(error_of(meeting_answer_to(port, "\xff\xff\xff\x7firisMEET")).error,
+            ErrorCode::kInvalidArgument);
+  std::string past = meeting::encode(meeting::Hello{{}, 2, 1, "x"});
+  past[4 + 8 + 4 + meeting::kGroupBytes + 4] = 7;  // rank 7 of 2
+  EXPECT_EQ(error_of(meeting_answer_to(port, past)).error, ErrorCode::kInvalidArgument);
+
+  // A silent connection is closed at the handshake deadline.
+  char c;
+  const timeval bound{30, 0};
+  ::setsockopt(attackers[0].get(), SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+  EXPECT_EQ(::recv(attackers[0].get(), &c, 1, 0), 0) << "a silent connection stayed open";
+  // A rank that asked for a meeting with a wrong secret waits in a group of its own and is told
+  // nothing of the honest job (its connection is still open, unanswered).
+  EXPECT_EQ(::recv(attackers[2].get(), &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  attackers.clear();
+  EXPECT_EQ(daemon.ended(), std::nullopt) << daemon.log();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,7 +24,7 @@ using namespace std::chrono_literals;
 
 std::string new_id_hex() {
   char id[nccl::kUniqueIdBytes];
-  nccl::make_unique_id(id);
+  nccl::make_unique_id(id, "");
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
   for (unsigned char c : id) {
@@ -54,9 +55,24 @@ void expect_all_pass(const std::vector<pid_t>& pids, const DaemonProcess& daemon
                                     << daemon.log();
 }
 
+// Which part moved each operation's bytes reaches iris-ctl stats: here (host engine, host
+// memory) irisd's engine for the gathers and the host for the reductions' local steps.
 TEST(NcclApi, EveryOperationDatatypeAndReductionMatchesItsReference) {
   DaemonProcess daemon;
   expect_all_pass(start_job(daemon, 3, "ops"), daemon);
+  std::map<std::string, nlohmann::json> by_op;
+  const auto rows = ctl_json(daemon, {"stats"})["api_operations"];
+  for (const auto& row : rows) by_op[row["op"].get<std::string>()] = row;
+  for (const char* op : {"all_gather", "all_reduce", "reduce_scatter", "reduce", "broadcast",
+                         "all_to_all", "gather", "scatter", "send", "recv"}) {
+    ASSERT_EQ(by_op.count(op), 1u) << op << " in " << rows.dump();
+    EXPECT_GT(uint64_t(by_op[op]["calls"]), 0u) << op;
+    EXPECT_EQ(by_op[op]["sm_kernel_bytes"], 0) << op << ": no GPU here";
+  }
+  EXPECT_GT(uint64_t(by_op["all_gather"]["irisd_bytes"]), 0u);
+  EXPECT_EQ(by_op["all_gather"]["host_bytes"], 0);
+  EXPECT_GT(uint64_t(by_op["all_reduce"]["irisd_bytes"]), 0u);
+  EXPECT_GT(uint64_t(by_op["all_reduce"]["host_bytes"]), 0u);
 }
 
 TEST(NcclApi, OneRankRunsEveryOperationAlone) {
@@ -116,6 +132,35 @@ TEST(NcclApi, AJobComesThroughRestartsOfIrisd) {
   EXPECT_GE(uint64_t(ctl_json(daemon, {"stats"})["stats"]["sessions_resumed_total"]), 3u);
   std::ofstream(stop).put('x');
   expect_all_pass(pids, daemon);
+}
+
+// Two irisd daemons as two nodes: ranks alternate between them and share nothing but the id
+// rank 0 got from ncclGetUniqueId, which carries node 0's meeting point. They meet there, make
+// one communicator across both daemons, and run `name` (splits make children within a node and
+// across both).
+void expect_job_across_two_nodes(int nranks, const std::string& name) {
+  DaemonProcess node0({"--meeting-address", "127.0.0.1:0"}), node1;
+  const std::string meeting = ctl_json(node0, {"status"})["irisd"]["meeting_point"];
+  ASSERT_NE(meeting, "off") << node0.log();
+  const std::string id_file = node0.directory() + "/nccl-id";
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nranks; ++r)
+    pids.push_back(spawn({IRIS_TEST_NCCL_RANK, "--socket", (r % 2 == 0 ? node0 : node1).socket(),
+                          "--id-file", id_file, "--nranks", std::to_string(nranks), "--rank",
+                          std::to_string(r), "--case", name}));
+  for (std::size_t r = 0; r < pids.size(); ++r)
+    EXPECT_EQ(wait_for(pids[r]), 0) << "rank " << r << " failed (its output is above)\nnode 0:\n"
+                                    << node0.log() << "\nnode 1:\n"
+                                    << node1.log();
+}
+
+// Every collective, datatype and reduction across the nodes; a send is refused with the reason.
+TEST(NcclApi, ACommunicatorSpansTwoDaemonsAsTwoNodes) {
+  expect_job_across_two_nodes(4, "ops-across-nodes");
+}
+
+TEST(NcclApi, SplitsOfACommunicatorAcrossNodesSpanTheNodesOfTheirRanks) {
+  expect_job_across_two_nodes(5, "split");
 }
 
 }  // namespace

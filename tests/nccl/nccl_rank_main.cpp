@@ -3,8 +3,10 @@
 // a reference it computes itself (every rank can compute every rank's input), prints
 // "checks N" and exits 0, or prints what differs and exits 1.
 //
-//   iris-test-nccl-rank --socket S --id HEX --nranks N --rank R --case NAME [--stop-file F]
-// Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory),
+//   iris-test-nccl-rank --socket S (--id HEX | --id-file F) --nranks N --rank R --case NAME
+//                       [--stop-file F]
+// Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory;
+// ops-across-nodes the same with sends refused),
 // group (operations mixed in one group), split, nonblocking, threads (every rank in this
 // process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
 // ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
@@ -147,6 +149,7 @@ double reference(int op, ElementType t, int nranks, size_t i, double scalar) {
 struct Job {
   ncclComm_t comm;
   int nranks, rank;
+  bool across_nodes = false;  // sends and receives are refused then
 };
 
 // The reductions (AllReduce, ReduceScatter, Reduce) for every type and op.
@@ -259,12 +262,18 @@ void check_moves(const Job& j, Memory mem, size_t count) {
     // A ring of sends and receives in one group (each rank sends right, receives from left).
     const int right = (j.rank + 1) % j.nranks, left = (j.rank + j.nranks - 1) % j.nranks;
     for (size_t i = 0; i < bytes; ++i) send[i] = pattern(j.rank + 30, i);
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclSend(send, count, dt, right, j.comm, nullptr));
-    NCCL_OK(ncclRecv(recv, count, dt, left, j.comm, nullptr));
-    NCCL_OK(ncclGroupEnd());
-    for (size_t i = 0; i < bytes; i += 3)
-      expect(recv[i] == pattern(left + 30, i), "Send/Recv ring" + type);
+    if (j.across_nodes) {
+      expect(ncclSend(send, count, dt, right, j.comm, nullptr) == ncclInvalidUsage &&
+                 std::strstr(ncclGetLastError(nullptr), "within one node") != nullptr,
+             "Send across nodes refused with the reason");
+    } else {
+      NCCL_OK(ncclGroupStart());
+      NCCL_OK(ncclSend(send, count, dt, right, j.comm, nullptr));
+      NCCL_OK(ncclRecv(recv, count, dt, left, j.comm, nullptr));
+      NCCL_OK(ncclGroupEnd());
+      for (size_t i = 0; i < bytes; i += 3)
+        expect(recv[i] == pattern(left + 30, i), "Send/Recv ring" + type);
+    }
     mem.put(send);
     mem.put(recv);
   }
@@ -388,6 +397,32 @@ void check_refusals(ncclComm_t comm) {
   check_sum(comm, "AllReduce after the refusals");
 }
 
+// The job's id: from --id, or from --id-file, which rank 0 fills from ncclGetUniqueId (written
+// whole, then renamed) and the other ranks wait for (up to 60 s).
+ncclUniqueId id_from_file(const std::string& path, int rank) {
+  ncclUniqueId id{};
+  if (rank == 0) {
+    NCCL_OK(ncclGetUniqueId(&id));
+    const std::string partial = path + ".partial";
+    std::FILE* f = std::fopen(partial.c_str(), "wb");
+    expect(f != nullptr && std::fwrite(id.internal, sizeof id.internal, 1, f) == 1, "id written");
+    std::fclose(f);
+    expect(std::rename(partial.c_str(), path.c_str()) == 0, "id file renamed into place");
+    return id;
+  }
+  for (int i = 0; i < 6000; ++i) {
+    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+      const bool read = std::fread(id.internal, sizeof id.internal, 1, f) == 1;
+      std::fclose(f);
+      expect(read, "id read");
+      return id;
+    }
+    ::usleep(10000);
+  }
+  expect(false, "rank 0 wrote the id file within 60 s");
+  return id;
+}
+
 ncclUniqueId parse_id(const std::string& hex) {
   ncclUniqueId id{};
   for (size_t i = 0; i < sizeof id.internal && 2 * i + 1 < hex.size(); ++i)
@@ -398,7 +433,7 @@ ncclUniqueId parse_id(const std::string& hex) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string socket, id_hex, name = "ops", stop_file;
+  std::string socket, id_hex, id_file, name = "ops", stop_file;
   int nranks = 1, rank = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -406,6 +441,8 @@ int main(int argc, char** argv) {
       socket = value;
     else if (flag == "--id")
       id_hex = value;
+    else if (flag == "--id-file")
+      id_file = value;
     else if (flag == "--nranks")
       nranks = std::stoi(value);
     else if (flag == "--rank")
@@ -416,7 +453,7 @@ int main(int argc, char** argv) {
       stop_file = value;
   }
   ::setenv("IRIS_SOCKET", socket.c_str(), 1);
-  const ncclUniqueId id = parse_id(id_hex);
+  const ncclUniqueId id = id_file.empty() ? parse_id(id_hex) : id_from_file(id_file, rank);
   std::setvbuf(stdout, nullptr, _IONBF, 0);
 
   if (name == "threads") {
@@ -464,8 +501,8 @@ int main(int argc, char** argv) {
   } else {
     ncclComm_t comm;
     NCCL_OK(ncclCommInitRank(&comm, nranks, id, rank));
-    const Job job{comm, nranks, rank};
-    if (name == "ops") {
+    const Job job{comm, nranks, rank, name == "ops-across-nodes"};
+    if (name == "ops" || name == "ops-across-nodes") {
       for (bool nccl_memory : {true, false}) {
         check_reductions(job, Memory{nccl_memory}, 1031);
         check_moves(job, Memory{nccl_memory}, 4099);
@@ -493,6 +530,18 @@ int main(int argc, char** argv) {
         check_sum(half, "AllReduce on the split");
         NCCL_OK(ncclCommDestroy(half));
       }
+      // Lower and upper ranks apart, in parent order: across nodes when ranks alternate.
+      const int lower = (nranks + 1) / 2, part_color = rank < lower ? 0 : 1;
+      ncclComm_t part = nullptr;
+      NCCL_OK(ncclCommSplit(comm, part_color, rank, &part, nullptr));
+      int n = 0, r = 0;
+      NCCL_OK(ncclCommCount(part, &n));
+      NCCL_OK(ncclCommUserRank(part, &r));
+      expect(n == (part_color == 0 ? lower : nranks - lower) &&
+                 r == rank - (part_color == 0 ? 0 : lower),
+             "second split's size and rank");
+      check_sum(part, "AllReduce on the second split");
+      NCCL_OK(ncclCommDestroy(part));
       check_sum(comm, "AllReduce on the parent after the split");
     } else if (name == "survivor") {
       check_sum(comm, "AllReduce before a rank dies");

@@ -28,6 +28,7 @@ const std::map<std::string, std::vector<std::string>> kFamiliesOfFields = {
     {"errors", {"iris_errors_total"}},
     {"collectives", {"iris_collectives_total"}},
     {"latency", {"iris_collective_latency_seconds"}},
+    {"api_operations", {"iris_api_operations_total", "iris_api_operation_bytes_total"}},
     {"devices",
      {"iris_copied_bytes_total", "iris_copies_total", "iris_copy_errors_total",
       "iris_engine_queue_depth"}},

@@ -29,6 +29,7 @@ Report status_report(const v1::GetStatusResponse& s) {
       {"resume_window_ms", s.resume_window_ms()},
       {"metrics",
        s.metrics_address().empty() ? "off" : "http://" + s.metrics_address() + "/metrics"},
+      {"meeting_point", s.meeting_address().empty() ? "off" : s.meeting_address()},
   };
   if (!s.healthy()) report.exit_code = kExitUnhealthy;
   auto& devices = report.table("devices", {"device", "bus_id", "memory", "copy_engines", "peers"});

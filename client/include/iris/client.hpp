@@ -96,6 +96,20 @@ class Client {
   // bytes, to be gathered from every node by the job. Throws kUnavailable when that irisd
   // cannot scale out (UCX could not start there).
   std::string node_address();
+  // Where this node's irisd lets the ranks of a job across nodes meet (HOST:PORT, its
+  // --meeting-address; meet_nodes()); empty when it has none.
+  std::string meeting_point();
+  // What a library over libiris (irisd's NCCL API) did per operation of its API since its last
+  // report (iris::kApiOperationNames indexes `operation`): irisd adds it to iris-ctl stats and
+  // /metrics as the library's word. Throws kInvalidArgument past the bounds of api_operations.hpp.
+  struct ApiWork {
+    uint32_t operation = 0;
+    uint64_t calls = 0;
+    uint64_t irisd_bytes = 0;      // written by irisd's engine
+    uint64_t sm_kernel_bytes = 0;  // written by kernels on the GPU's SMs
+    uint64_t host_bytes = 0;       // written by the host
+  };
+  void report_api_work(const std::vector<ApiWork>& work);
   // Ends the session (also done by the destructor).
   void detach();
 

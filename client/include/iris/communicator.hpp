@@ -47,6 +47,18 @@ struct NodeSet {
   std::chrono::milliseconds join_timeout{60'000};
 };
 
+// The NodeSet of a job whose ranks share only a meeting point (HOST:PORT of one node's irisd,
+// its Client::meeting_point()) and a secret of kMeetingSecretBytes random bytes: each rank tells
+// the meeting point its node (its client's node_address(), which starts UCX there) and gets every
+// rank's once all nranks have come; nodes are numbered by their lowest rank. The secret names
+// the job there and becomes the NodeSet's. Throws kTimeout after `timeout`, kUnavailable when the
+// meeting point cannot be reached or hangs up, and its refusals (kNranksMismatch, kAlreadyExists,
+// kLimitExceeded) with the reason.
+inline constexpr std::size_t kMeetingSecretBytes = 32;
+NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::string& secret,
+                   uint32_t nranks, uint32_t rank,
+                   std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
 // What a communicator is made with besides its key, ranks and nodes.
 struct CommOptions {
   // NCCL's watchdog: a collective that waits this long for a rank breaks the communicator on
