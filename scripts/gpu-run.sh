@@ -20,7 +20,8 @@ want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
-rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md" "$out/nccl_bandwidth.md"
+rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md" "$out/nccl_bandwidth.md" \
+  "$out/nccl_c.txt"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export IRIS_BIN_DIR=$PWD/.gpu/bin
 # Never NVLink multicast (see the GPU host's rules).
@@ -145,6 +146,40 @@ if want nccl; then
   "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=host timeout 300 python3 \
     tests/python/gpu/nccl_preload_test.py --parts ops,fsdp,pipeline >>"$out/nccl.txt" 2>&1 ||
     nccl_rc=1
+  # Eight ranks sharing the GPU: every op.
+  "${ncclenv[@]}" NCCL_DEBUG=WARN timeout 300 python3 tests/python/gpu/nccl_preload_test.py \
+    --parts ops --ranks 8 >>"$out/nccl.txt" 2>&1 || nccl_rc=1
+  # A C program on GPU streams through the API (tests/gpu/nccl_stream_rank.cu): every operation
+  # with kernels before and after (2 and 3 ranks), ncclCommAbort releasing a waiting stream, and
+  # checked loops through three SIGKILLs and restarts of irisd.
+  ncclrank() {  # ncclrank NRANKS CASE [ARGS...]: runs the ranks; 1 when any failed
+    local n=$1 case=$2 idf="$run/nccl-id-$2-$1" pids=() rc=0
+    shift 2
+    for ((r = 0; r < n; r++)); do
+      env IRIS_SOCKET="$run/irisd.sock" LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH" \
+        timeout 120 "$bin/iris-gpu-nccl-rank" --id-file "$idf" --nranks "$n" --rank "$r" \
+        --case "$case" "$@" >>"$out/nccl_c.txt" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+  }
+  nccl_c_rc=0
+  ncclrank 2 ops || nccl_c_rc=1
+  ncclrank 3 ops || nccl_c_rc=1
+  ncclrank 2 abort || nccl_c_rc=1
+  ncclrank 2 loops --stop-file "$run/nccl-stop" &
+  loops=$!
+  for _ in 1 2 3; do
+    sleep 3
+    kill -9 "$daemon"
+    wait "$daemon" 2>/dev/null
+    "$bin/irisd" --socket "$run/irisd.sock" --engine cuda >>"$run/irisd.log" 2>&1 &
+    daemon=$!
+  done
+  sleep 3
+  touch "$run/nccl-stop"
+  wait "$loops" || nccl_c_rc=1
   for mode in stream host; do
     echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_bandwidth.md"
     "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 \
@@ -283,6 +318,8 @@ if want readme; then echo "-- README torch example"; cat "$out/readme.txt"; fi
 if want nccl; then
   echo "-- PyTorch nccl backend on irisd's libnccl.so.2 (exit $nccl_rc)"
   grep -A12 "^PyTorch nccl backend" "$out/nccl.txt"
+  echo "-- C program on GPU streams through the API (exit $nccl_c_rc)"
+  grep -E "^nccl stream|bad elements|FAILED|error" "$out/nccl_c.txt" | head -12
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
   cat "$out/nccl_bandwidth.md"
 fi
