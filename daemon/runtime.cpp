@@ -161,7 +161,7 @@ void Runtime::add_api_work(const v1::ReportApiWork& report) {
   for (const auto& w : report.operations())
     if (w.operation() >= kApiOperationCount || w.calls() > kMaxApiCallsPerReport ||
         w.irisd_bytes() > kMaxApiBytesPerReport || w.sm_kernel_bytes() > kMaxApiBytesPerReport ||
-        w.host_bytes() > kMaxApiBytesPerReport)
+        w.host_bytes() > kMaxApiBytesPerReport || w.fallback_bytes() > kMaxApiBytesPerReport)
       throw Error(ErrorCode::kInvalidArgument,
                   "a report of API operations with operation " + std::to_string(w.operation()) +
                       " (of " + std::to_string(kApiOperationCount) +
@@ -172,6 +172,7 @@ void Runtime::add_api_work(const v1::ReportApiWork& report) {
     add_from_loop(c.irisd_bytes_total, static_cast<int64_t>(w.irisd_bytes()));
     add_from_loop(c.sm_kernel_bytes_total, static_cast<int64_t>(w.sm_kernel_bytes()));
     add_from_loop(c.host_bytes_total, static_cast<int64_t>(w.host_bytes()));
+    add_from_loop(c.fallback_bytes_total, static_cast<int64_t>(w.fallback_bytes()));
   }
 }
 

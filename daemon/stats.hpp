@@ -100,6 +100,7 @@ struct ApiOperationCounters {
   std::atomic<uint64_t> irisd_bytes_total{0};
   std::atomic<uint64_t> sm_kernel_bytes_total{0};
   std::atomic<uint64_t> host_bytes_total{0};
+  std::atomic<uint64_t> fallback_bytes_total{0};
 };
 
 struct Stats {

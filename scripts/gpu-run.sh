@@ -168,6 +168,9 @@ if want nccl; then
   ncclrank 2 ops || nccl_c_rc=1
   ncclrank 3 ops || nccl_c_rc=1
   ncclrank 2 abort || nccl_c_rc=1
+  # The real NCCL as the fallback for the reductions (world size 1: NCCL refuses a shared GPU).
+  IRISD_NCCL_FALLBACK=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib', 'libnccl.so.2'))") \
+    NCCL_DEBUG=INFO ncclrank 1 ops || nccl_c_rc=1
   ncclrank 2 loops --stop-file "$run/nccl-stop" &
   loops=$!
   for _ in 1 2 3; do
@@ -319,7 +322,7 @@ if want nccl; then
   echo "-- PyTorch nccl backend on irisd's libnccl.so.2 (exit $nccl_rc)"
   grep -A12 "^PyTorch nccl backend" "$out/nccl.txt"
   echo "-- C program on GPU streams through the API (exit $nccl_c_rc)"
-  grep -E "^nccl stream|bad elements|FAILED|error" "$out/nccl_c.txt" | head -12
+  grep -E "^nccl stream|bad elements|FAILED|error|runs .* on the GPU.s SMs" "$out/nccl_c.txt" | cut -c1-300 | head -12
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
   cat "$out/nccl_bandwidth.md"
 fi

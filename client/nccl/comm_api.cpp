@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "client/nccl/fallback_nccl.hpp"
 #include "client/nccl/gpu_context.hpp"
 #include "client/nccl/nccl_comm.hpp"
 #include "client/nccl/nccl_errors.hpp"
@@ -60,6 +61,14 @@ void check_ranks(int nranks, int rank) {
                                              ": nranks must be at least 1 and rank below it");
 }
 
+std::string fallback_names(const iris::nccl::FallbackNccl& fb) {
+  std::string names;
+  for (int k = 0; k < iris::nccl::kOpKindCount; ++k)
+    if (fb.takes.test(k))
+      names += (names.empty() ? "" : ", ") + std::string(iris::kApiOperationNames[k]);
+  return names.empty() ? "nothing" : names;
+}
+
 // How long a rank waits at the meeting point for the job's other ranks.
 constexpr std::chrono::minutes kMeetingTimeout{5};
 
@@ -70,6 +79,19 @@ struct Where {
   std::optional<iris::NodeSet> nodes;
 };
 
+// The fallback NCCL's communicator of the same ranks: rank 0's id for it reaches the others
+// through irisd.
+void join_fallback(ncclComm& c, const iris::nccl::FallbackNccl& fb) {
+  ncclUniqueId id{};
+  if (c.rank == 0) fb.check(fb.GetUniqueId(&id), "ncclGetUniqueId");
+  char* shared = c.host_scratch.reserve(c.lane->client, sizeof id.internal);
+  std::memcpy(shared, id.internal, sizeof id.internal);
+  c.comm.broadcast(shared, sizeof id.internal, 0).wait();
+  std::memcpy(id.internal, shared, sizeof id.internal);
+  fb.check(fb.CommInitRank(&c.fallback, static_cast<int>(c.nranks), id, static_cast<int>(c.rank)),
+           "ncclCommInitRank");
+}
+
 void join(ncclComm& c) {
   if (!c.meeting_point.empty())
     c.nodes = iris::meet_nodes(c.lane->client, c.meeting_point, c.secret, c.nranks, c.rank,
@@ -79,6 +101,8 @@ void join(ncclComm& c) {
                    : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
   // Every rank, whatever its engine, so that every rank's first collective is the same.
   c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
+  const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+  if (fb != nullptr) join_fallback(c, *fb);
   iris::nccl::debug_print(
       DebugLevel::kInfo,
       "communicator " + c.key + " rank " + std::to_string(c.rank) + "/" + std::to_string(c.nranks) +
@@ -87,7 +111,12 @@ void join(ncclComm& c) {
           " (engine " + c.lane->client.engine() + ", session " +
           std::to_string(c.lane->client.session_id()) + ", device " + std::to_string(c.device) +
           "): irisd's engine moves every operation's bytes, reductions then run on the GPU's "
-          "SMs (device memory) or the host (host memory); the counts follow when it ends");
+          "SMs (device memory) or the host (host memory)" +
+          (fb != nullptr
+               ? "; the fallback NCCL " + fb->path + " (version " + std::to_string(fb->version) +
+                     ") runs " + fallback_names(*fb) + " on the GPU's SMs"
+               : "") +
+          "; the counts follow when it ends");
   c.ready = true;
 }
 
@@ -115,7 +144,8 @@ ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options&
     return c.release();
   }
   ncclComm* raw = c.release();
-  raw->init_thread = std::thread([raw] {
+  raw->init_thread = std::thread([raw, context = iris::nccl::current_context()] {
+    iris::nccl::make_current(context);  // the fallback's init runs on the caller's device
     try {
       join(*raw);
     } catch (const iris::Error& e) {
@@ -172,10 +202,19 @@ ncclResult_t answer(const char* function, const ncclComm* comm, int* out, const 
   });
 }
 
-// Ends the communicator's rank: waits for its init, leaves irisd's communicator (the other
-// ranks' later operations fail with ncclRemoteError), frees it.
-void end_comm(ncclComm* comm) {
+// Ends the communicator's rank: waits for its init, ends the fallback's communicator (aborted or
+// destroyed), leaves irisd's communicator (the other ranks' later operations fail with
+// ncclRemoteError), frees it.
+void end_comm(ncclComm* comm, bool abort) {
   if (comm->init_thread.joinable()) comm->init_thread.join();
+  if (comm->fallback != nullptr) {
+    const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+    if ((abort ? fb->CommAbort : fb->CommDestroy)(comm->fallback) != ncclSuccess)
+      iris::nccl::debug_print(DebugLevel::kWarn,
+                              std::string("the fallback NCCL's ") +
+                                  (abort ? "ncclCommAbort" : "ncclCommDestroy") +
+                                  " failed: " + fb->GetLastError(comm->fallback));
+  }
   iris::nccl::debug_print(DebugLevel::kInfo, comm->tally_report());
   if (comm->ready) comm->report_tally(true);
   if (comm->ready) {
@@ -285,7 +324,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       try {
         comms[i] = make_comm(key, ndev, i, blocking, devlist != nullptr ? devlist[i] : i, {});
       } catch (...) {
-        for (int j = 0; j < i; ++j) end_comm(comms[j]);
+        for (int j = 0; j < i; ++j) end_comm(comms[j], true);
         throw;
       }
     }
@@ -383,6 +422,10 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
         comm->fail(iris::nccl::result_of(e.code()), e.what());
       }
     }
+    if (comm->fallback != nullptr) {
+      const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+      fb->check(fb->CommFinalize(comm->fallback), "ncclCommFinalize", comm->fallback);
+    }
     return ncclSuccess;
   });
 }
@@ -391,7 +434,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return guarded("ncclCommDestroy", [&] {
     if (comm == nullptr) return ncclSuccess;
     ncclCommFinalize(comm);
-    end_comm(comm);
+    end_comm(comm, false);
     return ncclSuccess;
   });
 }
@@ -399,7 +442,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return guarded("ncclCommAbort", [&] {
     if (comm == nullptr) return ncclSuccess;
-    end_comm(comm);
+    end_comm(comm, true);
     return ncclSuccess;
   });
 }

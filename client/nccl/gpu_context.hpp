@@ -11,6 +11,10 @@ namespace iris::nccl {
 
 // The device of the calling thread's current CUDA context (0 without a GPU or a context).
 int current_device();
+// The calling thread's current CUDA context (nullptr without one), and making it current on
+// another thread (a non-blocking init's), so that what runs there uses the caller's device.
+void* current_context();
+void make_current(void* context);
 // The PCI bus id of CUDA device `device` ("" without a GPU).
 std::string device_bus_id(int device);
 // True for device memory of this process (false without a GPU).

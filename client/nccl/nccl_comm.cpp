@@ -1,6 +1,8 @@
 // A communicator's error state, watched requests and scratch memory (nccl_comm.hpp).
 #include "client/nccl/nccl_comm.hpp"
 
+#include "client/nccl/fallback_nccl.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -62,6 +64,17 @@ ncclResult_t ncclComm::poll() {
     in_flight.erase(keep, in_flight.end());
     if (async_error != ncclSuccess) return async_error;
   }
+  if (fallback != nullptr) {
+    const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+    ncclResult_t state = ncclSuccess;
+    if (fb->CommGetAsyncError(fallback, &state) == ncclSuccess && state != ncclSuccess &&
+        state != ncclInProgress) {
+      const char* why = fb->GetLastError(fallback);
+      fail(state, std::string("the fallback NCCL (") + fb->path +
+                      ") failed: " + (why != nullptr ? why : ""));
+      return state;
+    }
+  }
   return ready.load() ? ncclSuccess : ncclInProgress;
 }
 
@@ -121,6 +134,13 @@ void ncclComm::count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes
   report_tally(false);
 }
 
+void ncclComm::count_fallback(iris::nccl::OpKind kind, uint64_t bytes) {
+  iris::nccl::OpTally& t = tally[static_cast<int>(kind)];
+  ++t.calls;
+  t.by_fallback += bytes;
+  report_tally(false);
+}
+
 void ncclComm::report_tally(bool now_anyway) {
   const auto now = std::chrono::steady_clock::now();
   if (!now_anyway && now - reported_at < std::chrono::seconds(1)) return;
@@ -130,7 +150,7 @@ void ncclComm::report_tally(bool now_anyway) {
     const iris::nccl::OpTally &t = tally[k], &r = reported[k];
     if (t.calls == r.calls) continue;
     work.push_back({static_cast<uint32_t>(k), t.calls - r.calls, t.by_irisd - r.by_irisd,
-                    t.on_gpu - r.on_gpu, t.on_host - r.on_host});
+                    t.on_gpu - r.on_gpu, t.on_host - r.on_host, t.by_fallback - r.by_fallback});
   }
   if (work.empty()) return;
   try {
@@ -155,6 +175,8 @@ std::string ncclComm::tally_report() const {
               " bytes by irisd's engine (" + lane->client.engine() + ")";
     if (t.on_gpu > 0) report += ", " + std::to_string(t.on_gpu) + " by kernels on the GPU's SMs";
     if (t.on_host > 0) report += ", " + std::to_string(t.on_host) + " by the host";
+    if (t.by_fallback > 0)
+      report += ", " + std::to_string(t.by_fallback) + " by the fallback NCCL (on the GPU's SMs)";
     report += ";";
   }
   return any ? report : report + " no operations";

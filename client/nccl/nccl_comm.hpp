@@ -46,6 +46,7 @@ struct OpTally {
   uint64_t by_irisd = 0;
   uint64_t on_gpu = 0;
   uint64_t on_host = 0;
+  uint64_t by_fallback = 0;  // written by the fallback NCCL (IRISD_NCCL_FALLBACK)
 };
 
 struct CustomReduction {
@@ -75,6 +76,8 @@ struct ncclComm {
   std::string meeting_point;
   std::string secret;
   std::optional<iris::NodeSet> nodes;
+  // The fallback NCCL's communicator of the same ranks (IRISD_NCCL_FALLBACK), made at init.
+  ncclComm_t fallback = nullptr;
 
   // A non-blocking init joins on this thread; ncclCommGetAsyncError says ncclInProgress until it
   // is done.
@@ -113,6 +116,8 @@ struct ncclComm {
   // Counts an operation; the report says, per kind, where its bytes moved (NCCL_DEBUG=INFO
   // prints it when the communicator ends).
   void count(iris::nccl::OpKind kind, const iris::nccl::PlanBytes& bytes, bool on_gpu);
+  // An operation the fallback NCCL ran, writing `bytes` into this rank's memory.
+  void count_fallback(iris::nccl::OpKind kind, uint64_t bytes);
   std::string tally_report() const;
   // Sends irisd what the tally gained since the last report (iris-ctl stats, /metrics): at most
   // once a second unless `now_anyway` (the communicator ends); a failure only costs the figures.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "client/nccl/fallback_nccl.hpp"
 #include "client/nccl/gpu_context.hpp"
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/operation_runner.hpp"
@@ -105,6 +106,21 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
   if (plan->recv_bytes > 0 && recv == nullptr)
     throw NcclError(ncclInvalidArgument,
                     std::string(iris::nccl::op_name(kind)) + ": recvbuff is NULL");
+  if (comm->fallback != nullptr) {
+    const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+    const bool custom = iris::nccl::reduces(kind) && static_cast<int>(op) >= ncclNumOps;
+    if (fb->takes.test(static_cast<int>(kind)) && !custom) {
+      if (strict())
+        throw NcclError(ncclInvalidUsage, std::string("IRISD_NCCL_STRICT=1: ") +
+                                              iris::nccl::op_name(kind) +
+                                              " would run on the fallback NCCL (" + fb->path +
+                                              "), its kernels on the GPU's SMs; leave it out of "
+                                              "IRISD_NCCL_FALLBACK_OPS or unset IRISD_NCCL_STRICT");
+      fb->run(kind, send, recv, count, datatype, op, peer, comm->fallback, stream);
+      comm->count_fallback(kind, plan->recv_bytes);
+      return ncclSuccess;
+    }
+  }
   if (plan->phases.empty()) return ncclSuccess;
   iris::nccl::QueuedOp queued{comm, call, std::move(*plan), stream};
   iris::nccl::decide_where(queued);
@@ -215,18 +231,26 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 }
 
 ncclResult_t ncclGroupStart(void) {
-  ++group.depth;
-  return ncclSuccess;
+  return guarded("ncclGroupStart", [&] {
+    // The fallback's operations join the group too: its group spans ours.
+    if (const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl())
+      fb->check(fb->GroupStart(), "ncclGroupStart");
+    ++group.depth;
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclGroupEnd(void) {
   return guarded("ncclGroupEnd", [&] {
     if (group.depth == 0)
       throw NcclError(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart on this thread");
-    if (--group.depth > 0) return ncclSuccess;
-    std::vector<iris::nccl::QueuedOp> ops;
-    ops.swap(group.ops);
-    iris::nccl::run_operations(ops);
+    const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
+    if (--group.depth == 0) {
+      std::vector<iris::nccl::QueuedOp> ops;
+      ops.swap(group.ops);
+      iris::nccl::run_operations(ops);
+    }
+    if (fb != nullptr) fb->check(fb->GroupEnd(), "ncclGroupEnd");
     return ncclSuccess;
   });
 }

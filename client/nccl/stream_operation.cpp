@@ -290,6 +290,18 @@ int current_device() {
   return device;
 }
 
+void* current_context() {
+  const cuda::Driver* cu = loaded_driver();
+  CUcontext context = nullptr;
+  if (cu == nullptr || cu->cuCtxGetCurrent(&context) != CUDA_SUCCESS) return nullptr;
+  return context;
+}
+
+void make_current(void* context) {
+  const cuda::Driver* cu = loaded_driver();
+  if (cu != nullptr && context != nullptr) cu->cuCtxSetCurrent(static_cast<CUcontext>(context));
+}
+
 bool is_device_memory(const void* ptr) {
   const cuda::Driver* cu = loaded_driver();
   if (cu == nullptr || ptr == nullptr) return false;
@@ -369,6 +381,8 @@ std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op) { return std::make_uniq
 struct GpuScratch {};
 
 int current_device() { return 0; }
+void* current_context() { return nullptr; }
+void make_current(void*) {}
 std::string device_bus_id(int) { return ""; }
 bool is_device_memory(const void*) { return false; }
 void release_gpu_scratch(ncclComm&) {}

@@ -94,6 +94,7 @@ void Client::report_api_work(const std::vector<ApiWork>& work) {
     op->set_irisd_bytes(w.irisd_bytes);
     op->set_sm_kernel_bytes(w.sm_kernel_bytes);
     op->set_host_bytes(w.host_bytes);
+    op->set_fallback_bytes(w.fallback_bytes);
   }
   usable(impl_).link->session_call(request, "report of API operations");
 }

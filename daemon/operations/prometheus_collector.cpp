@@ -113,11 +113,13 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
   auto api_calls =
       family("iris_api_operations_total",
              "NCCL-API operations, as irisd's NCCL library reported them", MetricType::Counter);
-  auto api_bytes = family("iris_api_operation_bytes_total",
-                          "bytes the NCCL library's operations wrote, by operation and mover "
-                          "(irisd: irisd's engine; sm_kernel: kernels on the GPU's SMs; host), "
-                          "as the library reported them",
-                          MetricType::Counter);
+  auto api_bytes =
+      family("iris_api_operation_bytes_total",
+             "bytes the NCCL library's operations wrote, by operation and mover "
+             "(irisd: irisd's engine; sm_kernel: kernels on the GPU's SMs; host; fallback: a "
+             "real NCCL beside irisd), "
+             "as the library reported them",
+             MetricType::Counter);
   for (const auto& a : s.api_operations()) {
     sample(api_calls, {{"op", a.op()}}, static_cast<double>(a.calls_total()));
     sample(api_bytes, {{"op", a.op()}, {"mover", "irisd"}},
@@ -126,6 +128,8 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
            static_cast<double>(a.sm_kernel_bytes_total()));
     sample(api_bytes, {{"op", a.op()}, {"mover", "host"}},
            static_cast<double>(a.host_bytes_total()));
+    sample(api_bytes, {{"op", a.op()}, {"mover", "fallback"}},
+           static_cast<double>(a.fallback_bytes_total()));
   }
   out.push_back(std::move(api_calls));
   out.push_back(std::move(api_bytes));

@@ -83,6 +83,7 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
     row->set_irisd_bytes_total(load(a.irisd_bytes_total));
     row->set_sm_kernel_bytes_total(load(a.sm_kernel_bytes_total));
     row->set_host_bytes_total(load(a.host_bytes_total));
+    row->set_fallback_bytes_total(load(a.fallback_bytes_total));
   }
 }
 

@@ -134,6 +134,58 @@ TEST(NcclApi, AJobComesThroughRestartsOfIrisd) {
   expect_all_pass(pids, daemon);
 }
 
+// Environment variables set for the rank processes a test starts, unset after it.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::vector<std::pair<std::string, std::string>> vars)
+      : vars_(std::move(vars)) {
+    for (const auto& [k, v] : vars_) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : vars_) ::unsetenv(k.c_str());
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> vars_;
+};
+
+// A fallback NCCL (here the stand-in of tests/nccl/nccl_stand_in.cpp, on the GPU host the real
+// one) takes the operations IRISD_NCCL_FALLBACK_OPS names, and its bytes are counted apart.
+TEST(NcclApi, AFallbackNcclTakesTheOperationsNamedAndItsBytesAreCountedApart) {
+  DaemonProcess daemon;
+  {
+    ScopedEnv env({{"IRISD_NCCL_FALLBACK", IRIS_TEST_NCCL_STAND_IN},
+                   {"IRISD_NCCL_FALLBACK_OPS", "all_reduce,reduce"}});
+    expect_all_pass(start_job(daemon, 1, "fallback"), daemon);
+  }
+  std::map<std::string, nlohmann::json> by_op;
+  const auto rows = ctl_json(daemon, {"stats"})["api_operations"];
+  for (const auto& row : rows) by_op[row["op"].get<std::string>()] = row;
+  ASSERT_EQ(by_op.count("all_reduce"), 1u) << rows.dump();
+  EXPECT_EQ(by_op["all_reduce"]["calls"], 3) << rows.dump();  // 2 on the fallback, 1 on irisd
+  EXPECT_EQ(by_op["all_reduce"]["fallback_bytes"], 2 * 4096) << rows.dump();
+  EXPECT_EQ(by_op["reduce_scatter"]["fallback_bytes"], 0) << rows.dump();
+  EXPECT_GT(uint64_t(by_op["reduce_scatter"]["irisd_bytes"]), 0u) << rows.dump();
+  EXPECT_GT(uint64_t(by_op["all_gather"]["irisd_bytes"]), 0u) << rows.dump();
+
+  ScopedEnv strict({{"IRISD_NCCL_FALLBACK", IRIS_TEST_NCCL_STAND_IN},
+                    {"IRISD_NCCL_FALLBACK_OPS", "reductions"},
+                    {"IRISD_NCCL_STRICT", "1"}});
+  expect_all_pass(start_job(daemon, 1, "fallback-strict"), daemon);
+}
+
+TEST(NcclApi, AnUnusableFallbackFailsInitNamingIt) {
+  DaemonProcess daemon;
+  for (const auto& [path, ops] : std::vector<std::pair<std::string, std::string>>{
+           {"/nonexistent/libnccl.so.2", "reductions"},
+           {IRIS_TEST_LIBNCCL, "reductions"},        // this library itself
+           {IRIS_TEST_NCCL_STAND_IN, "all_gather"},  // lacks ncclAllGather
+           {IRIS_TEST_NCCL_STAND_IN, "all_reduce,summing"}}) {
+    ScopedEnv env({{"IRISD_NCCL_FALLBACK", path}, {"IRISD_NCCL_FALLBACK_OPS", ops}});
+    expect_all_pass(start_job(daemon, 1, "fallback-unusable"), daemon);
+  }
+}
+
 // Two irisd daemons as two nodes: ranks alternate between them and share nothing but the id
 // rank 0 got from ncclGetUniqueId, which carries node 0's meeting point. They meet there, make
 // one communicator across both daemons, and run `name` (splits make children within a node and

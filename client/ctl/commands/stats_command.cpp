@@ -73,11 +73,11 @@ Report stats_report(const v1::GetStatsResponse& s, const v1::GetStatsResponse* b
   for (const auto& d : s.devices())
     devices.rows.push_back({d.device(), d.copy_engine_bytes_total(), d.compute_unit_bytes_total(),
                             d.copies_total(), d.copy_errors_total(), d.copies_in_flight()});
-  auto& api = report.table("api_operations",
-                           {"op", "calls", "irisd_bytes", "sm_kernel_bytes", "host_bytes"});
+  auto& api = report.table("api_operations", {"op", "calls", "irisd_bytes", "sm_kernel_bytes",
+                                              "host_bytes", "fallback_bytes"});
   for (const auto& a : s.api_operations())
     api.rows.push_back({a.op(), a.calls_total(), a.irisd_bytes_total(), a.sm_kernel_bytes_total(),
-                        a.host_bytes_total()});
+                        a.host_bytes_total(), a.fallback_bytes_total()});
   auto& errors = report.table("errors", {"code", "count"});
   for (const auto& e : s.errors()) errors.rows.push_back({e.code(), e.count()});
   return report;

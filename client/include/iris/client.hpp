@@ -108,6 +108,7 @@ class Client {
     uint64_t irisd_bytes = 0;      // written by irisd's engine
     uint64_t sm_kernel_bytes = 0;  // written by kernels on the GPU's SMs
     uint64_t host_bytes = 0;       // written by the host
+    uint64_t fallback_bytes = 0;   // written by a fallback library (a real NCCL) beside irisd
   };
   void report_api_work(const std::vector<ApiWork>& work);
   // Ends the session (also done by the destructor).
