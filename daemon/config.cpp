@@ -52,6 +52,53 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "cuda and hsa engines: copies at least this large are split across the copy "
                  "engines that serve them (0: never)")
       ->capture_default_str();
+  std::string queue_bytes = "auto";
+  app.add_option("--engine-queue-bytes", queue_bytes,
+                 "every engine: bytes of copies irisd hands a device's engines at once; the rest "
+                 "wait in irisd and leave in slices, latency work first, bulk fairly between "
+                 "users, so a small collective waits behind about that much (auto: 8 MiB on GPU "
+                 "engines, 32 MiB on the host engine; 0: every copy straight to the engine, "
+                 "first come first served)")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        try {
+          std::size_t used = 0;
+          std::stoull(v, &used);
+          if (used == v.size()) return "";
+        } catch (const std::exception&) {
+        }
+        return "'" + v + "' is not a byte count or auto";
+      })
+      ->capture_default_str();
+  app.add_option("--engine-slice-bytes", c.pacing.slice_bytes,
+                 "every engine: the largest piece of a copy handed over at once")
+      ->check(CLI::Range(uint64_t{4096}, uint64_t{1} << 34))
+      ->capture_default_str();
+  app.add_option("--engine-bulk-every", c.pacing.bulk_every,
+                 "while latency and bulk work both wait, bulk gets at least every Nth slice")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  app.add_option("--latency-max-bytes", c.pacing.latency_max_bytes,
+                 "a collective whose copies are all at most this large is latency work; a "
+                 "larger one is bulk")
+      ->capture_default_str();
+  std::vector<std::string> weights;
+  app.add_option("--uid-weight", weights,
+                 "UID:WEIGHT, repeatable: that user's share of the engines against others' "
+                 "(default 1 each)")
+      ->check([](const std::string& v) -> std::string {
+        const auto colon = v.find(':');
+        try {
+          std::size_t used = 0;
+          if (colon != std::string::npos && std::stoul(v.substr(0, colon), &used) <= UINT32_MAX &&
+              used == colon) {
+            const unsigned long w = std::stoul(v.substr(colon + 1), &used);
+            if (used == v.size() - colon - 1 && w >= 1 && w <= 1000) return "";
+          }
+        } catch (const std::exception&) {
+        }
+        return "'" + v + "' is not UID:WEIGHT with a weight from 1 to 1000";
+      });
   app.add_option("--copy-timeout-ms", c.engine.copy_timeout_ms,
                  "hsa engine: a copy not finished after this long (plus 1 ms per MiB) fails its "
                  "collective instead of hanging it")
@@ -184,6 +231,12 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
     return std::nullopt;
   }
   c.socket_mode = static_cast<mode_t>(std::stoul(mode, nullptr, 8));  // checked above
+  c.pacing.queue_bytes = queue_bytes == "auto" ? kEngineQueueBytesAuto : std::stoull(queue_bytes);
+  for (const std::string& w : weights) {  // checked above
+    const auto colon = w.find(':');
+    c.uid_weights[static_cast<uint32_t>(std::stoul(w.substr(0, colon)))] =
+        static_cast<uint32_t>(std::stoul(w.substr(colon + 1)));
+  }
   return c;
 }
 

@@ -5,10 +5,12 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "daemon/engines/copy_dispatcher.hpp"
 #include "daemon/engines/engine.hpp"
 
 namespace iris::daemon {
@@ -59,6 +61,9 @@ struct Config {
   mode_t socket_mode = 0660;
   std::string socket_group;  // empty: the daemon's own group
   EngineOptions engine;
+  // How irisd shares the engines between tenants (engines/copy_dispatcher.hpp, fair_share.hpp).
+  Pacing pacing;
+  std::map<uint32_t, uint32_t> uid_weights;  // uid -> share of the engines (default 1)
   Limits limits;
   bool allow_cross_uid_comms = false;
   // Communicators across nodes (UCX to other nodes' irisd daemons, started on first use).

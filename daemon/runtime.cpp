@@ -19,7 +19,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       tenant_log_(stats.log_lines_suppressed_total),
       sessions_(config),
       completer_(sessions_, engine, stats, tenant_log_),
-      copies_(engine, stats),
+      copies_(engine, stats, config.pacing),
       scheduler_(
           copies_, stats, tenant_log_,
           [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
@@ -42,6 +42,7 @@ Runtime::Runtime(const Config& config, Engine& engine, Stats& stats, ProgressLoo
       rings_(sessions_, arrivals_, stats, tenant_log_,
              [this](uint64_t session_id) { end_session(session_id, true); }) {
   loop_.watch(engine_.completion_fd());
+  for (const auto& [uid, weight] : config.uid_weights) copies_.set_weight(uid, weight);
   // A ring entry's path, in order; the completer wakes clients after everything that completes.
   for (Poller* p :
        std::initializer_list<Poller*>{&rings_, &arrivals_, &plans_, &scale_out_, &copies_, &p2p_,

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "daemon/engines/fair_share.hpp"
 #include "iris/error_code.hpp"
 #include "iris/shared/api_operations.hpp"
 #include "iris/shared/descriptor.hpp"
@@ -94,6 +95,13 @@ constexpr std::size_t size_class(uint64_t bytes) {
   return bytes < (64u << 10) ? 0 : bytes < (1u << 20) ? 1 : bytes < (16u << 20) ? 2 : 3;
 }
 
+// The engines' work by traffic class (engines/fair_share.hpp): bytes the engines moved, and how
+// long each copy waited in irisd's queue before its first slice went to the engine.
+struct ClassCounters {
+  std::atomic<uint64_t> bytes_total{0};
+  LatencyHistogram queue_delay;
+};
+
 // What libraries over libiris reported of their API's operations (api_operations.hpp).
 struct ApiOperationCounters {
   std::atomic<uint64_t> calls_total{0};
@@ -112,6 +120,15 @@ struct Stats {
   std::array<std::array<LatencyHistogram, kSizeClasses>, kOpSlots> latency{};
   std::array<DeviceCounters, kDeviceSlots> devices{};
   std::array<ApiOperationCounters, kApiOperationCount> api_operations{};
+  std::array<ClassCounters, kTrafficClassCount> classes{};  // by TrafficClass
+
+  // From the progress loop only.
+  void count_class_bytes(std::size_t cls, uint64_t bytes) {
+    if (cls < classes.size()) add_from_loop(classes[cls].bytes_total, static_cast<int64_t>(bytes));
+  }
+  void count_queue_delay(std::size_t cls, uint64_t micros) {
+    if (cls < classes.size()) add_to(classes[cls].queue_delay, micros);
+  }
 
   void count_error(ErrorCode code) {
     const auto i = static_cast<uint32_t>(code);
@@ -121,7 +138,9 @@ struct Stats {
   void count_collective(uint32_t op, Outcome outcome, uint64_t bytes, uint64_t micros) {
     if (op >= kOpSlots) op = 0;
     add_from_loop(collectives[op][static_cast<std::size_t>(outcome)], 1);
-    LatencyHistogram& h = latency[op][size_class(bytes)];
+    add_to(latency[op][size_class(bytes)], micros);
+  }
+  static void add_to(LatencyHistogram& h, uint64_t micros) {
     std::size_t b = 0;
     while (b < std::size(kLatencyBoundsUs) && micros > kLatencyBoundsUs[b]) ++b;
     add_from_loop(h.buckets[b], 1);

@@ -241,8 +241,11 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   std::optional<PlanError> bad;
   plan_arrival(comm, c, rank, c.ranks.at(rank), bad);
   // Copies already planned run (and complete) even when a later pair disagreed.
-  uint64_t total = 0;
-  for (const PairCopy& p : planned_) total += p.bytes;
+  uint64_t total = 0, largest = 0;
+  for (const PairCopy& p : planned_) {
+    total += p.bytes;
+    largest = std::max(largest, p.bytes);
+  }
   uint64_t now_left = copies_.engine().copy_now_share(total);
   uint64_t now_bytes = 0;
   batch_.clear();
@@ -272,7 +275,7 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
   if (!batch_.empty()) {
-    copies_.submit(batch_);
+    copies_.submit(batch_, FlowKey{comm.uid, comm.id, copies_.class_of(largest)});
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
   copies_.copy_now(now_, now_bytes);

@@ -1,8 +1,20 @@
 #include "daemon/engines/copy_dispatcher.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 namespace iris::daemon {
+
+uint64_t queue_bytes_for(const std::string& engine_name) {
+  return engine_name == "host" ? 32ull << 20 : 8ull << 20;
+}
+
+CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing)
+    : engine_(engine), stats_(stats), pacing_(pacing), lanes_(kDeviceSlots) {
+  if (pacing_.queue_bytes == kEngineQueueBytesAuto)
+    pacing_.queue_bytes = queue_bytes_for(engine.description().name);
+}
 
 CopyDispatcher::Slot& CopyDispatcher::take_slot(CopyRequest& copy) {
   uint32_t index;
@@ -17,9 +29,36 @@ CopyDispatcher::Slot& CopyDispatcher::take_slot(CopyRequest& copy) {
   slot.used = true;
   ++slot.generation;
   slot.device = device_slot(copy.src_device, copy.dst_device);
+  slot.slices_out = 0;
+  slot.in_flight_bytes = 0;
+  slot.all_issued = false;
+  slot.error = ErrorCode::kOk;
   add_from_loop(stats_.devices[slot.device].copies_in_flight, 1);
   copy.cookie = (uint64_t{slot.generation} << 32) | index;
   return slot;
+}
+
+CopyDispatcher::Slot* CopyDispatcher::slot_of(uint64_t cookie) {
+  const uint64_t index = cookie & 0xffffffffu;
+  if (index >= slots_.size() || !slots_[index].used ||
+      slots_[index].generation != static_cast<uint32_t>(cookie >> 32))
+    return nullptr;
+  return &slots_[index];
+}
+
+CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
+  auto& l = lanes_[device];
+  if (!l) {
+    l = std::make_unique<Lane>(Lane{FairShare({pacing_.slice_bytes, pacing_.bulk_every}), 0});
+    for (const auto& [uid, weight] : weights_) l->fair.set_weight(uid, weight);
+  }
+  return *l;
+}
+
+void CopyDispatcher::set_weight(uint32_t uid, uint32_t weight) {
+  weights_[uid] = weight;
+  for (auto& l : lanes_)
+    if (l) l->fair.set_weight(uid, weight);
 }
 
 void CopyDispatcher::track(CopyRequest& copy, CopyOwner& owner, uint64_t tag) {
@@ -28,11 +67,69 @@ void CopyDispatcher::track(CopyRequest& copy, CopyOwner& owner, uint64_t tag) {
   slot.tag = tag;
 }
 
+void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& flow) {
+  if (copies.empty()) return;
+  if (pacing_.queue_bytes == 0) {
+    for (const CopyRequest& c : copies) {
+      Slot& slot = *slot_of(c.cookie);
+      slot.cls = flow.cls;
+      slot.slices_out = 1;
+      slot.in_flight_bytes = c.bytes;
+      slot.all_issued = true;
+    }
+    return engine_.submit(copies);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::size_t device = kDeviceSlots;
+  for (const CopyRequest& c : copies) {
+    Slot& slot = *slot_of(c.cookie);
+    slot.request = c;
+    slot.cls = flow.cls;
+    slot.queued_at = now;
+    lane(slot.device).fair.push(flow, c.cookie, c.bytes);
+    if (slot.device != device) {
+      if (device != kDeviceSlots) pump(device);
+      device = slot.device;
+    }
+  }
+  pump(device);
+}
+
+void CopyDispatcher::pump(std::size_t device) {
+  Lane& l = lane(device);
+  batch_.clear();
+  const auto now = std::chrono::steady_clock::now();
+  while (l.in_flight < pacing_.queue_bytes) {
+    const std::optional<FairShare::Slice> s = l.fair.next();
+    if (!s) break;
+    Slot& slot = *slot_of(s->item);
+    if (s->offset == 0) {
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::microseconds>(now - slot.queued_at).count();
+      stats_.count_queue_delay(static_cast<std::size_t>(slot.cls),
+                               static_cast<uint64_t>(std::max<int64_t>(waited, 0)));
+    }
+    CopyRequest piece = slot.request;
+    piece.src += s->offset;
+    piece.dst += s->offset;
+    piece.bytes = s->bytes;
+    ++slot.slices_out;
+    slot.in_flight_bytes += s->bytes;
+    slot.all_issued = s->last;
+    l.in_flight += s->bytes;
+    batch_.push_back(std::move(piece));
+  }
+  if (batch_.empty()) return;
+  engine_.submit(batch_);
+  batch_.clear();  // the requests hold the buffers: only the engine may keep them now
+}
+
 void CopyDispatcher::submit_one(CopyRequest copy, std::function<void(ErrorCode)> done) {
   Slot& slot = take_slot(copy);
   slot.owner = nullptr;
   slot.done = std::move(done);
-  engine_.submit(std::span<const CopyRequest>(&copy, 1));
+  // irisd's own copies (scale-out staging) wait like a tenant's bulk transfer.
+  submit(std::span<const CopyRequest>(&copy, 1), FlowKey{kDaemonUid, 0, TrafficClass::kBulk});
 }
 
 void CopyDispatcher::copy_now(std::span<const HostCopy> copies, uint64_t bytes) {
@@ -50,38 +147,71 @@ bool CopyDispatcher::poll() {
 }
 
 void CopyDispatcher::complete(const CopyCompletion& completion) {
-  const uint64_t index = completion.cookie & 0xffffffffu;
-  if (index >= slots_.size() || !slots_[index].used ||
-      slots_[index].generation != static_cast<uint32_t>(completion.cookie >> 32)) {
+  Slot* slot = slot_of(completion.cookie);
+  if (slot == nullptr || slot->slices_out == 0) {
     spdlog::error("engine completed unknown copy {}", completion.cookie);
     return;
   }
+  const uint64_t bytes = std::min(completion.bytes, slot->in_flight_bytes);
+  slot->in_flight_bytes -= bytes;
+  --slot->slices_out;
+  if (completion.code != ErrorCode::kOk && slot->error == ErrorCode::kOk)
+    slot->error = completion.code;
+  slot->path = completion.path;
+  const std::size_t device = slot->device;
+  count_bytes(device, completion.code, completion.path, completion.bytes);
+  stats_.count_class_bytes(static_cast<std::size_t>(slot->cls), completion.bytes);
+  if (pacing_.queue_bytes > 0) {
+    Lane& l = lane(device);
+    l.in_flight -= std::min(bytes, l.in_flight);
+  }
+  if (slot->all_issued && slot->slices_out == 0)
+    finish(static_cast<uint32_t>(completion.cookie & 0xffffffffu), completion);
+  if (pacing_.queue_bytes > 0) pump(device);
+}
+
+void CopyDispatcher::finish(uint32_t index, const CopyCompletion& last) {
   Slot& slot = slots_[index];
   slot.used = false;
-  free_slots_.push_back(static_cast<uint32_t>(index));
-  count(slot.device, completion.code, completion.path, completion.bytes, 1, true);
+  slot.request = {};  // lets go of the buffers' owners
+  free_slots_.push_back(index);
+  const CopyCompletion whole{last.cookie, slot.error, slot.path, last.bytes};
+  count_copy(slot.device, slot.error);
   // The owner may queue copies (and so reuse this slot) from its callback: read it out first.
-  if (slot.owner != nullptr) return slot.owner->copy_done(slot.tag, completion);
+  if (slot.owner != nullptr) return slot.owner->copy_done(slot.tag, whole);
   std::function<void(ErrorCode)> done = std::move(slot.done);
   slot.done = nullptr;
-  done(completion.code);
+  done(whole.code);
 }
 
 void CopyDispatcher::count(std::size_t slot, ErrorCode code, TransferPath path, uint64_t bytes,
                            uint64_t copies, bool were_in_flight) {
+  count_bytes(slot, code, path, bytes);
   DeviceCounters& device = stats_.devices[slot];
   const auto n = static_cast<int64_t>(copies);
   if (were_in_flight) add_from_loop(device.copies_in_flight, -n);
   add_from_loop(device.copies_total, n);
+  if (code != ErrorCode::kOk) add_from_loop(device.copy_errors_total, n);
+}
+
+void CopyDispatcher::count_bytes(std::size_t slot, ErrorCode code, TransferPath path,
+                                 uint64_t bytes) {
+  DeviceCounters& device = stats_.devices[slot];
   if (code == ErrorCode::kOk) {
     device.failing_streak.store(0, std::memory_order_relaxed);
     auto& by_path = path == TransferPath::kCopyEngine ? device.copy_engine_bytes_total
                                                       : device.compute_unit_bytes_total;
     add_from_loop(by_path, static_cast<int64_t>(bytes));
   } else {
-    add_from_loop(device.copy_errors_total, n);
-    add_from_loop(device.failing_streak, n);
+    add_from_loop(device.failing_streak, 1);
   }
+}
+
+void CopyDispatcher::count_copy(std::size_t slot, ErrorCode code) {
+  DeviceCounters& device = stats_.devices[slot];
+  add_from_loop(device.copies_in_flight, -1);
+  add_from_loop(device.copies_total, 1);
+  if (code != ErrorCode::kOk) add_from_loop(device.copy_errors_total, 1);
 }
 
 }  // namespace iris::daemon

@@ -8,14 +8,26 @@
 // A copy's cookie is (generation << 32) | slot: finding the owner is an index, and a completion
 // reported twice, or one for a slot reused since, is recognised and counts for nothing. Slots are
 // reused, never freed: steady traffic allocates nothing.
+//
+// Paced (Pacing::queue_bytes > 0, the default): irisd never hands a device's engines more than
+// queue_bytes at once. Copies wait per flow (FairShare: the uid, the communicator and the class)
+// and go to the engine in slices of at most slice_bytes as earlier ones complete, so a copy that
+// becomes ready waits behind about one slice, not behind a tenant's whole transfer (a GPU's copy
+// engines run their queue first in, first out). A copy completes for its owner once its last
+// slice did.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "daemon/engines/engine.hpp"
+#include "daemon/engines/fair_share.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/stats.hpp"
 
@@ -30,17 +42,40 @@ class CopyOwner {
   ~CopyOwner() = default;
 };
 
+// Pacing::queue_bytes's default: by engine (queue_bytes_for).
+inline constexpr uint64_t kEngineQueueBytesAuto = UINT64_MAX;
+
+struct Pacing {
+  uint64_t slice_bytes = 2ull << 20;
+  // Per device; 0: every copy straight to the engine; auto: queue_bytes_for(engine).
+  uint64_t queue_bytes = kEngineQueueBytesAuto;
+  uint32_t bulk_every = 8;  // FairShare: bulk's slice at least this often
+  // A collective whose copies are all at most this large is latency work; larger is bulk.
+  uint64_t latency_max_bytes = 1ull << 20;
+};
+
+// The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe), 32 MiB on the
+// host engine, whose workers refill through the progress thread and idle under a tighter bound
+// on busy CPUs (docs/PERFORMANCE.md, "Copy engines shared between tenants").
+uint64_t queue_bytes_for(const std::string& engine_name);
+
 class CopyDispatcher final : public Poller {
  public:
-  CopyDispatcher(Engine& engine, Stats& stats) : engine_(engine), stats_(stats) {}
+  CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing = {});
 
   Engine& engine() const { return engine_; }
 
   // Gives `copy` its cookie: its completion goes to `owner` with `tag`. Counted in flight on its
   // device from now; queue it with submit().
   void track(CopyRequest& copy, CopyOwner& owner, uint64_t tag);
-  // Hands tracked copies to the engine.
-  void submit(std::span<const CopyRequest> copies) { engine_.submit(copies); }
+  // Hands tracked copies to the engine, paced under `flow`.
+  void submit(std::span<const CopyRequest> copies, const FlowKey& flow);
+  // A uid's share of the engines against other uids (FairShare weights; default 1).
+  void set_weight(uint32_t uid, uint32_t weight);
+  // The class of work whose largest copy is `largest_copy` bytes.
+  TrafficClass class_of(uint64_t largest_copy) const {
+    return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
+  }
   // One copy outside any plan, tracked and queued: `done` runs with its result.
   void submit_one(CopyRequest copy, std::function<void(ErrorCode)> done);
   // Copies between host memory done at once on this thread (Engine::copy_now), `bytes` together:
@@ -66,14 +101,39 @@ class CopyDispatcher final : public Poller {
     std::size_t device = 0;  // its DeviceCounters slot
     uint32_t generation = 0;
     bool used = false;
+    // Paced: the whole copy, its slices at the engine, and what they reported.
+    CopyRequest request{};
+    TrafficClass cls = TrafficClass::kBulk;
+    std::chrono::steady_clock::time_point queued_at{};
+    uint64_t in_flight_bytes = 0;
+    uint32_t slices_out = 0;
+    bool all_issued = false;
+    ErrorCode error = ErrorCode::kOk;
+    TransferPath path = TransferPath::kCopyEngine;
+  };
+  struct Lane {
+    FairShare fair;
+    uint64_t in_flight = 0;  // bytes of slices at the engine
   };
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
   Slot& take_slot(CopyRequest& copy);
+  Slot* slot_of(uint64_t cookie);
+  Lane& lane(std::size_t device);
+  // Hands the device's engines slices while it has room.
+  void pump(std::size_t device);
+  // The copy in `slot` ended (`code`): its owner learns it, the slot is free again.
+  void finish(uint32_t index, const CopyCompletion& completion);
   void count(std::size_t device, ErrorCode code, TransferPath path, uint64_t bytes, uint64_t copies,
              bool were_in_flight);
+  void count_bytes(std::size_t device, ErrorCode code, TransferPath path, uint64_t bytes);
+  void count_copy(std::size_t device, ErrorCode code);
 
   Engine& engine_;
   Stats& stats_;
+  Pacing pacing_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // by device slot, made on first use
+  std::map<uint32_t, uint32_t> weights_;
+  std::vector<CopyRequest> batch_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<CopyCompletion> completions_;

@@ -33,6 +33,23 @@ ClientMetric& sample(MetricFamily& f, std::vector<ClientMetric::Label> labels, d
   return f.metric.back();
 }
 
+// A histogram of microseconds, as GetStats carries it, in seconds.
+ClientMetric histogram(std::vector<ClientMetric::Label> labels, const v1::LatencyHistogram& l) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  uint64_t cumulative = 0;
+  for (int b = 0; b < l.bucket_counts_size(); ++b) {
+    cumulative += l.bucket_counts(b);
+    const double bound = b < l.upper_bound_us_size()
+                             ? static_cast<double>(l.upper_bound_us(b)) / 1e6
+                             : std::numeric_limits<double>::infinity();
+    m.histogram.bucket.push_back({cumulative, bound});
+  }
+  m.histogram.sample_count = l.count();
+  m.histogram.sample_sum = static_cast<double>(l.sum_us()) / 1e6;
+  return m;
+}
+
 }  // namespace
 
 std::string prometheus_name(std::string_view counter) {
@@ -73,22 +90,23 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
                         "collective latency, first rank's arrival to the last rank's completion, "
                         "by operation and size class (bytes per block)",
                         MetricType::Histogram);
-  for (const auto& l : s.latency()) {
-    ClientMetric m;
-    m.label = {{"op", l.op()}, {"size_class", l.size_class()}};
-    uint64_t cumulative = 0;
-    for (int b = 0; b < l.bucket_counts_size(); ++b) {
-      cumulative += l.bucket_counts(b);
-      const double bound = b < l.upper_bound_us_size()
-                               ? static_cast<double>(l.upper_bound_us(b)) / 1e6
-                               : std::numeric_limits<double>::infinity();
-      m.histogram.bucket.push_back({cumulative, bound});
-    }
-    m.histogram.sample_count = l.count();
-    m.histogram.sample_sum = static_cast<double>(l.sum_us()) / 1e6;
-    latency.metric.push_back(std::move(m));
-  }
+  for (const auto& l : s.latency())
+    latency.metric.push_back(histogram({{"op", l.op()}, {"size_class", l.size_class()}}, l));
   out.push_back(std::move(latency));
+  auto class_bytes = family("iris_engine_class_bytes_total",
+                            "bytes the engines moved, by traffic class (latency: collectives "
+                            "whose copies are all at most --latency-max-bytes; bulk: larger)",
+                            MetricType::Counter);
+  auto queue_delay = family("iris_engine_queue_delay_seconds",
+                            "how long copies waited in irisd's queue before their first slice "
+                            "went to the engine, by traffic class",
+                            MetricType::Histogram);
+  for (const auto& c : s.traffic_classes()) {
+    sample(class_bytes, {{"class", c.traffic_class()}}, static_cast<double>(c.bytes_total()));
+    queue_delay.metric.push_back(histogram({{"class", c.traffic_class()}}, c.queue_delay()));
+  }
+  out.push_back(std::move(class_bytes));
+  out.push_back(std::move(queue_delay));
 
   auto bytes = family("iris_copied_bytes_total",
                       "bytes copied, by the device the copy ran for and by what moved them "

@@ -10,6 +10,16 @@ std::size_t gpu_count(const EngineDescription& engine) {
 
 std::string device_label(std::size_t slot) { return slot == 0 ? "host" : std::to_string(slot - 1); }
 
+namespace {
+void fill_histogram(const LatencyHistogram& h, v1::LatencyHistogram& out) {
+  auto load = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+  for (uint64_t bound : kLatencyBoundsUs) out.add_upper_bound_us(bound);
+  for (const auto& b : h.buckets) out.add_bucket_counts(load(b));
+  out.set_count(load(h.count));
+  out.set_sum_us(load(h.sum_us));
+}
+}  // namespace
+
 void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& out) {
   const auto* descriptor = out.GetDescriptor();
   const auto* reflection = out.GetReflection();
@@ -42,15 +52,11 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
     }
     for (std::size_t size = 0; size < kSizeClasses; ++size) {
       const LatencyHistogram& h = stats.latency[op][size];
-      const uint64_t count = load(h.count);
-      if (count == 0) continue;
+      if (load(h.count) == 0) continue;
       auto* l = out.add_latency();
       l->set_op(op_name);
       l->set_size_class(kSizeClassNames[size]);
-      for (uint64_t bound : kLatencyBoundsUs) l->add_upper_bound_us(bound);
-      for (const auto& b : h.buckets) l->add_bucket_counts(load(b));
-      l->set_count(count);
-      l->set_sum_us(load(h.sum_us));
+      fill_histogram(h, *l);
     }
   }
   out.set_collectives_completed_total(outcomes[static_cast<std::size_t>(Outcome::kCompleted)]);
@@ -74,6 +80,13 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
   out.set_compute_unit_bytes_total(compute_units);
   out.set_copies_total(copies);
   out.set_bytes_copied_total(copy_engine + compute_units);
+  for (std::size_t cls = 0; cls < kTrafficClassCount; ++cls) {
+    auto* row = out.add_traffic_classes();
+    row->set_traffic_class(kTrafficClassNames[cls]);
+    row->set_bytes_total(load(stats.classes[cls].bytes_total));
+    row->mutable_queue_delay()->set_size_class(kTrafficClassNames[cls]);
+    fill_histogram(stats.classes[cls].queue_delay, *row->mutable_queue_delay());
+  }
   for (std::size_t op = 0; op < kApiOperationCount; ++op) {
     const ApiOperationCounters& a = stats.api_operations[op];
     if (load(a.calls_total) == 0) continue;

@@ -98,7 +98,7 @@ TEST_F(Dispatcher, EachCompletionReachesWhoQueuedItAndIsCountedOnce) {
   RecordingCopyOwner owner;
   CopyRequest tracked{a.data(), b.data(), a.size(), 0};
   copies.track(tracked, owner, 42);
-  copies.submit(std::span<const CopyRequest>(&tracked, 1));
+  copies.submit(std::span<const CopyRequest>(&tracked, 1), FlowKey{1000, 1, TrafficClass::kBulk});
   std::vector<ErrorCode> staged;
   copies.submit_one(CopyRequest{c.data(), d.data(), c.size(), 0},
                     [&](ErrorCode code) { staged.push_back(code); });
@@ -128,6 +128,108 @@ TEST_F(Dispatcher, CopiesDoneAtOnceAreCountedAndNeverInFlight) {
   EXPECT_EQ(stats.devices[0].copies_total.load(), 1u);
   EXPECT_EQ(stats.devices[0].copies_in_flight.load(), 0u);
   EXPECT_EQ(stats.devices[0].compute_unit_bytes_total.load(), 64u);
+}
+
+// An engine that only records what it was handed: the test completes the copies itself, so that
+// what the dispatcher keeps back is seen exactly.
+class RecordingEngine final : public Engine {
+ public:
+  RecordingEngine() : Engine(0) { description_.name = "recording"; }
+  const EngineDescription& description() const override { return description_; }
+  void submit(std::span<const CopyRequest> copies) override {
+    for (const CopyRequest& c : copies) handed.push_back(c);
+  }
+  void stop() override {}
+  std::size_t poll(std::vector<CopyCompletion>&) override { return 0; }
+  int completion_fd() const override { return -1; }
+  uint64_t at_engine() const {
+    uint64_t bytes = 0;
+    for (std::size_t i = completed; i < handed.size(); ++i) bytes += handed[i].bytes;
+    return bytes;
+  }
+  std::vector<CopyRequest> handed;
+  std::size_t completed = 0;  // handed[0, completed) were completed, in order
+
+ private:
+  EngineDescription description_;
+};
+
+class Paced : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kMiB = 1 << 20;
+  Paced() : copies(engine, stats, Pacing{2 * kMiB, 8 * kMiB, 8, kMiB}) {}
+  // Completes the oldest slice the engine holds (`code`).
+  void complete_next(ErrorCode code = ErrorCode::kOk) {
+    const CopyRequest& c = engine.handed.at(engine.completed++);
+    copies.complete({c.cookie, code, TransferPath::kCopyEngine, c.bytes});
+  }
+  Stats stats;
+  RecordingEngine engine;
+  CopyDispatcher copies;
+  RecordingCopyOwner owner;
+  std::vector<std::byte> memory = std::vector<std::byte>(64 * kMiB);
+};
+
+TEST_F(Paced, ALargeCopyGoesInSlicesWithNoMoreThanTheBoundAtTheEngine) {
+  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 20 * kMiB + 3, 0};
+  copies.track(big, owner, 5);
+  copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  EXPECT_EQ(engine.handed.size(), 4u);
+  EXPECT_EQ(engine.at_engine(), 8 * kMiB);
+  uint64_t offset = 0;
+  while (engine.completed < engine.handed.size()) {
+    const CopyRequest& slice = engine.handed[engine.completed];
+    EXPECT_EQ(slice.src, big.src + offset);
+    EXPECT_EQ(slice.dst, big.dst + offset);
+    EXPECT_LE(slice.bytes, 2 * kMiB);
+    offset += slice.bytes;
+    EXPECT_TRUE(owner.done.empty()) << "done before its last slice";
+    complete_next();
+    EXPECT_LE(engine.at_engine(), 8 * kMiB);
+  }
+  EXPECT_EQ(offset, big.bytes);
+  EXPECT_EQ(engine.handed.size(), 11u);
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{5}, ErrorCode::kOk));
+  EXPECT_EQ(stats.devices[0].copies_total.load(), 1u);
+  EXPECT_EQ(stats.devices[0].copies_in_flight.load(), 0u);
+  EXPECT_EQ(stats.devices[0].copy_engine_bytes_total.load(), big.bytes);
+  EXPECT_EQ(stats.classes[1].bytes_total.load(), big.bytes);
+  EXPECT_EQ(stats.classes[1].queue_delay.count.load(), 1u);
+}
+
+TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
+  CopyRequest bulk{memory.data(), memory.data() + 32 * kMiB, 30 * kMiB, 0};
+  copies.track(bulk, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  CopyRequest small{memory.data(), memory.data() + 8, 4096, 0};
+  copies.track(small, owner, 2);
+  copies.submit(std::span<const CopyRequest>(&small, 1), FlowKey{1001, 2, TrafficClass::kLatency});
+  EXPECT_EQ(engine.handed.size(), 4u) << "the bound is full: the small copy waits";
+  complete_next();
+  ASSERT_EQ(engine.handed.size(), 6u);  // room again: the small copy first, then bulk's next
+  EXPECT_EQ(engine.handed[4].cookie, small.cookie);
+  while (engine.completed < 5) complete_next();
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0].first, 2u) << "the small copy ended while the transfer goes on";
+  while (engine.completed < engine.handed.size()) complete_next();
+  EXPECT_EQ(owner.done.size(), 2u);
+}
+
+TEST_F(Paced, AFailedSliceFailsItsCopyOnceAfterTheLastSlice) {
+  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 6 * kMiB, 0};
+  copies.track(big, owner, 9);
+  copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  complete_next(ErrorCode::kEngineError);
+  complete_next();
+  EXPECT_TRUE(owner.done.empty());
+  complete_next();
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{9}, ErrorCode::kEngineError));
+  EXPECT_EQ(stats.devices[0].copy_errors_total.load(), 1u);
+  // A completion for it again: nothing.
+  copies.complete({big.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, 1});
+  EXPECT_EQ(owner.done.size(), 1u);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ const std::map<std::string, std::vector<std::string>> kFamiliesOfFields = {
     {"collectives", {"iris_collectives_total"}},
     {"latency", {"iris_collective_latency_seconds"}},
     {"api_operations", {"iris_api_operations_total", "iris_api_operation_bytes_total"}},
+    {"traffic_classes", {"iris_engine_class_bytes_total", "iris_engine_queue_delay_seconds"}},
     {"devices",
      {"iris_copied_bytes_total", "iris_copies_total", "iris_copy_errors_total",
       "iris_engine_queue_depth"}},

@@ -1,0 +1,89 @@
+// Which copy a device's engines take next when several wait: irisd's own choice, because a GPU's
+// copy engines run what is queued on them first in, first out, whatever the streams' priorities,
+// so a tenant's 1 GiB transfer queued first would hold every later copy for its whole length.
+// Copies wait here per flow (one communicator of one uid, in one traffic class) and leave in
+// slices of at most slice_bytes; CopyDispatcher takes the next slice while the device has less
+// than its bound in flight, so a copy that becomes ready waits for about one slice. The choice:
+//  - the class: latency first, but while bulk also waits it gets every `bulk_every`-th slice
+//    (a stream of latency work never starves bulk);
+//  - within a class, the uid by deficit round robin: each uid gets slices worth `weight` times
+//    slice_bytes per round, so over time engine bytes split in proportion to the weights;
+//  - within a uid, its communicators in turn, one slice each.
+// Pure (no engine, no clock): tests/unit/fair_share_test.cpp checks the rules.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+
+namespace iris::daemon {
+
+enum class TrafficClass : uint8_t { kLatency = 0, kBulk = 1 };
+inline constexpr std::size_t kTrafficClassCount = 2;
+inline constexpr const char* kTrafficClassNames[kTrafficClassCount] = {"latency", "bulk"};
+
+// irisd's own copies (scale-out staging) wait under this uid.
+inline constexpr uint32_t kDaemonUid = UINT32_MAX;
+
+struct FlowKey {
+  uint32_t uid = 0;
+  uint64_t comm = 0;
+  TrafficClass cls = TrafficClass::kBulk;
+  auto operator<=>(const FlowKey&) const = default;
+};
+
+class FairShare {
+ public:
+  struct Options {
+    uint64_t slice_bytes = 2ull << 20;
+    uint32_t bulk_every = 8;
+  };
+  // A piece of a waiting copy to hand to the engine.
+  struct Slice {
+    uint64_t item;    // as pushed
+    uint64_t offset;  // into the copy
+    uint64_t bytes;
+    bool last;  // the copy's last slice
+    FlowKey flow;
+  };
+
+  explicit FairShare(Options options) : options_(options) {}
+
+  // A uid's share (default 1; 0 counts as 1).
+  void set_weight(uint32_t uid, uint32_t weight);
+  // A copy of `bytes` waits on `flow`; `item` names it for the caller.
+  void push(const FlowKey& flow, uint64_t item, uint64_t bytes);
+  // The next slice to start, or nullopt when nothing waits.
+  std::optional<Slice> next();
+  bool empty() const { return waiting_ == 0; }
+  std::size_t waiting() const { return waiting_; }  // copies with slices not yet taken
+
+ private:
+  struct Pending {
+    uint64_t item;
+    uint64_t offset;
+    uint64_t bytes;
+  };
+  struct UidQueue {
+    int64_t deficit = 0;
+    std::deque<uint64_t> comms;                       // in turn; each has work
+    std::map<uint64_t, std::deque<Pending>> by_comm;  // waiting copies, in order
+  };
+  struct ClassQueue {
+    std::deque<uint32_t> uids;  // in turn; each has work
+    std::map<uint32_t, UidQueue> by_uid;
+  };
+
+  std::optional<Slice> next_in(TrafficClass cls);
+  uint64_t quantum(uint32_t uid) const;
+
+  Options options_;
+  ClassQueue classes_[kTrafficClassCount];
+  std::map<uint32_t, uint32_t> weights_;
+  uint32_t latency_in_a_row_ = 0;
+  std::size_t waiting_ = 0;
+};
+
+}  // namespace iris::daemon

@@ -1,0 +1,68 @@
+// Two users sharing the engines (daemon/engines/fair_share.hpp): one user's small collectives
+// complete while another's 1 GiB all-gather is still in flight, instead of queueing behind all of
+// it. The assertion is the order of completion, not a time.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "iris/iris.hpp"
+#include "tests/support/client_helpers.hpp"
+#include "tests/support/ctl_json.hpp"
+#include "tests/support/daemon_process.hpp"
+#include "tests/support/other_uid.hpp"
+
+namespace iris::testing {
+namespace {
+
+TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferIsInFlight) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to run the second tenant as uid " << kNobody;
+  // One host-engine worker: A's transfer takes long enough that B's jobs could only queue behind
+  // it, were the engines first come, first served.
+  DaemonProcess daemon({"--socket-mode", "0666", "--engine-workers", "1"});
+  constexpr std::size_t kBlock = std::size_t{256} << 20;  // A: 2 ranks x 2 x 256 MiB = 1 GiB
+  Client a0 = Client::connect(options_for(daemon, "tenant-a-0"));
+  Client a1 = Client::connect(options_for(daemon, "tenant-a-1"));
+  Communicator c0 = Communicator::init(a0, "bulk", 2, 0);
+  Communicator c1 = Communicator::init(a1, "bulk", 2, 1);
+  Buffer s0 = a0.allocate(kBlock), s1 = a1.allocate(kBlock);
+  Buffer r0 = a0.allocate(2 * kBlock), r1 = a1.allocate(2 * kBlock);
+  std::memset(s0.data(), 0xa0, kBlock);
+  std::memset(s1.data(), 0xa1, kBlock);
+  Request g0 = c0.all_gather(s0.data(), r0.data(), kBlock);
+  Request g1 = c1.all_gather(s1.data(), r1.data(), kBlock);
+
+  // B: another user, two ranks, all-gathers up to 512 KiB (engine work, not copied inline),
+  // every byte checked by the rank program.
+  std::vector<pid_t> b;
+  for (int r = 0; r < 2; ++r)
+    b.push_back(
+        spawn({rank_program_path(), "--socket", daemon.socket(), "--mode", "sweep", "--collective",
+               "all_gather", "--key", "tenant-b", "--nranks", "2", "--rank", std::to_string(r),
+               "--max-bytes", "524288", "--iterations", "2", "--as-uid", std::to_string(kNobody)}));
+  for (pid_t pid : b) EXPECT_EQ(wait_for(pid), 0) << daemon.log();
+  EXPECT_FALSE(g0.test() && g1.test())
+      << "tenant B's collectives completed only after tenant A's whole transfer";
+
+  g0.wait();
+  g1.wait();
+  for (const Buffer* r : {&r0, &r1}) {
+    const auto* bytes = static_cast<const unsigned char*>(r->data());
+    for (std::size_t i = 0; i < 2 * kBlock; i += 4093)
+      ASSERT_EQ(bytes[i], i < kBlock ? 0xa0 : 0xa1) << "byte " << i;
+  }
+  // A's blocks went as bulk, B's as latency work (all at most --latency-max-bytes).
+  const auto classes = ctl_json(daemon, {"stats"})["traffic_classes"];
+  ASSERT_EQ(classes.size(), 2u) << classes.dump();
+  EXPECT_EQ(classes[0]["class"], "latency");
+  EXPECT_GT(uint64_t(classes[0]["engine_bytes"]), 0u);
+  EXPECT_GT(uint64_t(classes[0]["queued"]), 0u);
+  EXPECT_EQ(classes[1]["class"], "bulk");
+  EXPECT_GE(uint64_t(classes[1]["engine_bytes"]), 2 * kBlock);
+}
+
+}  // namespace
+}  // namespace iris::testing
