@@ -213,6 +213,7 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "one); off when empty")
       ->check([](const std::string& v) -> std::string {
         const std::string host = v.substr(0, v.rfind(':'));
+        if (v.empty()) return "";  // off
         if (v.find(':') == std::string::npos || host.empty() || host == "0.0.0.0" ||
             host == "[::]" || host == "::")
           return "'" + v + "' is not HOST:PORT with an address other nodes can reach";

@@ -95,6 +95,16 @@ TEST(Isolation, ConfigFileSetsWhatFlagsSetAndFlagsWin) {
   ::unlink(path);
 }
 
+// deploy/irisd.toml as the package installs it starts irisd (its socket, group and metrics port
+// replaced by flags, which win, so that the test needs neither root's paths nor a free 9478).
+TEST(Isolation, TheShippedConfigFileStartsIrisd) {
+  DaemonProcess daemon({"--config", std::string(IRIS_TEST_SOURCE_DIR) + "/deploy/irisd.toml",
+                        "--socket-group", "", "--metrics-address", "127.0.0.1:0", "--engine",
+                        "host"});
+  auto client = Client::connect(options_for(daemon));
+  EXPECT_EQ(client.ring_depth(), 256u);
+}
+
 TEST(Isolation, BadSocketSettingsStopTheDaemonWithAReason) {
   char dir[] = "/tmp/irisd-bad-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);
