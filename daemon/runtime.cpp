@@ -58,6 +58,7 @@ AttachResult Runtime::attach(const net::PeerCredentials& peer, const std::string
                              int connection, std::optional<Resume> resume) {
   Session& s = sessions_.create(peer, client_name, connection,
                                 resume ? std::move(resume->segment) : net::Fd());
+  copies_.set_users(sessions_.users());
   loop_.watch(s.wake_fd());
   stats_.sessions_attached_total.fetch_add(1, std::memory_order_relaxed);
   stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
@@ -104,6 +105,7 @@ void Runtime::end_session(uint64_t session_id, bool lost) {
   buffers_.release_all(*s);
   loop_.unwatch(s->wake_fd());
   sessions_.remove(session_id);
+  copies_.set_users(sessions_.users());
   stats_.sessions.store(sessions_.size(), std::memory_order_relaxed);
 }
 

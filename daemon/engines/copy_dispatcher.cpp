@@ -7,7 +7,7 @@
 namespace iris::daemon {
 
 uint64_t queue_bytes_for(const std::string& engine_name) {
-  return engine_name == "host" ? 32ull << 20 : 8ull << 20;
+  return engine_name == "host" ? 0 : 8ull << 20;
 }
 
 CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing)
@@ -49,7 +49,7 @@ CopyDispatcher::Slot* CopyDispatcher::slot_of(uint64_t cookie) {
 CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
   auto& l = lanes_[device];
   if (!l) {
-    l = std::make_unique<Lane>(Lane{FairShare({pacing_.slice_bytes, pacing_.bulk_every}), 0});
+    l = std::make_unique<Lane>(FairShare::Options{pacing_.slice_bytes, pacing_.bulk_every});
     for (const auto& [uid, weight] : weights_) l->fair.set_weight(uid, weight);
   }
   return *l;
@@ -69,30 +69,40 @@ void CopyDispatcher::track(CopyRequest& copy, CopyOwner& owner, uint64_t tag) {
 
 void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& flow) {
   if (copies.empty()) return;
-  if (pacing_.queue_bytes == 0) {
-    for (const CopyRequest& c : copies) {
-      Slot& slot = *slot_of(c.cookie);
-      slot.cls = flow.cls;
-      slot.slices_out = 1;
-      slot.in_flight_bytes = c.bytes;
-      slot.all_issued = true;
-    }
-    return engine_.submit(copies);
-  }
   const auto now = std::chrono::steady_clock::now();
-  std::size_t device = kDeviceSlots;
+  batch_.clear();
+  paced_lanes_.clear();
+  bool all_whole = true;
   for (const CopyRequest& c : copies) {
     Slot& slot = *slot_of(c.cookie);
-    slot.request = c;
     slot.cls = flow.cls;
-    slot.queued_at = now;
-    lane(slot.device).fair.push(flow, c.cookie, c.bytes);
-    if (slot.device != device) {
-      if (device != kDeviceSlots) pump(device);
-      device = slot.device;
+    slot.uid = flow.uid;
+    Lane& l = lane(slot.device);
+    if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
+    if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
+    if (pacing_.queue_bytes == 0 || (now >= l.shared_until && l.fair.empty())) {
+      slot.slices_out = 1;  // whole, straight to the engine
+      slot.in_flight_bytes = c.bytes;
+      slot.all_issued = true;
+      l.in_flight += c.bytes;
+      batch_.push_back(c);
+      continue;
     }
+    all_whole = false;
+    slot.request = c;
+    slot.queued_at = now;
+    l.fair.push(flow, c.cookie, c.bytes);
+    if (std::find(paced_lanes_.begin(), paced_lanes_.end(), slot.device) == paced_lanes_.end())
+      paced_lanes_.push_back(slot.device);
   }
-  pump(device);
+  if (all_whole) {
+    batch_.clear();
+    engine_.submit(copies);
+  } else if (!batch_.empty()) {
+    engine_.submit(batch_);
+  }
+  batch_.clear();
+  for (std::size_t device : paced_lanes_) pump(device);
 }
 
 void CopyDispatcher::pump(std::size_t device) {
@@ -161,13 +171,14 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   const std::size_t device = slot->device;
   count_bytes(device, completion.code, completion.path, completion.bytes);
   stats_.count_class_bytes(static_cast<std::size_t>(slot->cls), completion.bytes);
-  if (pacing_.queue_bytes > 0) {
-    Lane& l = lane(device);
-    l.in_flight -= std::min(bytes, l.in_flight);
-  }
-  if (slot->all_issued && slot->slices_out == 0)
+  Lane& l = lane(device);
+  l.in_flight -= std::min(bytes, l.in_flight);
+  if (slot->all_issued && slot->slices_out == 0) {
+    const auto of = l.copies_of.find(slot->uid);
+    if (of != l.copies_of.end() && --of->second == 0) l.copies_of.erase(of);
     finish(static_cast<uint32_t>(completion.cookie & 0xffffffffu), completion);
-  if (pacing_.queue_bytes > 0) pump(device);
+  }
+  if (!l.fair.empty()) pump(device);
 }
 
 void CopyDispatcher::finish(uint32_t index, const CopyCompletion& last) {

@@ -9,12 +9,14 @@
 // reported twice, or one for a slot reused since, is recognised and counts for nothing. Slots are
 // reused, never freed: steady traffic allocates nothing.
 //
-// Paced (Pacing::queue_bytes > 0, the default): irisd never hands a device's engines more than
-// queue_bytes at once. Copies wait per flow (FairShare: the uid, the communicator and the class)
-// and go to the engine in slices of at most slice_bytes as earlier ones complete, so a copy that
-// becomes ready waits behind about one slice, not behind a tenant's whole transfer (a GPU's copy
-// engines run their queue first in, first out). A copy completes for its owner once its last
-// slice did.
+// Paced (Pacing::queue_bytes > 0) while users share the node: while sessions of two uids are
+// attached, or copies of two uids are unfinished on a device (and for kSharedHold after), irisd
+// hands the device's engines at most queue_bytes at once. Copies wait per flow (FairShare: the uid,
+// the communicator and the class) and go to the engine in slices of at most slice_bytes as earlier
+// ones complete, so a copy that becomes ready waits behind about queue_bytes, not behind a tenant's
+// whole transfer (a GPU's copy engines run their queue first in, first out). A copy completes for
+// its owner once its last slice did. A user alone on the node hands the engine each copy whole, as
+// without pacing: a single job pays nothing for it.
 #pragma once
 
 #include <chrono>
@@ -54,9 +56,10 @@ struct Pacing {
   uint64_t latency_max_bytes = 1ull << 20;
 };
 
-// The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe), 32 MiB on the
-// host engine, whose workers refill through the progress thread and idle under a tighter bound
-// on busy CPUs (docs/PERFORMANCE.md, "Copy engines shared between tenants").
+// The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe); none on the host
+// engine, whose copies are the CPU's: there slices cost the progress thread a wake-up each and
+// tenants' small collectives went no faster (docs/PERFORMANCE.md, "Copy engines shared between
+// tenants").
 uint64_t queue_bytes_for(const std::string& engine_name);
 
 class CopyDispatcher final : public Poller {
@@ -72,6 +75,8 @@ class CopyDispatcher final : public Poller {
   void submit(std::span<const CopyRequest> copies, const FlowKey& flow);
   // A uid's share of the engines against other uids (FairShare weights; default 1).
   void set_weight(uint32_t uid, uint32_t weight);
+  // How many uids have sessions attached (the runtime says on every attach and end).
+  void set_users(std::size_t users) { users_ = users; }
   // The class of work whose largest copy is `largest_copy` bytes.
   TrafficClass class_of(uint64_t largest_copy) const {
     return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
@@ -103,6 +108,7 @@ class CopyDispatcher final : public Poller {
     bool used = false;
     // Paced: the whole copy, its slices at the engine, and what they reported.
     CopyRequest request{};
+    uint32_t uid = 0;
     TrafficClass cls = TrafficClass::kBulk;
     std::chrono::steady_clock::time_point queued_at{};
     uint64_t in_flight_bytes = 0;
@@ -112,9 +118,13 @@ class CopyDispatcher final : public Poller {
     TransferPath path = TransferPath::kCopyEngine;
   };
   struct Lane {
+    explicit Lane(FairShare::Options options) : fair(options) {}
     FairShare fair;
-    uint64_t in_flight = 0;  // bytes of slices at the engine
+    uint64_t in_flight = 0;                                // bytes of slices at the engine
+    std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
+    std::chrono::steady_clock::time_point shared_until{};  // paced until then
   };
+  static constexpr std::chrono::seconds kSharedHold{1};
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
   Slot& take_slot(CopyRequest& copy);
   Slot* slot_of(uint64_t cookie);
@@ -134,6 +144,8 @@ class CopyDispatcher final : public Poller {
   std::vector<std::unique_ptr<Lane>> lanes_;  // by device slot, made on first use
   std::map<uint32_t, uint32_t> weights_;
   std::vector<CopyRequest> batch_;
+  std::vector<std::size_t> paced_lanes_;
+  std::size_t users_ = 0;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<CopyCompletion> completions_;

@@ -37,6 +37,8 @@ class SessionRegistry {
   // In attach order, for polling and reports.
   const std::vector<Session*>& list() const { return list_; }
   std::size_t size() const { return sessions_.size(); }
+  // Distinct uids with a session attached.
+  std::size_t users() const { return sessions_of_uid_.size(); }
   bool empty() const { return sessions_.empty(); }
   const shm::SegmentLayout& layout() const { return layout_; }
 

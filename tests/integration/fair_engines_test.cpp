@@ -1,10 +1,12 @@
 // Two users sharing the engines (daemon/engines/fair_share.hpp): one user's small collectives
 // complete while another's 1 GiB all-gather is still in flight, instead of queueing behind all of
-// it. The assertion is the order of completion, not a time.
+// it. The assertion is the order of completion, not a time. The host engine does not pace unless
+// told (--engine-queue-bytes; auto is off there), so the test sets the GPU engines' default.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,7 +24,16 @@ TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferI
   if (::getuid() != 0) GTEST_SKIP() << "needs root to run the second tenant as uid " << kNobody;
   // One host-engine worker: A's transfer takes long enough that B's jobs could only queue behind
   // it, were the engines first come, first served.
-  DaemonProcess daemon({"--socket-mode", "0666", "--engine-workers", "1"});
+  DaemonProcess daemon(
+      {"--socket-mode", "0666", "--engine-workers", "1", "--engine-queue-bytes", "8388608"});
+  // B is on the node before A starts (a session of its user attached), as tenants sharing a
+  // node are: irisd paces the engines while two users are attached.
+  const std::string idle = rank_program_path() + " --socket " + daemon.socket() +
+                           " --mode comm-init --key tenant-b-idle --nranks 1 --rank 0 --as-uid " +
+                           std::to_string(kNobody);
+  std::FILE* b_idle = ::popen(idle.c_str(), "w");
+  ASSERT_NE(b_idle, nullptr);
+  ASSERT_TRUE(eventually([&] { return ctl_json(daemon, {"sessions"})["sessions"].size() == 1; }));
   constexpr std::size_t kBlock = std::size_t{256} << 20;  // A: 2 ranks x 2 x 256 MiB = 1 GiB
   Client a0 = Client::connect(options_for(daemon, "tenant-a-0"));
   Client a1 = Client::connect(options_for(daemon, "tenant-a-1"));
@@ -46,6 +57,7 @@ TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferI
   for (pid_t pid : b) EXPECT_EQ(wait_for(pid), 0) << daemon.log();
   EXPECT_FALSE(g0.test() && g1.test())
       << "tenant B's collectives completed only after tenant A's whole transfer";
+  ::pclose(b_idle);
 
   g0.wait();
   g1.wait();

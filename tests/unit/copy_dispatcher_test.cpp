@@ -163,6 +163,21 @@ class Paced : public ::testing::Test {
     const CopyRequest& c = engine.handed.at(engine.completed++);
     copies.complete({c.cookie, code, TransferPath::kCopyEngine, c.bytes});
   }
+  // Another user's copy on the device, done at once: the device counts as shared (paced) for
+  // the hold after it.
+  // Copies of two other users at once, done at once: the device counts as shared (paced) for
+  // the hold after it.
+  void share_device() {
+    for (uint32_t uid : {998u, 999u}) {
+      CopyRequest other{memory.data(), memory.data() + 60 * kMiB, 4096, 0};
+      copies.track(other, owner, uid);
+      copies.submit(std::span<const CopyRequest>(&other, 1),
+                    FlowKey{uid, 9, TrafficClass::kLatency});
+    }
+    complete_next();
+    complete_next();
+    owner.done.clear();
+  }
   Stats stats;
   RecordingEngine engine;
   CopyDispatcher copies;
@@ -170,11 +185,41 @@ class Paced : public ::testing::Test {
   std::vector<std::byte> memory = std::vector<std::byte>(64 * kMiB);
 };
 
-TEST_F(Paced, ALargeCopyGoesInSlicesWithNoMoreThanTheBoundAtTheEngine) {
-  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 20 * kMiB + 3, 0};
+TEST_F(Paced, AUserAloneHandsTheEngineEachCopyWhole) {
+  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 20 * kMiB, 0};
+  copies.track(big, owner, 5);
+  copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 1u);
+  EXPECT_EQ(engine.handed[0].bytes, big.bytes);
+  // Another user's copy while it runs: from now on the device is shared, and paced.
+  CopyRequest other{memory.data(), memory.data() + 56 * kMiB, 6 * kMiB, 0};
+  copies.track(other, owner, 6);
+  copies.submit(std::span<const CopyRequest>(&other, 1), FlowKey{1001, 2, TrafficClass::kBulk});
+  EXPECT_EQ(engine.handed.size(), 1u) << "20 MiB at the engine already: the other copy waits";
+  complete_next();
+  EXPECT_EQ(engine.handed.size(), 1u + 3u);
+  EXPECT_EQ(engine.handed[1].bytes, 2 * kMiB);
+  while (engine.completed < engine.handed.size()) complete_next();
+  EXPECT_EQ(owner.done.size(), 2u);
+}
+
+TEST_F(Paced, WhileTwoUsersAreAttachedEveryCopyIsPaced) {
+  copies.set_users(2);
+  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 20 * kMiB, 0};
   copies.track(big, owner, 5);
   copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
   EXPECT_EQ(engine.handed.size(), 4u);
+  EXPECT_EQ(engine.at_engine(), 8 * kMiB);
+  while (engine.completed < engine.handed.size()) complete_next();
+  EXPECT_EQ(owner.done.size(), 1u);
+}
+
+TEST_F(Paced, ALargeCopyGoesInSlicesWithNoMoreThanTheBoundAtTheEngine) {
+  share_device();
+  CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 20 * kMiB + 3, 0};
+  copies.track(big, owner, 5);
+  copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  EXPECT_EQ(engine.handed.size(), 2u + 4u);
   EXPECT_EQ(engine.at_engine(), 8 * kMiB);
   uint64_t offset = 0;
   while (engine.completed < engine.handed.size()) {
@@ -188,28 +233,29 @@ TEST_F(Paced, ALargeCopyGoesInSlicesWithNoMoreThanTheBoundAtTheEngine) {
     EXPECT_LE(engine.at_engine(), 8 * kMiB);
   }
   EXPECT_EQ(offset, big.bytes);
-  EXPECT_EQ(engine.handed.size(), 11u);
+  EXPECT_EQ(engine.handed.size(), 2u + 11u);
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{5}, ErrorCode::kOk));
-  EXPECT_EQ(stats.devices[0].copies_total.load(), 1u);
+  EXPECT_EQ(stats.devices[0].copies_total.load(), 3u);
   EXPECT_EQ(stats.devices[0].copies_in_flight.load(), 0u);
-  EXPECT_EQ(stats.devices[0].copy_engine_bytes_total.load(), big.bytes);
+  EXPECT_EQ(stats.devices[0].copy_engine_bytes_total.load(), big.bytes + 2 * 4096);
   EXPECT_EQ(stats.classes[1].bytes_total.load(), big.bytes);
   EXPECT_EQ(stats.classes[1].queue_delay.count.load(), 1u);
 }
 
 TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
+  share_device();
   CopyRequest bulk{memory.data(), memory.data() + 32 * kMiB, 30 * kMiB, 0};
   copies.track(bulk, owner, 1);
   copies.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
   CopyRequest small{memory.data(), memory.data() + 8, 4096, 0};
   copies.track(small, owner, 2);
   copies.submit(std::span<const CopyRequest>(&small, 1), FlowKey{1001, 2, TrafficClass::kLatency});
-  EXPECT_EQ(engine.handed.size(), 4u) << "the bound is full: the small copy waits";
+  EXPECT_EQ(engine.handed.size(), 2u + 4u) << "the bound is full: the small copy waits";
   complete_next();
-  ASSERT_EQ(engine.handed.size(), 6u);  // room again: the small copy first, then bulk's next
-  EXPECT_EQ(engine.handed[4].cookie, small.cookie);
-  while (engine.completed < 5) complete_next();
+  ASSERT_EQ(engine.handed.size(), 2u + 6u);  // room again: the small copy first, then bulk's next
+  EXPECT_EQ(engine.handed[6].cookie, small.cookie);
+  while (engine.completed < 7) complete_next();
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0].first, 2u) << "the small copy ended while the transfer goes on";
   while (engine.completed < engine.handed.size()) complete_next();
@@ -217,6 +263,7 @@ TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
 }
 
 TEST_F(Paced, AFailedSliceFailsItsCopyOnceAfterTheLastSlice) {
+  share_device();
   CopyRequest big{memory.data(), memory.data() + 32 * kMiB, 6 * kMiB, 0};
   copies.track(big, owner, 9);
   copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});

@@ -25,6 +25,9 @@ class HostEngine final : public Engine {
   HostEngine(const EngineOptions& options, std::string reason);
   ~HostEngine() override;
 
+  // The workers' nice value: below the progress thread (worker_main says why).
+  static constexpr int kWorkerNice = 10;
+
   const EngineDescription& description() const override { return description_; }
   void submit(std::span<const CopyRequest> copies) override;
   void stop() override;
