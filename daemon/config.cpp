@@ -82,6 +82,10 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "a collective whose copies are all at most this large is latency work; a "
                  "larger one is bulk")
       ->capture_default_str();
+  app.add_option("--latency-uids", c.pacing.latency_uids,
+                 "users whose communicators may ask for latency whatever the collective's size "
+                 "(others get it up to --latency-max-bytes, bulk beyond)")
+      ->delimiter(',');
   std::vector<std::string> weights;
   app.add_option("--uid-weight", weights,
                  "UID:WEIGHT, repeatable: that user's share of the engines against others' "

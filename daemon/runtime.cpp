@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/operations/printable.hpp"
+
 namespace iris::daemon {
 
 namespace {
@@ -135,7 +137,7 @@ void Runtime::deregister_buffer(uint64_t session_id, uint64_t buffer_id) {
 uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_t nranks,
                             uint32_t rank, std::optional<NodesOfComm> nodes,
                             const CommunicatorRegistry::Resume& resume,
-                            std::chrono::milliseconds op_timeout) {
+                            const CommSettings& settings) {
   Session& s = sessions_.get(session_id);
   std::shared_ptr<const NodeLayout> layout;
   if (nodes) {
@@ -143,7 +145,12 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
         scale_out_.check_layout(key, std::move(nodes->addresses), std::move(nodes->node_of_rank),
                                 std::move(nodes->secret), nranks, rank, resume.seq != 0);
   }
-  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume, op_timeout);
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume, settings);
+  if (settings.traffic_class == RequestedClass::kLatency && !copies_.granted_latency(s.peer().uid))
+    tenant_log_.log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
+                    "comm '{}' rank {} asks for latency, which uid {} has up to {} bytes a copy "
+                    "(--latency-uids grants more): its larger collectives run as bulk",
+                    printable(key, 64), rank, s.peer().uid, copies_.latency_max_bytes());
   // Sides of its peers waiting since the restart that this rank's side had completed.
   if (resume.seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);
   if (layout) {

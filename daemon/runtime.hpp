@@ -81,7 +81,7 @@ class Runtime {
   uint64_t comm_init(uint64_t session_id, const std::string& key, uint32_t nranks, uint32_t rank,
                      std::optional<NodesOfComm> nodes = std::nullopt,
                      const CommunicatorRegistry::Resume& resume = {},
-                     std::chrono::milliseconds op_timeout = {});
+                     const CommSettings& settings = {});
   // This daemon's address for other nodes (starts UCX). Throws iris::Error kUnavailable.
   std::string node_address();
   // A library's report of its API's operations (ReportApiWork): added to the stats, or refused

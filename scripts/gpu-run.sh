@@ -3,7 +3,9 @@
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
 #   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
-#                                 pytorch,nccl,p2p,resume,freed,nodes,cpu,compare (default: all).
+#                                 pytorch,nccl,p2p,resume,freed,nodes,tenants,cpu,compare (default:
+#                                 all). tenants: two users on the cuda engine, irisd's pacing on
+#                                 and off (issue 50).
 #                                 nccl: PyTorch's own nccl backend with irisd's libnccl.so.2
 #                                 preloaded (tests, per-call cost and bandwidth). shared: small
 #                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
@@ -15,7 +17,7 @@
 #                                 freed: jobs that freed registered GPU memory (empty_cache, a
 #                                 graph capture, expandable segments) through a restart of irisd.
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,nccl,p2p,resume,freed,nodes,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,nccl,p2p,resume,freed,nodes,tenants,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -241,6 +243,44 @@ if want freed; then
   done
 fi
 nodes_rc=skipped
+tenants_rc=skipped
+if want tenants; then
+  # Issue 50: two users on the cuda engine, receiving into host memory (device to host on the
+  # copy engines). B (uid 65534) all-gathers 4 KiB-1 MiB alone, then beside A (root) all-gathering
+  # 256 MiB back to back; irisd paced (auto: 8 MiB while two users are attached) and not (0).
+  tenants_rc=0
+  for queue in auto 0; do
+    trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
+    chmod 755 "$trun"
+    "$bin/irisd" --socket "$trun/irisd.sock" --socket-mode 0666 --engine cuda \
+      --engine-queue-bytes "$queue" >"$trun/irisd.log" 2>&1 &
+    tdaemon=$!
+    for _ in $(seq 100); do [ -S "$trun/irisd.sock.attach" ] && break; sleep 0.1; done
+    tenant() {  # tenant KEY UID MIN MAX: 2 ranks of iris-gpu-bench; rank 0's tables on stdout
+      local key=$1 uid=$2 min=$3 max=$4 pids=() as=()
+      [ "$uid" != 0 ] && as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
+      for r in 1 0; do
+        timeout 200 "${as[@]}" "$bin/iris-gpu-bench" --socket "$trun/irisd.sock" --key "$key" \
+          --nranks 2 --rank $r --min-bytes "$min" --max-bytes "$max" --host-recv 1 \
+          >"$trun/$key.$r" 2>&1 &
+        pids+=($!)
+      done
+      for p in "${pids[@]}"; do wait "$p" || tenants_rc=1; done
+      cat "$trun/$key.0"
+    }
+    { echo "## engine-queue-bytes $queue: B alone"; tenant b-alone 65534 4096 1048576; } \
+      >>"$out/tenants.md"
+    (for k in 1 2 3 4 5 6; do tenant "a-$k" 0 $((256 << 20)) $((256 << 20)) >/dev/null; done) &
+    loop_a=$!
+    sleep 2
+    { echo "## engine-queue-bytes $queue: B beside A"; tenant b-beside 65534 4096 1048576; } \
+      >>"$out/tenants.md"
+    kill "$loop_a" 2>/dev/null; wait "$loop_a" 2>/dev/null
+    pkill -f "key a-" 2>/dev/null
+    timeout 30 "$bin/iris-ctl" --socket "$trun/irisd.sock" stats >>"$out/tenants.md"
+    kill "$tdaemon"; wait "$tdaemon"
+  done
+fi
 if want nodes; then
   # Across nodes through restarts: two irisd (cuda engine) stand in for two nodes, the job of
   # tests/python/gpu/scale_out_gpu.py (CUDA tensors, host-blocking and stream-ordered, every
@@ -350,6 +390,9 @@ fi
 if want freed; then
   echo "-- freed GPU memory through a restart (exit $freed_rc)"
   grep -E "^freed memory|Error|assert" "$out/freed.txt" | tail -6
+fi
+if want tenants; then
+  echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576) " "$out/tenants.md"
 fi
 if want nodes; then
   echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"

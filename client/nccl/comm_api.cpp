@@ -30,7 +30,19 @@ constexpr unsigned kConfigMagic = 0xcafebeef;
 struct Options {
   bool blocking = true;
   std::string name;
+  iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
 };
+
+// IRISD_NCCL_TRAFFIC_CLASS (auto | latency | bulk): every communicator's class unless its config
+// says otherwise (for programs such as PyTorch that do not expose ncclConfig_t.trafficClass).
+iris::TrafficClass env_traffic_class() {
+  const char* v = std::getenv("IRISD_NCCL_TRAFFIC_CLASS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return iris::TrafficClass::kAuto;
+  if (std::strcmp(v, "latency") == 0) return iris::TrafficClass::kLatency;
+  if (std::strcmp(v, "bulk") == 0) return iris::TrafficClass::kBulk;
+  throw NcclError(ncclInvalidArgument,
+                  std::string("IRISD_NCCL_TRAFFIC_CLASS=") + v + ": auto, latency or bulk");
+}
 
 bool env_blocking() {
   const char* v = std::getenv("NCCL_COMM_BLOCKING");
@@ -40,6 +52,7 @@ bool env_blocking() {
 Options read_config(const ncclConfig_t* config) {
   Options o;
   o.blocking = env_blocking();
+  o.traffic_class = env_traffic_class();
   if (config == nullptr) return o;
   if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int) ||
       config->magic != kConfigMagic)
@@ -51,6 +64,16 @@ Options read_config(const ncclConfig_t* config) {
   if (config->blocking != NCCL_CONFIG_UNDEF_INT) o.blocking = config->blocking != 0;
   if (has(offsetof(ncclConfig_t, commName), sizeof(const char*)) && config->commName != nullptr)
     o.name = std::string(config->commName, strnlen(config->commName, 128));
+  // trafficClass, irisd's meaning: 0 auto, 1 latency, 2 bulk (the class its copies wait in while
+  // users share the copy engines).
+  if (has(offsetof(ncclConfig_t, trafficClass), sizeof(int)) &&
+      config->trafficClass != NCCL_CONFIG_UNDEF_INT) {
+    if (config->trafficClass < 0 || config->trafficClass > 2)
+      throw NcclError(ncclInvalidArgument, "ncclConfig_t.trafficClass " +
+                                               std::to_string(config->trafficClass) +
+                                               ": irisd's classes are 0 auto, 1 latency, 2 bulk");
+    o.traffic_class = static_cast<iris::TrafficClass>(config->trafficClass);
+  }
   return o;
 }
 
@@ -97,8 +120,11 @@ void join(ncclComm& c) {
     c.nodes = iris::meet_nodes(c.lane->client, c.meeting_point, c.secret, c.nranks, c.rank,
                                kMeetingTimeout);
   if (c.nodes && c.nodes->addresses.size() < 2) c.nodes.reset();  // all on this node
-  c.comm = c.nodes ? iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, *c.nodes)
-                   : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank);
+  iris::CommOptions options;
+  options.traffic_class = c.traffic_class;
+  c.comm =
+      c.nodes ? iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, *c.nodes, options)
+              : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, options);
   // Every rank, whatever its engine, so that every rank's first collective is the same.
   c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
   const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
@@ -133,6 +159,7 @@ ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options&
   c->rank = static_cast<uint32_t>(rank);
   c->device = device;
   c->blocking = options.blocking;
+  c->traffic_class = options.traffic_class;
   c->lane = iris::nccl::ProcessClients::instance().take(key);
   if (options.blocking) {
     try {

@@ -68,6 +68,7 @@ struct ncclComm {
   uint32_t nranks = 0;
   int device = 0;  // the CUDA device current at init (0 without a GPU)
   bool blocking = true;
+  iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
   std::shared_ptr<iris::nccl::Lane> lane;
   iris::Communicator comm;
   // Where the ranks find each other: the meeting point and secret of the id (empty: through

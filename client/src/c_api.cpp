@@ -2,7 +2,9 @@
 // code, keeping the message for iris_last_error().
 #include "iris/iris.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -191,7 +193,8 @@ int iris_comm_init_nodes(iris_client* client, const char* key, uint32_t nranks, 
                             node_of_rank,
                             secret,
                             secret_bytes,
-                            join_timeout_ms};
+                            join_timeout_ms,
+                            IRIS_TRAFFIC_AUTO};
   return iris_comm_init_with(client, key, nranks, rank, &options, out);
 }
 
@@ -202,17 +205,20 @@ int iris_comm_init_with(iris_client* client, const char* key, uint32_t nranks, u
   return guarded([&] {
     iris_comm_options given{};
     if (options != nullptr) {
-      if (options->struct_size < sizeof(iris_comm_options))
+      // A caller built before traffic_class existed passes the struct up to join_timeout_ms.
+      constexpr std::size_t kFirstSize = offsetof(iris_comm_options, traffic_class);
+      if (options->struct_size < kFirstSize)
         throw iris::Error(iris::ErrorCode::kInvalidArgument,
                           "iris_comm_options.struct_size is " +
                               std::to_string(options->struct_size) + ", this libiris needs " +
                               std::to_string(sizeof(iris_comm_options)) +
                               ": set it to sizeof(iris_comm_options)");
-      given = *options;
+      std::memcpy(&given, options, std::min<std::size_t>(options->struct_size, sizeof given));
     }
     iris::CommOptions comm_options;
     if (given.op_timeout_ms > 0)
       comm_options.op_timeout = std::chrono::milliseconds(given.op_timeout_ms);
+    comm_options.traffic_class = static_cast<iris::TrafficClass>(given.traffic_class);
     if (given.node_count == 0) {
       *out =
           new iris_comm{iris::Communicator::init(client->client, key, nranks, rank, comm_options)};

@@ -43,6 +43,12 @@ Communicator::Impl* join(Client::Impl* client, v1::SessionRequest& request, cons
                 "CommOptions::op_timeout is negative: pass 0 for none, or how long an operation "
                 "may wait for a rank");
   request.mutable_comm_init()->set_op_timeout_ms(static_cast<uint64_t>(options.op_timeout.count()));
+  if (static_cast<uint32_t>(options.traffic_class) > static_cast<uint32_t>(TrafficClass::kBulk))
+    throw Error(ErrorCode::kInvalidArgument,
+                "CommOptions::traffic_class is " +
+                    std::to_string(static_cast<uint32_t>(options.traffic_class)) +
+                    ": kAuto, kLatency or kBulk");
+  request.mutable_comm_init()->set_traffic_class(static_cast<uint32_t>(options.traffic_class));
   out = std::make_unique<Communicator::Impl>();
   out->state = client->comms->join(request, key, nranks, rank);
   out->client = client->shared_from_this();

@@ -18,6 +18,7 @@ std::shared_ptr<CommRank> Communicators::join(v1::SessionRequest& request, const
   joined->node_of_rank.assign(init->node_of_rank().begin(), init->node_of_rank().end());
   joined->secret = init->secret();
   joined->op_timeout_ms = init->op_timeout_ms();
+  joined->traffic_class = init->traffic_class();
   v1::SessionResponse answer;
   return link_.call_and_record(
       mutex_,
@@ -106,6 +107,7 @@ std::map<uint64_t, uint64_t> Communicators::resume(
     for (uint32_t node : comm->node_of_rank) init->add_node_of_rank(node);
     init->set_secret(comm->secret);
     init->set_op_timeout_ms(comm->op_timeout_ms);
+    init->set_traffic_class(comm->traffic_class);
     init->set_resume_seq(resume_seq);
     {
       std::lock_guard lock(mutex_);

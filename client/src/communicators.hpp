@@ -40,6 +40,7 @@ struct CommRank {
   std::vector<uint32_t> node_of_rank;
   std::string secret;
   uint64_t op_timeout_ms = 0;  // CommOptions::op_timeout, passed again on resuming
+  uint32_t traffic_class = 0;  // CommOptions::traffic_class, likewise
   // What irisd gave the communicator at creation: a resume presents it (under the table's lock).
   std::string resume_secret;
   std::atomic<bool> destroyed{false};

@@ -275,7 +275,8 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
   if (!batch_.empty()) {
-    copies_.submit(batch_, FlowKey{comm.uid, comm.id, copies_.class_of(largest)});
+    copies_.submit(batch_, FlowKey{comm.uid, comm.id,
+                                   copies_.class_of(largest, comm.traffic_class, comm.uid)});
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
   copies_.copy_now(now_, now_bytes);

@@ -16,10 +16,18 @@
 
 #include "daemon/collectives/collective.hpp"
 #include "daemon/collectives/node_layout.hpp"
+#include "daemon/engines/fair_share.hpp"
 #include "daemon/log_limiter.hpp"
 #include "iris/error_code.hpp"
 
 namespace iris::daemon {
+
+// What the rank that creates a communicator chooses for it.
+struct CommSettings {
+  // Past it a collective breaks the communicator, a send or receive fails (0: none).
+  std::chrono::milliseconds op_timeout{0};
+  RequestedClass traffic_class = RequestedClass::kAuto;
+};
 
 struct Communicator {
   uint64_t id = 0;
@@ -68,6 +76,8 @@ struct Communicator {
   // Chosen by the rank that created it (CommInitRequest.op_timeout_ms): past it a collective
   // waiting for a rank breaks the communicator, and a waiting send or receive fails (0: none).
   std::chrono::milliseconds op_timeout{0};
+  // Where its copies wait while users share the engines (CopyDispatcher::class_of).
+  RequestedClass traffic_class = RequestedClass::kAuto;
   bool broken = false;  // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
   std::string broken_why;

@@ -90,9 +90,9 @@ Communicator* CommunicatorRegistry::accepting(const std::string& lookup) const {
 
 uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t nranks,
                                     uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                    const Resume& resume, std::chrono::milliseconds op_timeout) {
+                                    const Resume& resume, const CommSettings& settings) {
   try {
-    return join_checked(s, key, nranks, rank, std::move(layout), resume, op_timeout);
+    return join_checked(s, key, nranks, rank, std::move(layout), resume, settings);
   } catch (const Error& e) {
     if (resume.seq != 0) {
       // The operator sees who was refused, and whose communicator of that key is here.
@@ -113,8 +113,7 @@ uint64_t CommunicatorRegistry::join(Session& s, const std::string& key, uint32_t
 
 uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, uint32_t nranks,
                                             uint32_t rank, std::shared_ptr<const NodeLayout> layout,
-                                            const Resume& resume,
-                                            std::chrono::milliseconds op_timeout) {
+                                            const Resume& resume, const CommSettings& settings) {
   uint64_t resume_seq = resume.seq;  // an init in flight at the restart may turn it into a join
   const std::vector<uint64_t>& completed_after = resume.completed_after;
   const std::string& secret = resume.secret;
@@ -244,7 +243,8 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     created->members.resize(nranks);
     created->next_seq.assign(nranks, 1);
     created->layout = std::move(layout);
-    created->op_timeout = op_timeout;
+    created->op_timeout = settings.op_timeout;
+    created->traffic_class = settings.traffic_class;
     if (resuming) {
       created->resumed = true;
       created->resumed_from.assign(nranks, 0);

@@ -56,10 +56,10 @@ class CommunicatorRegistry final : public Poller {
   // max_comm_bytes_per_uid (kLimitExceeded past it).
   using ChannelProgress = RankChannelProgress;
   using Resume = RankResume;
-  // `op_timeout`: Communicator::op_timeout, taken from the rank that creates it.
+  // `settings`: taken from the rank that creates it.
   uint64_t join(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
                 std::shared_ptr<const NodeLayout> layout = nullptr, const Resume& resume = {},
-                std::chrono::milliseconds op_timeout = {});
+                const CommSettings& settings = {});
   static constexpr std::size_t kSecretBytes = 16;
   static constexpr std::size_t kMaxCompletedAfter = 1024;
   // `s` leaves (`how`: "detached", "died", ...): whoever stays can never complete another
@@ -83,7 +83,7 @@ class CommunicatorRegistry final : public Poller {
  private:
   uint64_t join_checked(Session& s, const std::string& key, uint32_t nranks, uint32_t rank,
                         std::shared_ptr<const NodeLayout> layout, const Resume& resume,
-                        std::chrono::milliseconds op_timeout);
+                        const CommSettings& settings);
   void remove_if_unused(uint64_t comm_id);
   void count();
   std::string scope_of(uid_t uid, const std::string& key) const;

@@ -55,6 +55,13 @@ CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
   return *l;
 }
 
+TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requested,
+                                      uint32_t uid) const {
+  if (requested == RequestedClass::kBulk) return TrafficClass::kBulk;
+  if (requested == RequestedClass::kLatency && granted_latency(uid)) return TrafficClass::kLatency;
+  return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
+}
+
 void CopyDispatcher::set_weight(uint32_t uid, uint32_t weight) {
   weights_[uid] = weight;
   for (auto& l : lanes_)
@@ -77,6 +84,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     Slot& slot = *slot_of(c.cookie);
     slot.cls = flow.cls;
     slot.uid = flow.uid;
+    slot.bytes = c.bytes;
     Lane& l = lane(slot.device);
     if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
     if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
@@ -186,7 +194,7 @@ void CopyDispatcher::finish(uint32_t index, const CopyCompletion& last) {
   slot.used = false;
   slot.request = {};  // lets go of the buffers' owners
   free_slots_.push_back(index);
-  const CopyCompletion whole{last.cookie, slot.error, slot.path, last.bytes};
+  const CopyCompletion whole{last.cookie, slot.error, slot.path, slot.bytes};
   count_copy(slot.device, slot.error);
   // The owner may queue copies (and so reuse this slot) from its callback: read it out first.
   if (slot.owner != nullptr) return slot.owner->copy_done(slot.tag, whole);

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +55,8 @@ struct Pacing {
   uint32_t bulk_every = 8;  // FairShare: bulk's slice at least this often
   // A collective whose copies are all at most this large is latency work; larger is bulk.
   uint64_t latency_max_bytes = 1ull << 20;
+  // Users whose communicators may ask for latency whatever the size (others: up to the above).
+  std::set<uint32_t> latency_uids;
 };
 
 // The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe); none on the host
@@ -77,10 +80,13 @@ class CopyDispatcher final : public Poller {
   void set_weight(uint32_t uid, uint32_t weight);
   // How many uids have sessions attached (the runtime says on every attach and end).
   void set_users(std::size_t users) { users_ = users; }
-  // The class of work whose largest copy is `largest_copy` bytes.
-  TrafficClass class_of(uint64_t largest_copy) const {
-    return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
-  }
+  // The class of a collective whose largest copy is `largest_copy` bytes, on a communicator of
+  // `uid` that asked for `requested`: bulk when asked; latency when asked by a uid granted it
+  // (Pacing::latency_uids); else by size.
+  TrafficClass class_of(uint64_t largest_copy, RequestedClass requested, uint32_t uid) const;
+  // Whether `uid` may have latency for collectives of any size.
+  bool granted_latency(uint32_t uid) const { return pacing_.latency_uids.count(uid) != 0; }
+  uint64_t latency_max_bytes() const { return pacing_.latency_max_bytes; }
   // One copy outside any plan, tracked and queued: `done` runs with its result.
   void submit_one(CopyRequest copy, std::function<void(ErrorCode)> done);
   // Copies between host memory done at once on this thread (Engine::copy_now), `bytes` together:
@@ -109,6 +115,7 @@ class CopyDispatcher final : public Poller {
     // Paced: the whole copy, its slices at the engine, and what they reported.
     CopyRequest request{};
     uint32_t uid = 0;
+    uint64_t bytes = 0;  // the whole copy's
     TrafficClass cls = TrafficClass::kBulk;
     std::chrono::steady_clock::time_point queued_at{};
     uint64_t in_flight_bytes = 0;

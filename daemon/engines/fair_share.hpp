@@ -24,6 +24,10 @@ enum class TrafficClass : uint8_t { kLatency = 0, kBulk = 1 };
 inline constexpr std::size_t kTrafficClassCount = 2;
 inline constexpr const char* kTrafficClassNames[kTrafficClassCount] = {"latency", "bulk"};
 
+// What a communicator asks for (CommInitRequest.traffic_class): by size, latency, or bulk.
+enum class RequestedClass : uint8_t { kAuto = 0, kLatency = 1, kBulk = 2 };
+inline constexpr const char* kRequestedClassNames[] = {"auto", "latency", "bulk"};
+
 // irisd's own copies (scale-out staging) wait under this uid.
 inline constexpr uint32_t kDaemonUid = UINT32_MAX;
 

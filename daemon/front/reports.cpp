@@ -84,6 +84,7 @@ void fill_comms(const CommunicatorRegistry& comms, const SessionRegistry& sessio
     info->set_uid(comm->uid);
     info->set_broken(comm->broken);
     info->set_completed(comm->completed);
+    info->set_traffic_class(kRequestedClassNames[static_cast<std::size_t>(comm->traffic_class)]);
     for (uint32_t r = 0; r < comm->nranks; ++r)
       if (comm->members[r]) info->add_joined_ranks(r);
     for (const auto& [seq, c] : comm->in_flight) {

@@ -70,6 +70,10 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
                       "communicator timeout of " + std::to_string(init.op_timeout_ms()) +
                           " ms: at most " + std::to_string(kMaxOpTimeoutMs) +
                           " ms (24 days); pass 0 for none");
+        if (init.traffic_class() > static_cast<uint32_t>(RequestedClass::kBulk))
+          throw Error(ErrorCode::kInvalidArgument, "traffic class " +
+                                                       std::to_string(init.traffic_class()) +
+                                                       ": 0 auto (by size), 1 latency or 2 bulk");
         std::optional<Runtime::NodesOfComm> nodes;
         if (init.node_addresses_size() > 0 || init.node_of_rank_size() > 0 ||
             !init.secret().empty())
@@ -86,7 +90,8 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
               {p.peer(), p.send(), p.done_below(), {p.done_after().begin(), p.done_after().end()}});
         const uint64_t comm_id =
             runtime.comm_init(id, init.key(), init.nranks(), init.rank(), std::move(nodes), resume,
-                              std::chrono::milliseconds(init.op_timeout_ms()));
+                              CommSettings{std::chrono::milliseconds(init.op_timeout_ms()),
+                                           static_cast<RequestedClass>(init.traffic_class())});
         response.set_comm_id(comm_id);
         response.set_comm_secret(runtime.comms().find(comm_id)->secret);
         break;

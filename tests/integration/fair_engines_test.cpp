@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "tests/support/ctl_json.hpp"
 #include "tests/support/daemon_process.hpp"
 #include "tests/support/other_uid.hpp"
+#include "tests/support/raw_session.hpp"
 
 namespace iris::testing {
 namespace {
@@ -74,6 +76,49 @@ TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferI
   EXPECT_GT(uint64_t(classes[0]["queued"]), 0u);
   EXPECT_EQ(classes[1]["class"], "bulk");
   EXPECT_GE(uint64_t(classes[1]["engine_bytes"]), 2 * kBlock);
+}
+
+// The class a communicator asks for is its creator's choice, shown by iris-ctl comms; latency
+// asked by a user not granted it is lowered to the size rule, and the log says so; a class irisd
+// does not have is refused with the reason, by libiris and by irisd.
+TEST(FairEngines, ACommunicatorsClassIsItsCreatorsChoiceAndLatencyIsCapped) {
+  DaemonProcess daemon({"--latency-uids", "4242"});
+  Client client = Client::connect(options_for(daemon, "classes"));
+  CommOptions bulk, latency, unknown;
+  bulk.traffic_class = TrafficClass::kBulk;
+  latency.traffic_class = TrafficClass::kLatency;
+  unknown.traffic_class = static_cast<TrafficClass>(7);
+  Communicator a = Communicator::init(client, "bulky", 1, 0, bulk);
+  Communicator b = Communicator::init(client, "quick", 1, 0, latency);
+  Communicator c = Communicator::init(client, "plain", 1, 0);
+  Buffer buffer = client.allocate(64);
+  for (Communicator* comm : {&a, &b, &c}) comm->all_gather(buffer.data(), buffer.data(), 64).wait();
+  std::map<std::string, std::string> class_of;
+  const auto rows = ctl_json(daemon, {"comms"})["communicators"];
+  for (const auto& row : rows)
+    class_of[row["key"].get<std::string>()] = row["class"].get<std::string>();
+  EXPECT_EQ(class_of["bulky"], "bulk") << rows.dump();
+  EXPECT_EQ(class_of["quick"], "latency");
+  EXPECT_EQ(class_of["plain"], "auto");
+  EXPECT_TRUE(eventually([&] {
+    return daemon.log().find("asks for latency") != std::string::npos;
+  })) << daemon.log();
+  try {
+    Communicator::init(client, "unknown", 1, 0, unknown);
+    ADD_FAILURE() << "an unknown traffic class was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(e.message().find("traffic_class"), std::string::npos) << e.message();
+  }
+  RawSession raw = RawSession::attach(daemon.socket());
+  v1::SessionRequest init;
+  init.mutable_comm_init()->set_key("raw");
+  init.mutable_comm_init()->set_nranks(1);
+  init.mutable_comm_init()->set_traffic_class(9);
+  const auto answer = raw.call(init);
+  EXPECT_EQ(answer.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
+  EXPECT_NE(answer.error_message().find("traffic class 9"), std::string::npos)
+      << answer.error_message();
 }
 
 }  // namespace

@@ -90,9 +90,14 @@ assert bytes(recvs[1].view()[:half]) == data[0][half:2 * half]
 # negative value is refused with the reason.
 tuned = irisd.Client(socket, name="python-options", resume_window=0, submit_timeout=0.5,
                      wait_spin=0, gpu_registration_cache=0)
-solo = irisd.Communicator(tuned, "python-options", 1, 0)
+solo = irisd.Communicator(tuned, "python-options", 1, 0, traffic_class="bulk")
 buf = tuned.allocate(32)
 solo.all_gather(buf, buf, 32).wait()
+try:
+    irisd.Communicator(tuned, "python-options-bad", 1, 0, traffic_class="urgent")
+    raise AssertionError("an unknown traffic class was taken")
+except irisd.IrisError as e:
+    assert e.name == "invalid_argument" and "traffic_class" in e.message, e
 try:
     irisd.Client(socket, resume_window=-1)
     raise AssertionError("a negative resume window was accepted")

@@ -383,6 +383,10 @@ void check_refusals(ncclComm_t comm) {
   NCCL_OK(ncclGetUniqueId(&id));
   refused(ncclCommInitRankConfig(&other, 1, id, 0, &config), ncclInvalidArgument,
           "a config not made with NCCL_CONFIG_INITIALIZER");
+  ncclConfig_t classed = NCCL_CONFIG_INITIALIZER;
+  classed.trafficClass = 5;
+  refused(ncclCommInitRankConfig(&other, 1, id, 0, &classed), ncclInvalidArgument,
+          "a traffic class irisd does not have");
   refused(ncclDevCommCreate(comm, nullptr, nullptr), ncclInvalidUsage, "the device API");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   refused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "a simulated group");

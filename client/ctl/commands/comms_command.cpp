@@ -31,7 +31,7 @@ Report CommsCommand::run(const client::ControlChannel& channel) const {
   const auto r = channel.call(&v1::Control::Stub::ListComms, v1::ListCommsRequest{}, "comms");
   Report report;
   auto& comms = report.table("communicators", {"comm", "key", "nranks", "joined", "uid", "state",
-                                               "completed", "in_flight"});
+                                               "completed", "in_flight", "class"});
   auto& in_flight =
       report.table("in_flight", {"comm", "key", "seq", "collective", "bytes", "waiting_s",
                                  "arrived", "waiting_on", "missing (rank: session/pid)"});
@@ -40,7 +40,8 @@ Report CommsCommand::run(const client::ControlChannel& channel) const {
       {"comm", "key", "op", "src", "dst", "bytes", "waiting_s", "waits_on (rank: session/pid)"});
   for (const auto& c : r.comms()) {
     comms.rows.push_back({c.comm_id(), c.key(), c.nranks(), ranks(c.joined_ranks()), c.uid(),
-                          c.broken() ? "broken" : "ok", c.completed(), c.in_flight_size()});
+                          c.broken() ? "broken" : "ok", c.completed(), c.in_flight_size(),
+                          c.traffic_class()});
     for (const auto& f : c.in_flight())
       in_flight.rows.push_back({c.comm_id(), c.key(), f.seq(), f.collective(), f.bytes(),
                                 f.waiting_seconds(), ranks(f.arrived_ranks()),

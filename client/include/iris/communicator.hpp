@@ -59,6 +59,13 @@ NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::
                    uint32_t nranks, uint32_t rank,
                    std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
+// Where a communicator's copies wait while users share the node's copy engines (irisd hands
+// them the waiting copies latency work first, bulk fairly between users; docs/OPERATIONS.md):
+// kAuto by size (collectives whose copies are all at most irisd's --latency-max-bytes are
+// latency work), kLatency (beyond that size only for users irisd grants it, --latency-uids;
+// others keep the size rule), kBulk (always: a transfer that should yield to others).
+enum class TrafficClass : uint8_t { kAuto = 0, kLatency = 1, kBulk = 2 };
+
 // What a communicator is made with besides its key, ranks and nodes.
 struct CommOptions {
   // NCCL's watchdog: a collective that waits this long for a rank breaks the communicator on
@@ -67,6 +74,8 @@ struct CommOptions {
   // them go on. 0: none (sends and receives still end at irisd's --p2p-timeout-ms). The rank
   // that creates the communicator chooses it; the others' values are not used.
   std::chrono::milliseconds op_timeout{0};
+  // The rank that creates the communicator chooses it, as op_timeout.
+  TrafficClass traffic_class = TrafficClass::kAuto;
 };
 
 class Communicator {

@@ -122,7 +122,14 @@ typedef struct iris_comm_options {
   const void* secret;
   size_t secret_bytes;
   int64_t join_timeout_ms;
+  /* Where its copies wait while users share the engines (iris::CommOptions::traffic_class):
+   * IRIS_TRAFFIC_AUTO (0, by size), IRIS_TRAFFIC_LATENCY, IRIS_TRAFFIC_BULK. Added after
+   * join_timeout_ms: a struct_size that ends before it means auto. */
+  uint32_t traffic_class;
 } iris_comm_options;
+#define IRIS_TRAFFIC_AUTO 0u
+#define IRIS_TRAFFIC_LATENCY 1u
+#define IRIS_TRAFFIC_BULK 2u
 /* iris_comm_init or iris_comm_init_nodes with `options` (NULL: every default, one node). */
 int iris_comm_init_with(iris_client* client, const char* key, uint32_t nranks, uint32_t rank,
                         const iris_comm_options* options, iris_comm** out);

@@ -96,7 +96,10 @@ class _CommOptions(ctypes.Structure):
                 ("node_count", ctypes.c_size_t), ("addresses", ctypes.POINTER(ctypes.c_void_p)),
                 ("address_bytes", ctypes.POINTER(ctypes.c_size_t)),
                 ("node_of_rank", ctypes.POINTER(ctypes.c_uint32)), ("secret", ctypes.c_char_p),
-                ("secret_bytes", ctypes.c_size_t), ("join_timeout_ms", ctypes.c_int64)]
+                ("secret_bytes", ctypes.c_size_t), ("join_timeout_ms", ctypes.c_int64),
+                ("traffic_class", ctypes.c_uint32)]
+
+_TRAFFIC_CLASSES = {"auto": 0, "latency": 1, "bulk": 2}
 
 
 class _IrisStream(ctypes.Structure):
@@ -489,9 +492,12 @@ class Communicator:
     NCCL's watchdog: a collective waiting that long for a rank breaks the communicator on every
     rank (IrisError TIMEOUT naming the ranks it waits on; re-create it), a send or receive not
     matched that long fails; streams waiting on them go on. The rank that creates the
-    communicator chooses it."""
+    communicator chooses it, and `traffic_class`: "auto" (by size), "latency" (beyond irisd's
+    --latency-max-bytes only for users it grants it) or "bulk": where its copies wait while users
+    share the node's copy engines."""
 
-    def __init__(self, client, key, nranks, rank, nodes=None, op_timeout=None):
+    def __init__(self, client, key, nranks, rank, nodes=None, op_timeout=None,
+                 traffic_class="auto"):
         self._handle = None
         self._client = client  # the connection outlives the communicator
         self.rank, self.nranks = rank, nranks
@@ -503,6 +509,10 @@ class Communicator:
                 raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                                    f"op_timeout={op_timeout}: pass None for none, or seconds > 0")
             options.op_timeout_ms = max(1, int(op_timeout * 1000))
+        if traffic_class not in _TRAFFIC_CLASSES:
+            raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
+                               f"traffic_class={traffic_class!r}: auto, latency or bulk")
+        options.traffic_class = _TRAFFIC_CLASSES[traffic_class]
         if nodes is None:
             self._handle = _created(_lib.iris_comm_init_with, client._handle, key.encode(), nranks,
                                     rank, ctypes.byref(options))
