@@ -26,6 +26,10 @@ void resolve(void* handle, const std::string& path, const char* name, F& to, boo
 }
 
 FallbackNccl load(const std::string& path, const std::bitset<kOpKindCount>& takes) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Their runtimes abort the process on a dlopen with RTLD_DEEPBIND (google/sanitizers#611).
+  unusable(path, "this build of the library runs under a sanitizer, which cannot load it apart");
+#endif
   // DEEPBIND: the fallback's calls to its own nccl* functions find its own, not ours.
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (handle == nullptr) unusable(path, std::string("cannot load it: ") + ::dlerror());
