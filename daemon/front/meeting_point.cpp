@@ -37,7 +37,7 @@ void MeetingPoint::on_event(int fd, uint32_t events) {
   Connection& c = it->second;
   bool keep;
   if (!c.out.empty()) {
-    keep = (events & (EPOLLHUP | EPOLLERR)) == 0 && ((events & EPOLLOUT) == 0 || write_answer(c));
+    keep = (events & (EPOLLHUP | EPOLLERR)) == 0 && ((events & EPOLLOUT) == 0 || c.write_answer());
   } else if (c.waiting) {
     // A waiting rank sends nothing more: whatever comes is its leaving (or garbage).
     char byte;
@@ -49,18 +49,7 @@ void MeetingPoint::on_event(int fd, uint32_t events) {
 }
 
 bool MeetingPoint::read_hello(Connection& c) {
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
-    if (n == 0) return false;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;
-    }
-    c.in.append(buf, static_cast<std::size_t>(n));
-    if (c.in.size() > meeting::kMaxHelloBytes + 4) break;
-  }
+  if (!c.read_available(meeting::kMaxHelloBytes + 4)) return false;
   meeting::Hello hello;
   std::size_t used = 0;
   std::string why;
@@ -99,22 +88,9 @@ void MeetingPoint::send(std::vector<MeetingGroups::Reply> replies) {
     acceptor_.set_deadline(r.connection, Clock::now() + kAnswerTimeout, false);
     // Only writability from here: a peer that half-closes must not wake this thread again.
     acceptor_.watch(r.connection, EPOLLOUT);
-    if (!write_answer(c)) done.push_back(r.connection);
+    if (!c.write_answer()) done.push_back(r.connection);
   }
   for (int fd : done) acceptor_.close(fd);
-}
-
-bool MeetingPoint::write_answer(Connection& c) {
-  while (c.sent < c.out.size()) {
-    const ssize_t n =
-        ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK;
-    }
-    c.sent += static_cast<std::size_t>(n);
-  }
-  return false;  // all sent: close
 }
 
 void MeetingPoint::on_close(int fd, SocketAcceptor::CloseReason why) {

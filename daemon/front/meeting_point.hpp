@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 
+#include "daemon/answered_connection.hpp"
 #include "daemon/front/meeting_groups.hpp"
 #include "daemon/socket_acceptor.hpp"
 
@@ -40,11 +41,7 @@ class MeetingPoint : SocketAcceptor::Handler {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Connection {
-    net::Fd fd;
-    std::string in;
-    std::string out;
-    std::size_t sent = 0;
+  struct Connection : AnsweredConnection {
     bool waiting = false;  // its hello is in, its group is not complete
   };
 
@@ -56,7 +53,6 @@ class MeetingPoint : SocketAcceptor::Handler {
   bool read_hello(Connection& c);
   // Queues each reply and starts sending it.
   void send(std::vector<MeetingGroups::Reply> replies);
-  bool write_answer(Connection& c);
   void expire_groups();
 
   std::chrono::milliseconds hello_timeout_;

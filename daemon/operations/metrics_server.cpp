@@ -54,28 +54,16 @@ void MetricsServer::on_event(int fd, uint32_t events) {
   if (!c.answering) {
     keep = read_request(c);
   } else {
-    keep = (events & (EPOLLHUP | EPOLLERR)) == 0 && ((events & EPOLLOUT) == 0 || write_answer(c));
+    keep = (events & (EPOLLHUP | EPOLLERR)) == 0 && ((events & EPOLLOUT) == 0 || c.write_answer());
   }
   if (!keep) acceptor_.close(fd);
 }
 
 bool MetricsServer::read_request(Connection& c) {
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
-    if (n == 0) return false;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      return false;
-    }
-    c.in.append(buf, static_cast<std::size_t>(n));
-    if (c.in.size() > kMaxRequestBytes) {
-      c.out = http_response("431 Request Header Fields Too Large", "text/plain",
-                            "request over 8192 bytes\n");
-      break;
-    }
-  }
+  if (!c.read_available(kMaxRequestBytes)) return false;
+  if (c.in.size() > kMaxRequestBytes)
+    c.out = http_response("431 Request Header Fields Too Large", "text/plain",
+                          "request over 8192 bytes\n");
   if (c.out.empty()) {
     const auto end = c.in.find("\r\n\r\n");
     if (end == std::string::npos && c.in.find("\n\n") == std::string::npos)
@@ -87,20 +75,7 @@ bool MetricsServer::read_request(Connection& c) {
   acceptor_.set_deadline(c.fd.get(), Clock::now() + kResponseTimeout, false);
   // Only writability from here: a peer that half-closes must not wake this thread over and over.
   acceptor_.watch(c.fd.get(), EPOLLOUT);
-  return write_answer(c);
-}
-
-bool MetricsServer::write_answer(Connection& c) {
-  while (c.sent < c.out.size()) {
-    const ssize_t n =
-        ::send(c.fd.get(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno == EAGAIN || errno == EWOULDBLOCK;  // the rest when the socket drains
-    }
-    c.sent += static_cast<std::size_t>(n);
-  }
-  return false;  // all sent: close
+  return c.write_answer();
 }
 
 std::string MetricsServer::answer(const std::string& request) {

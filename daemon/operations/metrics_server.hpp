@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 
+#include "daemon/answered_connection.hpp"
 #include "daemon/socket_acceptor.hpp"
 
 namespace iris::daemon {
@@ -39,11 +40,7 @@ class MetricsServer : SocketAcceptor::Handler {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct Connection {
-    net::Fd fd;
-    std::string in;
-    std::string out;
-    std::size_t sent = 0;
+  struct Connection : AnsweredConnection {
     bool answering = false;  // the request is in; `out` is its answer
   };
 
@@ -55,7 +52,6 @@ class MetricsServer : SocketAcceptor::Handler {
 
   // Answers once the request is complete; false when the connection must close now.
   bool read_request(Connection& c);
-  bool write_answer(Connection& c);
   std::string answer(const std::string& request);
 
   Render render_;
