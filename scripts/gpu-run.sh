@@ -2,22 +2,28 @@
 # Runs on the GPU host, from the repository root, with the bundle made by scripts/gpu-bundle.sh in
 # .gpu/: the GPU tests, `iris-ctl status` with the cuda engine, and the spin proof; prints a short
 # table last. Logs go to $OUT when it is set.
-#   scripts/gpu-run.sh [PHASES]   PHASES: comma list of tests,readme,bench,shared,probe,torch,
-#                                 pytorch,nccl,p2p,resume,freed,nodes,tenants,cpu,compare (default:
-#                                 all). tenants: two users on the cuda engine, irisd's pacing on
-#                                 and off (issue 50).
-#                                 nccl: PyTorch's own nccl backend with irisd's libnccl.so.2
-#                                 preloaded (tests, per-call cost and bandwidth). shared: small
-#                                 all-gathers of 2, 3 and 8 ranks sharing the GPU. cpu: scripts/bench.sh
-#                                 on this host's CPU cores against Open MPI (host engine, no GPU),
-#                                 and scripts/bench-scale-out.sh (3 daemons as 3 nodes).
-#                                 compare runs scripts/bench-compare.sh (CPU only) between the bundle
-#                                 .gpu-old, when there is one, and .gpu. nodes: two irisd as two
-#                                 nodes, restarted one at a time under a job on CUDA tensors.
-#                                 freed: jobs that freed registered GPU memory (empty_cache, a
-#                                 graph capture, expandable segments) through a restart of irisd.
+#   scripts/gpu-run.sh [PHASES]   PHASES: a comma list (default: all) of
+#     tests       the GPU tests (gpu_tests)
+#     readme      the README's torch example and the package's first example
+#     bench       iris-gpu-bench sweeps (device, host, all-to-all, GEMM beside, graphs)
+#     shared      small all-gathers of 2, 3 and 8 ranks sharing the GPU
+#     probe       the signal probe
+#     torch       a GEMM beside all-gathers in torch; CUDA graphs of ranks
+#     pytorch     the torch.distributed backend, FSDP2, functional collectives, the per-call cost
+#     ncclcost    a 4 KiB all-gather through irisd's libnccl.so.2 against irisd's API
+#     nccl        PyTorch's own nccl backend with irisd's libnccl.so.2 preloaded (tests, per-call
+#                 cost), and a C program on GPU streams through the API
+#     ncclbw      bandwidth through irisd's libnccl.so.2 against irisd's torch backend
+#     p2p         pipelining, send/recv against broadcast, a GEMM beside sends and receives
+#     resume      FSDP2 and pipelining through irisd restarts; how long a restart holds ranks
+#     ncclresume  PyTorch's nccl backend (FSDP2, a 3-stage pipeline) through irisd restarts
+#     freed       jobs that freed registered GPU memory through a restart of irisd
+#     nodes       two irisd as two nodes, restarted one at a time under a job on CUDA tensors
+#     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
+#     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
+#     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,nccl,p2p,resume,freed,nodes,tenants,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -130,7 +136,26 @@ if want pytorch; then
   timeout 120 "$bin/iris-gpu-bench" --socket "$run/irisd.sock" --key submit --nranks 1 --rank 0 --mode submit \
     >>"$out/call_overhead.txt" 2>&1
 fi
+ncclrank() {  # ncclrank NRANKS CASE [ARGS...]: ranks of the C program on irisd's libnccl.so.2
+  local n=$1 case=$2 idf="$run/nccl-id-$2-$1-$RANDOM" pids=() rc=0
+  shift 2
+  for ((r = 0; r < n; r++)); do
+    env IRIS_SOCKET="$run/irisd.sock" LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH" \
+      timeout 120 "$bin/iris-gpu-nccl-rank" --id-file "$idf" --nranks "$n" --rank "$r" \
+      --case "$case" "$@" >>"$out/nccl_c.txt" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
 nccl_rc=skipped
+if want ncclcost; then
+  # Where a small collective's time goes with ranks sharing the GPU: the C program's 4 KiB
+  # all-gathers through the library (device memory on a stream, host memory on the host) in
+  # both shared-GPU modes, beside irisd's own API (iris-gpu-bench, same size).
+  for mode in stream host; do IRISD_NCCL_SHARED_GPU=$mode ncclrank 2 latency; done
+  RANKS=2 bench ncclcost --min-bytes 4096 --max-bytes 4096
+fi
 if want nccl; then
   # PyTorch's nccl backend on irisd: the library preloaded, the scripts unchanged.
   ncclenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
@@ -154,18 +179,6 @@ if want nccl; then
   # A C program on GPU streams through the API (tests/gpu/nccl_stream_rank.cu): every operation
   # with kernels before and after (2 and 3 ranks), ncclCommAbort releasing a waiting stream, and
   # checked loops through three SIGKILLs and restarts of irisd.
-  ncclrank() {  # ncclrank NRANKS CASE [ARGS...]: runs the ranks; 1 when any failed
-    local n=$1 case=$2 idf="$run/nccl-id-$2-$1" pids=() rc=0
-    shift 2
-    for ((r = 0; r < n; r++)); do
-      env IRIS_SOCKET="$run/irisd.sock" LD_LIBRARY_PATH="$PWD/.gpu/nccl:$LD_LIBRARY_PATH" \
-        timeout 120 "$bin/iris-gpu-nccl-rank" --id-file "$idf" --nranks "$n" --rank "$r" \
-        --case "$case" "$@" >>"$out/nccl_c.txt" 2>&1 &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    return $rc
-  }
   nccl_c_rc=0
   ncclrank 2 ops || nccl_c_rc=1
   ncclrank 3 ops || nccl_c_rc=1
@@ -185,10 +198,15 @@ if want nccl; then
   sleep 3
   touch "$run/nccl-stop"
   wait "$loops" || nccl_c_rc=1
+fi
+if want ncclbw; then
+  # Bandwidth through the library against irisd's torch backend, ranks sharing the GPU.
   for mode in stream host; do
     echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_bandwidth.md"
-    "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 \
-      tests/bench/gpu/nccl_bandwidth.py >>"$out/nccl_bandwidth.md" 2>&1
+    env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" \
+      PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" \
+      IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py \
+      2>&1 | grep -E "^\|" >>"$out/nccl_bandwidth.md"
   done
 fi
 p2p_rc=skipped
@@ -229,6 +247,16 @@ if want resume; then
       --restarts 5 >"$out/resume_$engine.md" 2>&1
   done
 fi
+ncclresume_rc=skipped
+if want ncclresume; then
+  # PyTorch's nccl backend (irisd's library preloaded): FSDP2 and a 3-stage 1F1B pipeline, each
+  # through 5 SIGKILLs of its own irisd.
+  env IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" PYTHONPATH="$PWD/client/python" \
+    LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" timeout 400 python3 \
+    tests/python/gpu/nccl_preload_test.py --restart-irisd 5 --irisd "$bin/irisd" \
+    >"$out/nccl_restarts.txt" 2>&1
+  ncclresume_rc=$?
+fi
 freed_rc=0
 if want freed; then
   # Registered GPU memory freed before a restart of irisd: each case must come through it.
@@ -246,14 +274,18 @@ nodes_rc=skipped
 tenants_rc=skipped
 if want tenants; then
   # Issue 50: two users on the cuda engine, receiving into host memory (device to host on the
-  # copy engines). B (uid 65534) all-gathers 4 KiB-1 MiB alone, then beside A (root) all-gathering
-  # 256 MiB back to back; irisd paced (auto: 8 MiB while two users are attached) and not (0).
+  # copy engines). B (uid 65534) all-gathers 4 KiB-1 MiB alone, then beside A (root)
+  # all-gathering 256 MiB back to back; A alone, then beside B all-gathering back to back; A and
+  # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 8 MiB while two
+  # users are attached), at 2 MiB, and not at all (0).
   tenants_rc=0
-  for queue in auto 0; do
+  for queue in auto 2097152 0; do
     trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
     chmod 755 "$trun"
+    slice=()
+    [ "$queue" = 2097152 ] && slice=(--engine-slice-bytes 1048576)  # two slices in flight
     "$bin/irisd" --socket "$trun/irisd.sock" --socket-mode 0666 --engine cuda \
-      --engine-queue-bytes "$queue" >"$trun/irisd.log" 2>&1 &
+      --engine-queue-bytes "$queue" "${slice[@]}" >"$trun/irisd.log" 2>&1 &
     tdaemon=$!
     for _ in $(seq 100); do [ -S "$trun/irisd.sock.attach" ] && break; sleep 0.1; done
     tenant() {  # tenant KEY UID MIN MAX: 2 ranks of iris-gpu-bench; rank 0's tables on stdout
@@ -268,15 +300,31 @@ if want tenants; then
       for p in "${pids[@]}"; do wait "$p" || tenants_rc=1; done
       cat "$trun/$key.0"
     }
-    { echo "## engine-queue-bytes $queue: B alone"; tenant b-alone 65534 4096 1048576; } \
-      >>"$out/tenants.md"
-    (for k in 1 2 3 4 5 6; do tenant "a-$k" 0 $((256 << 20)) $((256 << 20)) >/dev/null; done) &
-    loop_a=$!
-    sleep 2
-    { echo "## engine-queue-bytes $queue: B beside A"; tenant b-beside 65534 4096 1048576; } \
-      >>"$out/tenants.md"
-    kill "$loop_a" 2>/dev/null; wait "$loop_a" 2>/dev/null
-    pkill -f "key a-" 2>/dev/null
+    beside() {  # beside LOAD_UID LOAD_MIN LOAD_MAX KEY UID MIN MAX: KEY measured beside a load
+      (for k in 1 2 3 4 5 6 7 8; do tenant "load-$4-$k" "$1" "$2" "$3" >/dev/null; done) &
+      local load=$!
+      sleep 2
+      tenant "$4" "$5" "$6" "$7"
+      kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
+      pkill -f "key load-" 2>/dev/null
+      sleep 0.5
+    }
+    big=$((256 << 20))
+    {
+      echo "## engine-queue-bytes $queue: B alone"; tenant b-alone 65534 4096 1048576
+      echo "## engine-queue-bytes $queue: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
+      echo "## engine-queue-bytes $queue: A alone"; tenant a-alone 0 "$big" "$big"
+      echo "## engine-queue-bytes $queue: A beside B"; beside 65534 4096 1048576 a-beside 0 "$big" "$big"
+    } >>"$out/tenants.md"
+    if [ "$queue" = auto ]; then
+      tenant bulk-a 0 "$big" "$big" >"$trun/bulk-a.md" &
+      bulk_a=$!
+      tenant bulk-c 65534 "$big" "$big" >"$trun/bulk-c.md"
+      wait "$bulk_a"
+      { echo "## engine-queue-bytes $queue: A and C at once: A"; cat "$trun/bulk-a.md"
+        echo "## engine-queue-bytes $queue: A and C at once: C"; cat "$trun/bulk-c.md"; } \
+        >>"$out/tenants.md"
+    fi
     timeout 30 "$bin/iris-ctl" --socket "$trun/irisd.sock" stats >>"$out/tenants.md"
     kill "$tdaemon"; wait "$tdaemon"
   done
@@ -364,7 +412,15 @@ if want nccl; then
   echo "-- C program on GPU streams through the API (exit $nccl_c_rc)"
   grep -E "^nccl stream|bad elements|FAILED|error|runs .* on the GPU.s SMs" "$out/nccl_c.txt" | cut -c1-300 | head -12
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
-  cat "$out/nccl_bandwidth.md"
+fi
+if want ncclbw; then echo "-- bandwidth through the library"; cat "$out/nccl_bandwidth.md"; fi
+if want ncclcost; then
+  echo "-- 4 KiB all-gather, 2 ranks sharing the GPU: the library against irisd's API"
+  grep -E "^nccl latency" "$out/nccl_c.txt"; cat "$out/bench_ncclcost.md"
+fi
+if want ncclresume; then
+  echo "-- PyTorch nccl backend through irisd restarts (exit $ncclresume_rc)"
+  grep -E "^  |Error|assert" "$out/nccl_restarts.txt" | tail -4
 fi
 if want probe; then echo "-- signal probe"; cat "$out/signal_probe.md"; fi
 if want torch; then echo "-- GEMM (torch.matmul) beside all-gathers"; cat "$out/gemm_torch.md"; fi
@@ -392,7 +448,7 @@ if want freed; then
   grep -E "^freed memory|Error|assert" "$out/freed.txt" | tail -6
 fi
 if want tenants; then
-  echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576) " "$out/tenants.md"
+  echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576|268435456) " "$out/tenants.md"
 fi
 if want nodes; then
   echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"

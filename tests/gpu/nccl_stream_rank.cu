@@ -3,12 +3,18 @@
 // after it checks the result on the GPU, and the host synchronizes only at the end. Every
 // operation, three rounds over the same buffers (so stale data shows). Run by
 // scripts/gpu-run.sh with ranks sharing the GPU.
-//   iris-gpu-nccl-rank --id-file F --nranks N --rank R [--case ops|loops|abort] [--stop-file S]
+//   iris-gpu-nccl-rank --id-file F --nranks N --rank R [--case ops|loops|abort|latency]
+//                      [--stop-file S]
 // ops: every operation checked; loops: checked all-reduces and all-gathers until the stop file
 // appears (irisd is restarted meanwhile); abort: rank 0 queues an all-gather that rank 1 never
 // joins, with a kernel after it, then calls ncclCommAbort: its stream must finish (bounded).
+// latency (a benchmark, not a test): the median time of a 4 KiB all-gather, back to back, on a
+// stream with device memory (the call's return and the stream's end) and with host memory and
+// a null stream (irisd's collective alone, waited for on the host), to tell the library's cost
+// on a stream from irisd's.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +22,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client/nccl/include/nccl.h"
 #include "tests/gpu/cuda_check.cuh"
@@ -232,6 +239,45 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 600 && !exists(id_file + ".aborted"); ++i) ::usleep(50000);
       ncclCommAbort(comm);
     }
+    return 0;
+  }
+
+  if (name == "latency") {
+    constexpr int kIterations = 300;
+    constexpr size_t kBytes = 4096;
+    char* host_send;
+    char* host_recv;
+    CUDA_CHECK(cudaMallocHost(&host_send, kBytes));
+    CUDA_CHECK(cudaMallocHost(&host_recv, kBytes * nranks));
+    auto median_us = [](std::vector<double>& v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::vector<double> call, total, host;
+    for (int i = 0; i < kIterations; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      NCCL_CHECK(ncclAllGather(send, recv, kBytes, ncclChar, comm, stream));
+      const auto t1 = std::chrono::steady_clock::now();
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      const auto t2 = std::chrono::steady_clock::now();
+      call.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      total.push_back(std::chrono::duration<double, std::micro>(t2 - t0).count());
+    }
+    for (int i = 0; i < kIterations; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      NCCL_CHECK(ncclAllGather(host_send, host_recv, kBytes, ncclChar, comm, nullptr));
+      host.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    NCCL_CHECK(ncclCommDestroy(comm));
+    const char* mode = std::getenv("IRISD_NCCL_SHARED_GPU");
+    if (rank == 0)
+      std::printf(
+          "nccl latency: %d ranks, IRISD_NCCL_SHARED_GPU=%s, 4 KiB all-gather, median of %d: "
+          "device memory on a stream %.1f us (the call returned after %.1f us), host memory with "
+          "a null stream %.1f us\n",
+          nranks, mode ? mode : "(unset)", kIterations, median_us(total), median_us(call),
+          median_us(host));
     return 0;
   }
 

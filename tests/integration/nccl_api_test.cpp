@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,6 +162,36 @@ class ScopedEnv {
 
 // A fallback NCCL (here the stand-in of tests/nccl/nccl_stand_in.cpp, on the GPU host the real
 // one) takes the operations IRISD_NCCL_FALLBACK_OPS names, and its bytes are counted apart.
+// A shell that preloads irisd's library for its jobs (export LD_PRELOAD=.../libnccl.so.2) runs
+// irisd and iris-ctl with it too: libiris comes in beside their own copy of the attach protocol's
+// messages, and both must start and answer (they aborted at start when both registered them).
+TEST(NcclApi, IrisdAndIrisCtlRunWithTheLibraryPreloaded) {
+  std::string preload = IRIS_TEST_LIBNCCL;
+  if (const char* sanitizers = std::getenv("IRIS_TEST_PRELOAD"))
+    preload = std::string(sanitizers) + ":" + preload;  // a sanitizer's runtime must come first
+  const char* before = std::getenv("LD_PRELOAD");
+  const std::string saved = before ? before : "";
+  ::setenv("LD_PRELOAD", preload.c_str(), 1);
+  std::optional<DaemonProcess> daemon;
+  std::string what;
+  try {
+    daemon.emplace();
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  const ProgramResult status =
+      daemon ? run_program({iris_ctl_path(), "--socket", daemon->socket(), "status"})
+             : ProgramResult{-1, ""};
+  if (before)
+    ::setenv("LD_PRELOAD", saved.c_str(), 1);
+  else
+    ::unsetenv("LD_PRELOAD");
+  ASSERT_TRUE(daemon) << "irisd did not start with " << preload << " preloaded: " << what;
+  EXPECT_EQ(status.exit_code, 0) << status.output << daemon->log();
+  EXPECT_NE(status.output.find("SERVING"), std::string::npos) << status.output;
+  expect_all_pass(start_job(*daemon, 2, "ops"), *daemon);
+}
+
 TEST(NcclApi, AFallbackNcclTakesTheOperationsNamedAndItsBytesAreCountedApart) {
   SKIP_UNDER_SANITIZERS();
   DaemonProcess daemon;

@@ -1,9 +1,12 @@
 """Bandwidth through NCCL's API on irisd against irisd's own torch backend, in one job: ranks
 sharing the one GPU, the default group PyTorch's "nccl" backend (irisd's libnccl.so.2 preloaded),
 a second group "cpu:gloo,cuda:irisd" over the same ranks; all_gather_into_tensor and all_reduce
-(SUM, float32) from 4 KiB to 256 MiB per rank, timed alternately, each the median of its
-iterations (between synchronizations). Prints a markdown table with the ratio (irisd backend
-time / NCCL API time: at least 0.98 means the NCCL API costs nothing).
+(SUM, float32) from 4 KiB to 256 MiB per rank, timed alternately two ways: the median of single
+calls between synchronizations (a barrier, then the call: any skew between the ranks that the
+barrier leaves is in it), and back to back (the iterations queued one after another, one
+synchronization at the end, time per call: the skew spread over them). Prints a markdown table
+with the ratios (irisd backend time / NCCL API time: at least 0.98 means the NCCL API costs
+nothing).
 Needs IRIS_SOCKET, PYTHONPATH/IRIS_LIBRARY, LD_PRELOAD naming irisd's libnccl.so.2.
     python3 tests/bench/gpu/nccl_bandwidth.py [--ranks 2]"""
 import argparse
@@ -45,6 +48,16 @@ def bench(rank, nranks, sizes):
                     torch.cuda.synchronize()
                     samples.append(time.perf_counter() - t0)
                 times[(op, name)] = statistics.median(samples[1:])
+                dist.barrier(group=group)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    if op == "all_gather":
+                        dist.all_gather_into_tensor(out, x, group=group)
+                    else:
+                        dist.all_reduce(x, group=group)
+                torch.cuda.synchronize()
+                times[(op, name, "b2b")] = (time.perf_counter() - t0) / iters
         rows.append((size, times))
     return rows
 
@@ -55,12 +68,15 @@ def main():
     args = parser.parse_args()
     sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
     rows = ranks.run(bench, args.ranks, (sizes,), backend="nccl")[0]
-    print("| bytes per rank | op | NCCL API on irisd (us) | irisd torch backend (us) | ratio |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| bytes per rank | op | NCCL API on irisd (us) | irisd torch backend (us) | ratio "
+          "| back to back: NCCL API (us) | irisd torch backend (us) | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for size, times in rows:
         for op in ("all_gather", "all_reduce"):
             a, b = times[(op, "nccl")], times[(op, "irisd")]
-            print(f"| {size} | {op} | {1e6 * a:.1f} | {1e6 * b:.1f} | {b / a:.2f} |")
+            qa, qb = times[(op, "nccl", "b2b")], times[(op, "irisd", "b2b")]
+            print(f"| {size} | {op} | {1e6 * a:.1f} | {1e6 * b:.1f} | {b / a:.2f} "
+                  f"| {1e6 * qa:.1f} | {1e6 * qb:.1f} | {qb / qa:.2f} |")
 
 
 if __name__ == "__main__":

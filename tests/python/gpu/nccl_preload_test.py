@@ -10,8 +10,12 @@ the real one's is 22809), then, each against a reference computed here:
   graph     a CUDA graph capturing NCCL all-reduces and all-gathers, replayed
   compile   functional collectives inside torch.compile
   strict    IRISD_NCCL_STRICT=1: an all-gather runs, an all-reduce (a kernel) is refused
+With --restart-irisd N the script runs its own irisd (--irisd PATH, cuda engine) and SIGKILLs and
+starts it again N times once training is under way; the parts fsdp and pipeline then train 150
+steps each, through the restarts, and are checked as above.
 Needs IRIS_SOCKET (an irisd with the cuda engine) and LD_PRELOAD naming the library.
-    python3 tests/python/gpu/nccl_preload_test.py [--parts ops,fsdp,...] [--ranks 8]"""
+    python3 tests/python/gpu/nccl_preload_test.py [--parts ops,fsdp,...] [--ranks 8]
+                                                  [--restart-irisd 5 --irisd PATH]"""
 import argparse
 import os
 import pathlib
@@ -164,8 +168,11 @@ def train_sharded(rank, nranks, steps, mesh_of):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = batches(steps)
     per = 2 * BATCH // nranks
-    losses = [train_step(model, optimizer, data[step, rank * per:(rank + 1) * per].cuda())
-              for step in range(steps)]
+    losses = []
+    for step in range(steps):
+        losses.append(train_step(model, optimizer, data[step, rank * per:(rank + 1) * per].cuda()))
+        if step == 0 and rank == 0 and os.environ.get("IRIS_TEST_TRAINING_MARKER"):
+            pathlib.Path(os.environ["IRIS_TEST_TRAINING_MARKER"]).touch()  # restarts may begin
     worst = max(float((p.full_tensor().detach().cpu() - ref_params[name]).abs().max())
                 for name, p in model.named_parameters())
     return losses, ref_losses, worst
@@ -267,14 +274,46 @@ def strict_main(rank, nranks):
     raise AssertionError("IRISD_NCCL_STRICT=1 let an all-reduce run its kernel")
 
 
+def restarts_main(irisd, times, parts):
+    """FSDP2 and the 3-stage pipeline, each with irisd SIGKILLed and restarted `times` times
+    while it trains; fails unless every restart came while the ranks trained."""
+    from fsdp_train_test import RestartingIrisd
+
+    steps = 150
+    print(f"PyTorch nccl backend on irisd through {times} SIGKILLs of irisd per part:")
+    for part in ("fsdp", "pipeline"):
+        if part not in parts:
+            continue
+        restarting = RestartingIrisd(irisd, times)
+        try:
+            if part == "fsdp":
+                r = ranks.run(fsdp_main, 2, (steps,), backend="nccl")[0]
+                what = (f"FSDP2, 2 ranks, {steps} steps: max parameter difference "
+                        f"{r['worst']:.2e}")
+            else:
+                ranks.run(pipeline_main, 3, (steps,), backend="nccl")
+                what = f"pipelining 1F1B, 3 stages, {steps} steps: as one process"
+        finally:
+            restarting.stop()
+        assert restarting.under_training == times, \
+            f"{part}: training ended after {restarting.under_training} of {times} restarts"
+        print(f"  {what}; irisd restarted {restarting.under_training} times under it")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--parts", default="ops,fsdp,hsdp,pipeline,graph,compile,strict")
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(3), "little"))
+    parser.add_argument("--restart-irisd", type=int, default=0,
+                        help="kill irisd this many times in each training part (needs --irisd)")
+    parser.add_argument("--irisd", help="the irisd binary to run and restart")
     args = parser.parse_args()
     parts = args.parts.split(",")
     assert "libnccl" in os.environ.get("LD_PRELOAD", ""), "preload irisd's libnccl.so.2"
+    if args.restart_irisd:
+        restarts_main(args.irisd, args.restart_irisd, parts)
+        return
     report = []
     if "ops" in parts:
         for n in sorted({2, args.ranks}):
