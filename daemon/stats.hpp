@@ -99,7 +99,21 @@ constexpr std::size_t size_class(uint64_t bytes) {
 // long each copy waited in irisd's queue before its first slice went to the engine.
 struct ClassCounters {
   std::atomic<uint64_t> bytes_total{0};
+  std::atomic<uint64_t> busy_ns_total{0};  // engine time (UserEngineCounters says how it is cut)
   LatencyHistogram queue_delay;
+};
+
+// The engines' work by user: the uid whose communicator queued the copies, or irisd's own
+// (scale-out staging). Engine time: a device's engines are busy from when they get copies until
+// none is left, and each interval between two completions there goes to the copy that completed
+// at its end (copy engines run their queue in order). The first kUserSlots - 1 users seen have a
+// slot each; the others share the last.
+inline constexpr std::size_t kUserSlots = 64;
+struct UserEngineCounters {
+  std::atomic<bool> used{false};  // set (release) once uid is written
+  std::atomic<uint32_t> uid{0};
+  std::atomic<uint64_t> bytes_total{0};
+  std::atomic<uint64_t> busy_ns_total{0};
 };
 
 // What libraries over libiris reported of their API's operations (api_operations.hpp).
@@ -121,10 +135,19 @@ struct Stats {
   std::array<DeviceCounters, kDeviceSlots> devices{};
   std::array<ApiOperationCounters, kApiOperationCount> api_operations{};
   std::array<ClassCounters, kTrafficClassCount> classes{};  // by TrafficClass
+  std::array<UserEngineCounters, kUserSlots> users{};       // CopyDispatcher assigns the slots
 
-  // From the progress loop only.
-  void count_class_bytes(std::size_t cls, uint64_t bytes) {
-    if (cls < classes.size()) add_from_loop(classes[cls].bytes_total, static_cast<int64_t>(bytes));
+  // From the progress loop only: `bytes` and `busy_ns` of engine time for copies of class `cls`
+  // and user slot `user`.
+  void count_engine_work(std::size_t cls, std::size_t user, uint64_t bytes, uint64_t busy_ns) {
+    if (cls < classes.size()) {
+      add_from_loop(classes[cls].bytes_total, static_cast<int64_t>(bytes));
+      add_from_loop(classes[cls].busy_ns_total, static_cast<int64_t>(busy_ns));
+    }
+    if (user < users.size()) {
+      add_from_loop(users[user].bytes_total, static_cast<int64_t>(bytes));
+      add_from_loop(users[user].busy_ns_total, static_cast<int64_t>(busy_ns));
+    }
   }
   void count_queue_delay(std::size_t cls, uint64_t micros) {
     if (cls < classes.size()) add_to(classes[cls].queue_delay, micros);

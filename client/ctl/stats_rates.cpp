@@ -47,4 +47,17 @@ std::vector<DeviceRate> device_rates(const v1::GetStatsResponse& before,
   return rates;
 }
 
+std::vector<UserRate> user_rates(const v1::GetStatsResponse& before,
+                                 const v1::GetStatsResponse& after, double seconds) {
+  std::vector<UserRate> rates;
+  for (const auto& u : after.engine_users()) {
+    const v1::UserEngineCounters* was = nullptr;
+    for (const auto& b : before.engine_users())
+      if (b.user() == u.user()) was = &b;
+    rates.push_back({u.user(), per_second(was ? was->bytes_total() : 0, u.bytes_total(), seconds),
+                     per_second(was ? was->busy_ns_total() : 0, u.busy_ns_total(), seconds) / 1e9});
+  }
+  return rates;
+}
+
 }  // namespace iris::ctl

@@ -26,4 +26,12 @@ struct DeviceRate {
 std::vector<DeviceRate> device_rates(const v1::GetStatsResponse& before,
                                      const v1::GetStatsResponse& after, double seconds);
 
+struct UserRate {
+  std::string user;  // a uid, "irisd" or "other" (control.proto's UserEngineCounters)
+  double engine_bytes_per_s;
+  double engine_busy;  // engine time per second of the interval (summed over devices)
+};
+std::vector<UserRate> user_rates(const v1::GetStatsResponse& before,
+                                 const v1::GetStatsResponse& after, double seconds);
+
 }  // namespace iris::ctl

@@ -274,12 +274,12 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
+  const FlowKey flow{comm.uid, comm.id, copies_.class_of(largest, comm.traffic_class, comm.uid)};
   if (!batch_.empty()) {
-    copies_.submit(batch_, FlowKey{comm.uid, comm.id,
-                                   copies_.class_of(largest, comm.traffic_class, comm.uid)});
+    copies_.submit(batch_, flow);
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now
   }
-  copies_.copy_now(now_, now_bytes);
+  copies_.copy_now(now_, now_bytes, flow);
   return bad;
 }
 

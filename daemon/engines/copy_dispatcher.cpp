@@ -62,6 +62,19 @@ TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requ
   return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
 }
 
+std::size_t CopyDispatcher::user_slot(uint32_t uid) {
+  const auto found = user_slots_.find(uid);
+  if (found != user_slots_.end()) return found->second;
+  std::size_t slot = kUserSlots - 1;  // the users past the others' slots share it
+  if (user_slots_.size() < kUserSlots - 1) {
+    slot = user_slots_.size();
+    user_slots_.emplace(uid, slot);
+    stats_.users[slot].uid.store(uid, std::memory_order_relaxed);
+  }
+  stats_.users[slot].used.store(true, std::memory_order_release);
+  return slot;
+}
+
 void CopyDispatcher::set_weight(uint32_t uid, uint32_t weight) {
   weights_[uid] = weight;
   for (auto& l : lanes_)
@@ -80,10 +93,12 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
   batch_.clear();
   paced_lanes_.clear();
   bool all_whole = true;
+  const std::size_t user = user_slot(flow.uid);
   for (const CopyRequest& c : copies) {
     Slot& slot = *slot_of(c.cookie);
     slot.cls = flow.cls;
     slot.uid = flow.uid;
+    slot.user = user;
     slot.bytes = c.bytes;
     Lane& l = lane(slot.device);
     if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
@@ -92,6 +107,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
       slot.slices_out = 1;  // whole, straight to the engine
       slot.in_flight_bytes = c.bytes;
       slot.all_issued = true;
+      if (l.in_flight == 0) l.busy_from = now;
       l.in_flight += c.bytes;
       batch_.push_back(c);
       continue;
@@ -134,6 +150,7 @@ void CopyDispatcher::pump(std::size_t device) {
     ++slot.slices_out;
     slot.in_flight_bytes += s->bytes;
     slot.all_issued = s->last;
+    if (l.in_flight == 0) l.busy_from = now;
     l.in_flight += s->bytes;
     batch_.push_back(std::move(piece));
   }
@@ -150,11 +167,17 @@ void CopyDispatcher::submit_one(CopyRequest copy, std::function<void(ErrorCode)>
   submit(std::span<const CopyRequest>(&copy, 1), FlowKey{kDaemonUid, 0, TrafficClass::kBulk});
 }
 
-void CopyDispatcher::copy_now(std::span<const HostCopy> copies, uint64_t bytes) {
+void CopyDispatcher::copy_now(std::span<const HostCopy> copies, uint64_t bytes,
+                              const FlowKey& flow) {
   if (copies.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
   engine_.copy_now(copies);
+  const auto took = std::chrono::steady_clock::now() - start;
   count(device_slot(kHostMemory, kHostMemory), ErrorCode::kOk, TransferPath::kComputeUnits, bytes,
         copies.size(), false);
+  stats_.count_engine_work(
+      static_cast<std::size_t>(flow.cls), user_slot(flow.uid), bytes,
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()));
 }
 
 bool CopyDispatcher::poll() {
@@ -178,8 +201,14 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   slot->path = completion.path;
   const std::size_t device = slot->device;
   count_bytes(device, completion.code, completion.path, completion.bytes);
-  stats_.count_class_bytes(static_cast<std::size_t>(slot->cls), completion.bytes);
   Lane& l = lane(device);
+  const auto now = std::chrono::steady_clock::now();
+  const auto busy = now - std::max(l.busy_from, l.last_done);
+  l.last_done = now;
+  stats_.count_engine_work(
+      static_cast<std::size_t>(slot->cls), slot->user, completion.bytes,
+      static_cast<uint64_t>(std::max<int64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0)));
   l.in_flight -= std::min(bytes, l.in_flight);
   if (slot->all_issued && slot->slices_out == 0) {
     const auto of = l.copies_of.find(slot->uid);

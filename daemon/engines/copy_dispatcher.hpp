@@ -89,9 +89,9 @@ class CopyDispatcher final : public Poller {
   uint64_t latency_max_bytes() const { return pacing_.latency_max_bytes; }
   // One copy outside any plan, tracked and queued: `done` runs with its result.
   void submit_one(CopyRequest copy, std::function<void(ErrorCode)> done);
-  // Copies between host memory done at once on this thread (Engine::copy_now), `bytes` together:
-  // done and counted when it returns.
-  void copy_now(std::span<const HostCopy> copies, uint64_t bytes);
+  // Copies between host memory done at once on this thread (Engine::copy_now), `bytes` together,
+  // for `flow`: done and counted when it returns.
+  void copy_now(std::span<const HostCopy> copies, uint64_t bytes, const FlowKey& flow);
 
   // One completion from the engine (poll() feeds them; tests too).
   void complete(const CopyCompletion& completion);
@@ -117,6 +117,7 @@ class CopyDispatcher final : public Poller {
     uint32_t uid = 0;
     uint64_t bytes = 0;  // the whole copy's
     TrafficClass cls = TrafficClass::kBulk;
+    std::size_t user = 0;  // its Stats::users slot
     std::chrono::steady_clock::time_point queued_at{};
     uint64_t in_flight_bytes = 0;
     uint32_t slices_out = 0;
@@ -130,12 +131,17 @@ class CopyDispatcher final : public Poller {
     uint64_t in_flight = 0;                                // bytes of slices at the engine
     std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
     std::chrono::steady_clock::time_point shared_until{};  // paced until then
+    // Engine time (Stats' UserEngineCounters): since when the engines have had copies, and the
+    // last completion.
+    std::chrono::steady_clock::time_point busy_from{}, last_done{};
   };
   static constexpr std::chrono::seconds kSharedHold{1};
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
   Slot& take_slot(CopyRequest& copy);
   Slot* slot_of(uint64_t cookie);
   Lane& lane(std::size_t device);
+  // `uid`'s slot in Stats::users, given on first sight.
+  std::size_t user_slot(uint32_t uid);
   // Hands the device's engines slices while it has room.
   void pump(std::size_t device);
   // The copy in `slot` ended (`code`): its owner learns it, the slot is free again.
@@ -150,6 +156,7 @@ class CopyDispatcher final : public Poller {
   Pacing pacing_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // by device slot, made on first use
   std::map<uint32_t, uint32_t> weights_;
+  std::map<uint32_t, std::size_t> user_slots_;
   std::vector<CopyRequest> batch_;
   std::vector<std::size_t> paced_lanes_;
   std::size_t users_ = 0;

@@ -141,7 +141,14 @@ grpc::Status ControlService::GetStatus(grpc::ServerContext* ctx, const v1::GetSt
 
 grpc::Status ControlService::GetStats(grpc::ServerContext* ctx, const v1::GetStatsRequest*,
                                       v1::GetStatsResponse* resp) {
-  return handle(ctx, [&] { fill_stats(stats_, gpu_count(runtime_.engine_description()), *resp); });
+  return handle(ctx, [&] {
+    // Without a token (a monitoring script calling GetStats) no user's engine rows.
+    const std::string token = metadata(ctx, kTokenMetadataKey);
+    const std::optional<Caller> caller = token.empty() ? std::nullopt : tokens_.find(token);
+    UsersShown shown{false, std::nullopt};
+    if (caller) shown = {caller->sees_all, static_cast<uint32_t>(caller->uid)};
+    fill_stats(stats_, gpu_count(runtime_.engine_description()), *resp, shown);
+  });
 }
 
 grpc::Status ControlService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,

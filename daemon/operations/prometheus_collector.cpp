@@ -101,12 +101,29 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
                             "how long copies waited in irisd's queue before their first slice "
                             "went to the engine, by traffic class",
                             MetricType::Histogram);
+  auto class_busy = family("iris_engine_class_busy_seconds_total",
+                           "time the engines were busy, by traffic class (each interval between "
+                           "two completions on a device counts for the copy completing at its end)",
+                           MetricType::Counter);
   for (const auto& c : s.traffic_classes()) {
     sample(class_bytes, {{"class", c.traffic_class()}}, static_cast<double>(c.bytes_total()));
+    sample(class_busy, {{"class", c.traffic_class()}},
+           static_cast<double>(c.busy_ns_total()) / 1e9);
     queue_delay.metric.push_back(histogram({{"class", c.traffic_class()}}, c.queue_delay()));
   }
-  out.push_back(std::move(class_bytes));
-  out.push_back(std::move(queue_delay));
+  auto user_bytes = family("iris_engine_user_bytes_total",
+                           "bytes the engines moved, by user (a uid; irisd: its own copies; "
+                           "other: the users past the first 63)",
+                           MetricType::Counter);
+  auto user_busy =
+      family("iris_engine_user_busy_seconds_total",
+             "time the engines were busy, by user (cut as for the classes)", MetricType::Counter);
+  for (const auto& u : s.engine_users()) {
+    sample(user_bytes, {{"user", u.user()}}, static_cast<double>(u.bytes_total()));
+    sample(user_busy, {{"user", u.user()}}, static_cast<double>(u.busy_ns_total()) / 1e9);
+  }
+  for (auto* f : {&class_bytes, &class_busy, &queue_delay, &user_bytes, &user_busy})
+    out.push_back(std::move(*f));
 
   auto bytes = family("iris_copied_bytes_total",
                       "bytes copied, by the device the copy ran for and by what moved them "

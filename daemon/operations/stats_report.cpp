@@ -20,7 +20,8 @@ void fill_histogram(const LatencyHistogram& h, v1::LatencyHistogram& out) {
 }
 }  // namespace
 
-void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& out) {
+void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& out,
+                const UsersShown& users_shown) {
   const auto* descriptor = out.GetDescriptor();
   const auto* reflection = out.GetReflection();
   auto load = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
@@ -84,8 +85,20 @@ void fill_stats(const Stats& stats, std::size_t devices, v1::GetStatsResponse& o
     auto* row = out.add_traffic_classes();
     row->set_traffic_class(kTrafficClassNames[cls]);
     row->set_bytes_total(load(stats.classes[cls].bytes_total));
+    row->set_busy_ns_total(load(stats.classes[cls].busy_ns_total));
     row->mutable_queue_delay()->set_size_class(kTrafficClassNames[cls]);
     fill_histogram(stats.classes[cls].queue_delay, *row->mutable_queue_delay());
+  }
+  for (std::size_t slot = 0; slot < kUserSlots; ++slot) {
+    const UserEngineCounters& u = stats.users[slot];
+    if (!u.used.load(std::memory_order_acquire)) break;  // slots are given in order
+    const bool others = slot == kUserSlots - 1;
+    const uint32_t uid = u.uid.load(std::memory_order_relaxed);
+    if (!users_shown.all && (others || uid != users_shown.uid)) continue;
+    auto* row = out.add_engine_users();
+    row->set_user(others ? "other" : uid == kDaemonUid ? "irisd" : std::to_string(uid));
+    row->set_bytes_total(load(u.bytes_total));
+    row->set_busy_ns_total(load(u.busy_ns_total));
   }
   for (std::size_t op = 0; op < kApiOperationCount; ++op) {
     const ApiOperationCounters& a = stats.api_operations[op];

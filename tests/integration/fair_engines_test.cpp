@@ -76,6 +76,24 @@ TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferI
   EXPECT_GT(uint64_t(classes[0]["queued"]), 0u);
   EXPECT_EQ(classes[1]["class"], "bulk");
   EXPECT_GE(uint64_t(classes[1]["engine_bytes"]), 2 * kBlock);
+  // The engines' bytes and time by user: root sees both users, nobody only its own.
+  std::map<std::string, nlohmann::json> by_user;
+  const auto users = ctl_json(daemon, {"stats"})["engine_users"];
+  for (const auto& row : users) by_user[row["user"].get<std::string>()] = row;
+  ASSERT_EQ(by_user.count("0"), 1u) << users.dump();
+  ASSERT_EQ(by_user.count(std::to_string(kNobody)), 1u);
+  EXPECT_GE(uint64_t(by_user["0"]["engine_bytes"]), 2 * kBlock);
+  EXPECT_GT(uint64_t(by_user["0"]["engine_busy_us"]), 0u);
+  EXPECT_GT(uint64_t(by_user[std::to_string(kNobody)]["engine_bytes"]), 0u);
+  const int seen_by_nobody = run_as_uid(kNobody, [&] {
+    const ProgramResult r =
+        run_program({iris_ctl_path(), "--socket", daemon.socket(), "stats", "--json"});
+    if (r.exit_code != 0) return 2;
+    const auto rows = nlohmann::json::parse(r.output)["engine_users"];
+    return rows.size() == 1 && rows[0]["user"] == std::to_string(kNobody) ? 0 : 1;
+  });
+  EXPECT_EQ(seen_by_nobody, 0) << "nobody's iris-ctl stats shows other users' engine rows (1), "
+                                  "or failed (2)";
 }
 
 // The class a communicator asks for is its creator's choice, shown by iris-ctl comms; latency

@@ -123,11 +123,16 @@ TEST_F(Dispatcher, EachCompletionReachesWhoQueuedItAndIsCountedOnce) {
 TEST_F(Dispatcher, CopiesDoneAtOnceAreCountedAndNeverInFlight) {
   std::vector<std::byte> a(64, std::byte{9}), b(64);
   const HostCopy now{a.data(), b.data(), a.size()};
-  copies.copy_now(std::span<const HostCopy>(&now, 1), a.size());
+  copies.copy_now(std::span<const HostCopy>(&now, 1), a.size(),
+                  FlowKey{1000, 1, TrafficClass::kLatency});
   EXPECT_EQ(b, a);
   EXPECT_EQ(stats.devices[0].copies_total.load(), 1u);
   EXPECT_EQ(stats.devices[0].copies_in_flight.load(), 0u);
   EXPECT_EQ(stats.devices[0].compute_unit_bytes_total.load(), 64u);
+  EXPECT_EQ(stats.classes[0].bytes_total.load(), 64u);
+  ASSERT_TRUE(stats.users[0].used.load());
+  EXPECT_EQ(stats.users[0].uid.load(), 1000u);
+  EXPECT_EQ(stats.users[0].bytes_total.load(), 64u);
 }
 
 // An engine that only records what it was handed: the test completes the copies itself, so that
@@ -288,6 +293,63 @@ TEST_F(Paced, AFailedSliceFailsItsCopyOnceAfterTheLastSlice) {
   // A completion for it again: nothing.
   copies.complete({big.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, 1});
   EXPECT_EQ(owner.done.size(), 1u);
+}
+
+// Engine time: from when the device's engines got copies, each interval up to a completion goes
+// to the user whose copy completed; time with nothing at the engine goes to nobody.
+TEST_F(Paced, EngineTimeAndBytesCountForTheUserWhoseCopyCompleted) {
+  using namespace std::chrono_literals;
+  auto user = [&](uint32_t uid) -> const UserEngineCounters& {
+    for (const auto& u : stats.users)
+      if (u.used.load() && u.uid.load() == uid) return u;
+    throw std::runtime_error("no slot for uid " + std::to_string(uid));
+  };
+  CopyRequest a{memory.data(), memory.data() + 32 * kMiB, 4096, 0};
+  CopyRequest b{memory.data(), memory.data() + 40 * kMiB, 8192, 0};
+  const auto start = std::chrono::steady_clock::now();
+  copies.track(a, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&a, 1), FlowKey{1000, 1, TrafficClass::kLatency});
+  copies.track(b, owner, 2);
+  copies.submit(std::span<const CopyRequest>(&b, 1), FlowKey{1001, 2, TrafficClass::kBulk});
+  std::this_thread::sleep_for(20ms);
+  complete_next();
+  std::this_thread::sleep_for(10ms);
+  complete_next();
+  const auto busy = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(user(1000).bytes_total.load(), 4096u);
+  EXPECT_EQ(user(1001).bytes_total.load(), 8192u);
+  const uint64_t a_ns = user(1000).busy_ns_total.load(), b_ns = user(1001).busy_ns_total.load();
+  EXPECT_GE(a_ns, 20'000'000u);
+  EXPECT_GE(b_ns, 10'000'000u);
+  EXPECT_LE(a_ns + b_ns, static_cast<uint64_t>(std::chrono::nanoseconds(busy).count()));
+  EXPECT_EQ(stats.classes[0].busy_ns_total.load(), a_ns);
+  EXPECT_EQ(stats.classes[1].busy_ns_total.load(), b_ns);
+  // Idle, then a copy completed at once: the idle time is nobody's.
+  std::this_thread::sleep_for(500ms);
+  CopyRequest c{memory.data(), memory.data() + 48 * kMiB, 4096, 0};
+  copies.track(c, owner, 3);
+  copies.submit(std::span<const CopyRequest>(&c, 1), FlowKey{1000, 1, TrafficClass::kLatency});
+  complete_next();
+  EXPECT_EQ(user(1000).bytes_total.load(), 2 * 4096u);
+  EXPECT_LT(user(1000).busy_ns_total.load() - a_ns, 500'000'000u);
+}
+
+// Users past the slots share the last one; each slot is given once.
+TEST_F(Paced, UsersPastTheSlotsShareTheLastOne) {
+  for (uint32_t uid = 0; uid < kUserSlots + 6; ++uid) {
+    CopyRequest c{memory.data(), memory.data() + 32 * kMiB, 100 + uid, 0};
+    copies.track(c, owner, uid);
+    copies.submit(std::span<const CopyRequest>(&c, 1), FlowKey{uid, uid, TrafficClass::kBulk});
+    complete_next();
+  }
+  uint64_t others = 0;
+  for (uint32_t uid = kUserSlots - 1; uid < kUserSlots + 6; ++uid) others += 100 + uid;
+  for (std::size_t slot = 0; slot + 1 < kUserSlots; ++slot) {
+    EXPECT_EQ(stats.users[slot].uid.load(), slot);
+    EXPECT_EQ(stats.users[slot].bytes_total.load(), 100 + slot);
+  }
+  EXPECT_TRUE(stats.users[kUserSlots - 1].used.load());
+  EXPECT_EQ(stats.users[kUserSlots - 1].bytes_total.load(), others);
 }
 
 }  // namespace

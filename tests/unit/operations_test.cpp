@@ -29,7 +29,10 @@ const std::map<std::string, std::vector<std::string>> kFamiliesOfFields = {
     {"collectives", {"iris_collectives_total"}},
     {"latency", {"iris_collective_latency_seconds"}},
     {"api_operations", {"iris_api_operations_total", "iris_api_operation_bytes_total"}},
-    {"traffic_classes", {"iris_engine_class_bytes_total", "iris_engine_queue_delay_seconds"}},
+    {"traffic_classes",
+     {"iris_engine_class_bytes_total", "iris_engine_class_busy_seconds_total",
+      "iris_engine_queue_delay_seconds"}},
+    {"engine_users", {"iris_engine_user_bytes_total", "iris_engine_user_busy_seconds_total"}},
     {"devices",
      {"iris_copied_bytes_total", "iris_copies_total", "iris_copy_errors_total",
       "iris_engine_queue_depth"}},
@@ -87,7 +90,8 @@ TEST(Metrics, NamesFollowPrometheusConventions) {
     } else {
       EXPECT_FALSE(f.name.ends_with("_total")) << f.name;
     }
-    EXPECT_EQ(f.name.find("_us"), std::string::npos) << f.name << ": base units (seconds)";
+    EXPECT_TRUE(f.name.find("_us_") == std::string::npos && !f.name.ends_with("_us"))
+        << f.name << ": base units (seconds)";
   }
 }
 
@@ -108,6 +112,20 @@ TEST(Metrics, ValuesAreTheCountersInBaseUnits) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("iris_engine_queue_depth{device=\"1\"} 3"), std::string::npos) << text;
+  // Engine time by user in seconds; irisd's own copies under "irisd".
+  stats.users[0].uid = 1000;
+  stats.users[0].used = true;
+  stats.users[1].uid = kDaemonUid;
+  stats.users[1].used = true;
+  stats.count_engine_work(1, 0, 4096, 1'500'000'000);
+  stats.count_engine_work(1, 1, 8192, 250'000'000);
+  const std::string users =
+      prometheus::TextSerializer().Serialize(PrometheusCollector(stats, engine, health).Collect());
+  for (const char* line : {"iris_engine_user_bytes_total{user=\"1000\"} 4096",
+                           "iris_engine_user_busy_seconds_total{user=\"1000\"} 1.5",
+                           "iris_engine_user_bytes_total{user=\"irisd\"} 8192",
+                           "iris_engine_class_busy_seconds_total{class=\"bulk\"} 1.75"})
+    EXPECT_NE(users.find(line), std::string::npos) << line << " in\n" << users;
   EXPECT_NE(text.find("iris_collectives_total{op=\"all_to_all\",outcome=\"completed\"} 3"),
             std::string::npos)
       << text;

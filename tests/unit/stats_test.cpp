@@ -37,6 +37,32 @@ TEST(Stats, CountersMatchTheProto) {
   }
 }
 
+// Each user sees their own engine row; operators every row; a caller irisd does not know none.
+TEST(Stats, EngineUsersAreShownToThoseWhoMaySeeThem) {
+  Stats stats;
+  for (std::size_t slot = 0; slot < kUserSlots; ++slot) {
+    stats.users[slot].uid = static_cast<uint32_t>(1000 + slot);
+    stats.users[slot].used = true;
+    stats.count_engine_work(0, slot, 100 + slot, 7);
+  }
+  v1::GetStatsResponse all, mine, none, other;
+  fill_stats(stats, 0, all);
+  ASSERT_EQ(all.engine_users_size(), static_cast<int>(kUserSlots));
+  EXPECT_EQ(all.engine_users(0).user(), "1000");
+  EXPECT_EQ(all.engine_users(0).bytes_total(), 100u);
+  EXPECT_EQ(all.engine_users(0).busy_ns_total(), 7u);
+  EXPECT_EQ(all.engine_users(kUserSlots - 1).user(), "other");
+  fill_stats(stats, 0, mine, UsersShown{false, 1005});
+  ASSERT_EQ(mine.engine_users_size(), 1);
+  EXPECT_EQ(mine.engine_users(0).user(), "1005");
+  EXPECT_EQ(mine.engine_users(0).bytes_total(), 105u);
+  fill_stats(stats, 0, none, UsersShown{false, std::nullopt});
+  EXPECT_EQ(none.engine_users_size(), 0);
+  // The uid that happens to sit in the shared slot sees nothing of the others' sum.
+  fill_stats(stats, 0, other, UsersShown{false, 1000 + kUserSlots - 1});
+  EXPECT_EQ(other.engine_users_size(), 0);
+}
+
 TEST(Stats, GetStatsCarriesEveryCounterAndTheErrors) {
   Stats stats;
   stats.devices[device_slot(0, kHostMemory)].copy_engine_bytes_total = 123;

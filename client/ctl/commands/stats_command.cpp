@@ -73,14 +73,17 @@ Report stats_report(const v1::GetStatsResponse& s, const v1::GetStatsResponse* b
   for (const auto& d : s.devices())
     devices.rows.push_back({d.device(), d.copy_engine_bytes_total(), d.compute_unit_bytes_total(),
                             d.copies_total(), d.copy_errors_total(), d.copies_in_flight()});
-  auto& classes = report.table(
-      "traffic_classes", {"class", "engine_bytes", "queued", "queue_mean_us", "queue_p99_le_us"});
+  auto& classes = report.table("traffic_classes", {"class", "engine_bytes", "engine_busy_us",
+                                                   "queued", "queue_mean_us", "queue_p99_le_us"});
   for (const auto& c : s.traffic_classes()) {
     const auto& q = c.queue_delay();
-    classes.rows.push_back({c.traffic_class(), c.bytes_total(), q.count(),
+    classes.rows.push_back({c.traffic_class(), c.bytes_total(), c.busy_ns_total() / 1000, q.count(),
                             q.count() == 0 ? 0.0 : static_cast<double>(q.sum_us()) / q.count(),
                             quantile_bound_us(q, 0.99)});
   }
+  auto& users = report.table("engine_users", {"user", "engine_bytes", "engine_busy_us"});
+  for (const auto& u : s.engine_users())
+    users.rows.push_back({u.user(), u.bytes_total(), u.busy_ns_total() / 1000});
   auto& api = report.table("api_operations", {"op", "calls", "irisd_bytes", "sm_kernel_bytes",
                                               "host_bytes", "fallback_bytes"});
   for (const auto& a : s.api_operations())

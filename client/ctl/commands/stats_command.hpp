@@ -11,9 +11,12 @@ class StatsCommand final : public Command {
  public:
   std::string name() const override { return "stats"; }
   std::string description() const override {
-    return "collectives, latency, copies, bytes (copy engine vs compute units) by device and "
-           "errors since start; --watch repeats with rates";
+    return "collectives, latency, copies, bytes (copy engine vs compute units) by device, "
+           "engine bytes and time by class and user, and errors since start; --watch repeats "
+           "with rates";
   }
+  // Each user's engine rows are shown to that user (all of them to root and operators).
+  bool needs_identity() const override { return true; }
   void add_options(CLI::App& subcommand) override;
   Report run(const client::ControlChannel& channel) const override;
   int execute(const client::ControlChannel& channel, const Printer& print) const override;

@@ -65,6 +65,9 @@ Report top_report(const Sample& before, const Sample& now) {
   for (const DeviceRate& d : device_rates(before.stats, now.stats, seconds))
     devices.rows.push_back({d.device, per_second_bytes(d.copy_engine_bytes_per_s),
                             per_second_bytes(d.compute_unit_bytes_per_s), d.copies_in_flight});
+  auto& users = report.table("engine_users", {"user", "engine", "engine_busy"});
+  for (const UserRate& u : user_rates(before.stats, now.stats, seconds))
+    users.rows.push_back({u.user, per_second_bytes(u.engine_bytes_per_s), u.engine_busy});
 
   std::map<uint64_t, uint64_t> submitted_before;
   for (const auto& s : before.sessions.sessions()) submitted_before[s.session_id()] = s.submitted();
