@@ -1,7 +1,7 @@
 """The torch.distributed backend "irisd" where torch has no CUDA (CI: Debian's python3-torch 1.13,
 CPU only) against a real irisd: registration with torch.distributed, two real rank processes
 joining a group through init_process_group, CPU tensors through the group's gloo, the barrier
-through irisd, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
+through irisd, a group's traffic class through pg_options, the reductions and split arithmetic the CUDA path uses (on CPU tensors), and the
 refusals (a receive from any source, CUDA tensors under the host engine); CPU sends and receives
 go through the group's gloo. With several sockets, rank r uses daemon
 r % n, so the group spans "nodes". Prints "torch backend: ok" on success.
@@ -55,6 +55,16 @@ def rank_main(rank, store, sockets, queue):
         group.shares_a_gpu = False
         expect_error("set_shared_gpu('sometimes')", lambda: backend.set_shared_gpu("sometimes"),
                      ["set_shared_gpu", "host", "stream"])
+        # A group's traffic class through pg_options; a bad class or options type is named.
+        bulk = dist.new_group([0, 1], backend="irisd", pg_options=backend.Options("bulk"))
+        assert bulk.comm.traffic_class == "bulk", bulk.comm.traffic_class
+        assert group.comm.traffic_class == "auto", group.comm.traffic_class
+        dist.barrier(group=bulk)
+        expect_error("Options('urgent')", lambda: backend.Options("urgent"),
+                     ["traffic_class='urgent'", "latency", "bulk"])
+        expect_error("pg_options of gloo's type",
+                     lambda: backend._create(None, dist.ProcessGroupGloo._Options()),
+                     ["irisd.distributed.Options", "_Options"])
         expect_error("set_shared_gpu on gloo",
                      lambda: backend.set_shared_gpu("host", dist.new_group([0, 1], backend="gloo")),
                      ["not irisd"])

@@ -490,6 +490,7 @@ class Communicator:
             raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
                                f"traffic_class={traffic_class!r}: auto, latency or bulk")
         options.traffic_class = _TRAFFIC_CLASSES[traffic_class]
+        self.traffic_class = traffic_class  # what it asked irisd for (irisd may lower latency)
         if nodes is None:
             self._handle = _created(_lib.iris_comm_init_with, client._handle, key.encode(), nranks,
                                     rank, ctypes.byref(options))

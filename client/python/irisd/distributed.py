@@ -56,6 +56,7 @@ from torch.distributed import ReduceOp
 
 import irisd
 from irisd.point_to_point import PointToPoint
+from irisd._c_structs import _TRAFFIC_CLASSES
 from irisd import shared_gpu
 from irisd.shared_gpu import _checked_mode, _OnHost, _ranks_share_a_gpu, _shared_gpu_mode
 from irisd.torch_work import Work, _checked, _current_stream, _current_stream_handle, _flat, _nbytes
@@ -110,7 +111,7 @@ def _op_of(opts):
 class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
     """One process group: an irisd communicator for CUDA tensors, gloo for CPU tensors."""
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, options):
         super().__init__(rank, size)
         mode = _shared_gpu_mode()  # a bad setting is refused before anything is made
         self._rank, self._size = rank, size
@@ -127,7 +128,8 @@ class IrisProcessGroup(PointToPoint, dist.ProcessGroup):
         # for a rank fails, naming the ranks, and the streams go on.
         seconds = timeout.total_seconds() if timeout is not None else 0
         self.comm = irisd.Communicator(self._client, f"torch-{key}", size, rank, nodes=self.nodes,
-                                       op_timeout=seconds if seconds > 0 else None)
+                                       op_timeout=seconds if seconds > 0 else None,
+                                       traffic_class=options.traffic_class)
         # Collectives wait on the host (_OnHost) when ranks share a GPU, unless told otherwise.
         self.shares_a_gpu = _ranks_share_a_gpu(store, rank, size)
         self.waits_on_host = mode == "host" and self.shares_a_gpu
@@ -560,17 +562,37 @@ def _nodes_of_group(client, store, rank, size):
 set_shared_gpu = shared_gpu.set_shared_gpu
 
 
-def _create(store, rank, size, timeout):
-    return IrisProcessGroup(store, rank, size, timeout)
+class Options:
+    """irisd's options for a group, passed as torch.distributed's pg_options
+    (init_process_group or new_group): `traffic_class` "auto" (by size), "latency" or "bulk":
+    where the group's copies wait while users share the node's copy engines (irisd grants
+    latency beyond its --latency-max-bytes only to the users it names)."""
+
+    def __init__(self, traffic_class="auto"):
+        if traffic_class not in _TRAFFIC_CLASSES:
+            raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
+                                     f"irisd.distributed.Options(traffic_class={traffic_class!r}):"
+                                     f" {', '.join(_TRAFFIC_CLASSES)}")
+        self.traffic_class = traffic_class
+
+
+def _create(backend_options, pg_options):
+    if pg_options is not None and not isinstance(pg_options, Options):
+        raise irisd.IrisError.of(irisd.ErrorCode.INVALID_ARGUMENT,
+                                 f"an irisd group takes pg_options=irisd.distributed.Options(...), "
+                                 f"not {type(pg_options).__name__}")
+    o = backend_options
+    return IrisProcessGroup(o.store, o.group_rank, o.group_size, o.timeout,
+                            pg_options or Options())
 
 
 def register():
     """Registers "irisd" with torch.distributed (done on import; safe to call again)."""
     if not hasattr(dist.Backend, BACKEND.upper()):
         try:
-            dist.Backend.register_backend(BACKEND, _create, devices=["cuda"])
+            dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cuda"])
         except TypeError:  # torch before 2.1 has no device list (Debian 12's 1.13)
-            dist.Backend.register_backend(BACKEND, _create)
+            dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 
 register()
