@@ -31,6 +31,7 @@ struct Options {
   bool blocking = true;
   std::string name;
   iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
+  bool shared_gpu_waits_on_host = true;
 };
 
 // IRISD_NCCL_TRAFFIC_CLASS (auto | latency | bulk): every communicator's class unless its config
@@ -44,6 +45,15 @@ iris::TrafficClass env_traffic_class() {
                   std::string("IRISD_NCCL_TRAFFIC_CLASS=") + v + ": auto, latency or bulk");
 }
 
+// IRISD_NCCL_SHARED_GPU (host | stream): how ranks that share a GPU wait (ncclComm).
+bool env_shared_gpu_waits_on_host() {
+  const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return true;
+  if (std::strcmp(v, "stream") == 0) return false;
+  throw NcclError(ncclInvalidArgument,
+                  std::string("IRISD_NCCL_SHARED_GPU=") + v + ": host (the default) or stream");
+}
+
 bool env_blocking() {
   const char* v = std::getenv("NCCL_COMM_BLOCKING");
   return v == nullptr || std::strcmp(v, "0") != 0;
@@ -53,6 +63,7 @@ Options read_config(const ncclConfig_t* config) {
   Options o;
   o.blocking = env_blocking();
   o.traffic_class = env_traffic_class();
+  o.shared_gpu_waits_on_host = env_shared_gpu_waits_on_host();
   if (config == nullptr) return o;
   if (config->size < offsetof(ncclConfig_t, blocking) + sizeof(int) ||
       config->magic != kConfigMagic)
@@ -160,6 +171,7 @@ ncclComm* make_comm(const std::string& key, int nranks, int rank, const Options&
   c->device = device;
   c->blocking = options.blocking;
   c->traffic_class = options.traffic_class;
+  c->shared_gpu_waits_on_host = options.shared_gpu_waits_on_host;
   c->lane = iris::nccl::ProcessClients::instance().take(key);
   if (options.blocking) {
     try {

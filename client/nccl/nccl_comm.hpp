@@ -69,6 +69,8 @@ struct ncclComm {
   int device = 0;  // the CUDA device current at init (0 without a GPU)
   bool blocking = true;
   iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
+  // Whether its ranks wait on the host when they share a GPU (IRISD_NCCL_SHARED_GPU).
+  bool shared_gpu_waits_on_host = true;
   std::shared_ptr<iris::nccl::Lane> lane;
   iris::Communicator comm;
   // Where the ranks find each other: the meeting point and secret of the id (empty: through
@@ -87,7 +89,7 @@ struct ncclComm {
 
   // Which GPU each rank uses, gathered through irisd by an all-gather that init submits and the
   // first operation on a stream waits for (a thread that initializes several ranks cannot wait in
-  // init): ranks that share a GPU wait on the host (IRISD_NCCL_SHARED_GPU).
+  // init): ranks that share a GPU wait on the host (unless shared_gpu_waits_on_host is off).
   iris::Buffer gpu_table;
   iris::Request gpu_exchange;
   std::optional<bool> shares_gpu;

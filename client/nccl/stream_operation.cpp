@@ -5,11 +5,11 @@
 // waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
 // work on the legacy stream itself.
 //
-// Ranks that share a GPU (several processes on one device) may wait on the host instead
-// (IRISD_NCCL_SHARED_GPU=host; the default stays "stream", the path that ran on the GPU host,
-// until this one has run there too): their contexts time-slice the GPU, so irisd's copies within it
-// (SM work in irisd's context) and the ranks' stream waits cost a context switch each (~280 us
-// on the H200); waiting on the host costs none. Then the stream is synchronized before irisd is
+// Ranks that share a GPU (several processes on one device) wait on the host instead (unless
+// IRISD_NCCL_SHARED_GPU=stream): their contexts time-slice the GPU, so irisd's copies within it
+// (SM work in irisd's context) and the ranks' stream waits cost a context switch each; on the
+// H200 a 4 KiB all-gather of 2 such ranks took 455 us on streams, 37 us waiting on the host
+// (docs/PERFORMANCE.md). Then the stream is synchronized before irisd is
 // called (and again after a local kernel whose output a later phase sends), irisd's calls are
 // waited for on the host, and the reduction kernels still go on the stream. A stream capturing a
 // CUDA graph is always ordered on the stream.
@@ -18,7 +18,6 @@
 // order, so they may share it, and it never shrinks or moves, so CUDA graphs that captured an
 // operation keep a valid address for as long as the communicator lives.
 #include <bit>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -158,14 +157,6 @@ GpuScratch& scratch_of(ncclComm& comm) {
   return *comm.gpu;
 }
 
-bool shared_gpu_waits_on_host() {
-  static const bool host = [] {
-    const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
-    return v != nullptr && std::strcmp(v, "host") == 0;
-  }();
-  return host;
-}
-
 bool capturing(CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   check(driver().cuStreamIsCapturing(stream, &status), "cuStreamIsCapturing");
@@ -180,7 +171,8 @@ class StreamOp final : public RunningOp {
     stream_ = reinterpret_cast<CUstream>(op.stream);
     if (stream_ == nullptr) {
       bridge_from_legacy(scratch);
-    } else if (shared_gpu_waits_on_host() && op.comm->shares_a_gpu() && !capturing(stream_)) {
+    } else if (op.comm->shared_gpu_waits_on_host && op.comm->shares_a_gpu() &&
+               !capturing(stream_)) {
       host_waits_ = true;
       gpu_dirty_ = true;  // what the stream holds before the call produces the send data
     }

@@ -387,6 +387,14 @@ void check_refusals(ncclComm_t comm) {
   classed.trafficClass = 5;
   refused(ncclCommInitRankConfig(&other, 1, id, 0, &classed), ncclInvalidArgument,
           "a traffic class irisd does not have");
+  for (const char* name : {"IRISD_NCCL_TRAFFIC_CLASS", "IRISD_NCCL_SHARED_GPU"}) {
+    ::setenv(name, "sometimes", 1);
+    refused(ncclCommInitRank(&other, 1, id, 0), ncclInvalidArgument,
+            std::string(name) + "=sometimes");
+    expect(std::string(ncclGetLastError(nullptr)).find(name) != std::string::npos,
+           std::string("the reason names ") + name);
+    ::unsetenv(name);
+  }
   refused(ncclDevCommCreate(comm, nullptr, nullptr), ncclInvalidUsage, "the device API");
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   refused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "a simulated group");
