@@ -12,7 +12,6 @@
 // ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
 // for a restart test), refusals (bad calls: their codes and reasons), fallback, fallback-strict
 // and fallback-unusable (IRISD_NCCL_FALLBACK at tests/nccl/nccl_stand_in.cpp, or at no NCCL).
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,29 +29,13 @@
 
 #include "client/nccl/element_types.hpp"
 #include "client/nccl/include/nccl.h"
+#include "tests/nccl/rank_checks.hpp"
 
 namespace {
 
 using iris::nccl::ElementType;
 
-std::atomic<long> checks{0};
-std::atomic<int> failures{0};
-
-#define NCCL_OK(call)                                                                             \
-  do {                                                                                            \
-    const ncclResult_t r_ = (call);                                                               \
-    if (r_ != ncclSuccess) {                                                                      \
-      std::printf("FAIL %s:%d %s -> %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r_), \
-                  ncclGetLastError(nullptr));                                                     \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-void expect(bool ok, const std::string& what) {
-  ++checks;
-  if (ok) return;
-  if (failures++ < 20) std::printf("MISMATCH %s\n", what.c_str());
-}
+using namespace iris::nccl_test;
 
 // Memory for a case: from ncclMemAlloc (irisd sees it directly) or malloc (staged).
 struct Memory {
@@ -325,93 +308,6 @@ void check_group(const Job& j, size_t count) {
     mem.put(p);
 }
 
-// A sum all-reduce of int64 on `comm`, checked: each rank contributes rank + 1 + i.
-void check_sum(ncclComm_t comm, const char* what) {
-  int n = 0, r = 0;
-  NCCL_OK(ncclCommCount(comm, &n));
-  NCCL_OK(ncclCommUserRank(comm, &r));
-  constexpr size_t kCount = 1000;
-  Memory mem{true};
-  auto* buf = static_cast<int64_t*>(mem.get(kCount * 8));
-  for (size_t i = 0; i < kCount; ++i) buf[i] = r + 1 + static_cast<int64_t>(i);
-  NCCL_OK(ncclAllReduce(buf, buf, kCount, ncclInt64, ncclSum, comm, nullptr));
-  for (size_t i = 0; i < kCount; ++i)
-    expect(buf[i] == n * (n + 1) / 2 + n * static_cast<int64_t>(i), what);
-  mem.put(buf);
-}
-
-// Every refusal: its result code, and a reason in ncclGetLastError.
-void check_refusals(ncclComm_t comm) {
-  auto refused = [](ncclResult_t got, ncclResult_t want, const std::string& what) {
-    const std::string why = ncclGetLastError(nullptr);
-    expect(got == want, what + ": got " + ncclGetErrorString(got) + " (" + why + ")");
-    expect(!why.empty(), what + " has a reason");
-    std::printf("refused %s: %s\n", what.c_str(), why.c_str());
-  };
-  int64_t a[4] = {}, b[16] = {};
-  refused(ncclAllReduce(a, b, 4, static_cast<ncclDataType_t>(12), ncclSum, comm, nullptr),
-          ncclInvalidArgument, "an unknown datatype");
-  refused(ncclAllReduce(a, b, 4, ncclInt64, static_cast<ncclRedOp_t>(77), comm, nullptr),
-          ncclInvalidArgument, "an unknown reduction");
-  refused(ncclBroadcast(a, b, 4, ncclInt64, 5, comm, nullptr), ncclInvalidArgument,
-          "a root that is no rank");
-  refused(ncclSend(a, 4, ncclInt64, -1, comm, nullptr), ncclInvalidArgument,
-          "a peer that is no rank");
-  refused(ncclAllGather(nullptr, b, 4, ncclInt64, comm, nullptr), ncclInvalidArgument,
-          "a NULL send buffer");
-  refused(ncclAllGather(a, b, SIZE_MAX / 2, ncclInt64, comm, nullptr), ncclInvalidArgument,
-          "a count whose size overflows");
-  refused(ncclAllGather(a, b, 4, ncclInt64, nullptr, nullptr), ncclInvalidArgument,
-          "a NULL communicator");
-  refused(ncclGroupEnd(), ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
-  ncclRedOp_t op;
-  int64_t two = 2;
-  NCCL_OK(ncclRedOpCreatePreMulSum(&op, &two, ncclInt64, ncclScalarHostImmediate, comm));
-  refused(ncclAllReduce(a, b, 4, ncclFloat32, op, comm, nullptr), ncclInvalidArgument,
-          "a PreMulSum of another datatype");
-  NCCL_OK(ncclRedOpDestroy(op, comm));
-  refused(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "destroying a reduction twice");
-  ncclUniqueId foreign;
-  std::memset(foreign.internal, 0x5a, sizeof foreign.internal);
-  ncclComm_t other = nullptr;
-  refused(ncclCommInitRank(&other, 2, foreign, 0), ncclInvalidArgument,
-          "an id this library did not make");
-  refused(ncclCommInitRank(&other, 2, foreign, 2), ncclInvalidArgument, "a rank past nranks");
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.magic = 0;
-  ncclUniqueId id;
-  NCCL_OK(ncclGetUniqueId(&id));
-  refused(ncclCommInitRankConfig(&other, 1, id, 0, &config), ncclInvalidArgument,
-          "a config not made with NCCL_CONFIG_INITIALIZER");
-  ncclConfig_t classed = NCCL_CONFIG_INITIALIZER;
-  classed.trafficClass = 5;
-  refused(ncclCommInitRankConfig(&other, 1, id, 0, &classed), ncclInvalidArgument,
-          "a traffic class irisd does not have");
-  for (const char* name : {"IRISD_NCCL_TRAFFIC_CLASS", "IRISD_NCCL_SHARED_GPU"}) {
-    ::setenv(name, "sometimes", 1);
-    refused(ncclCommInitRank(&other, 1, id, 0), ncclInvalidArgument,
-            std::string(name) + "=sometimes");
-    expect(std::string(ncclGetLastError(nullptr)).find(name) != std::string::npos,
-           std::string("the reason names ") + name);
-    ::unsetenv(name);
-  }
-  refused(ncclDevCommCreate(comm, nullptr, nullptr), ncclInvalidUsage, "the device API");
-  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  refused(ncclGroupSimulateEnd(&sim), ncclInvalidUsage, "a simulated group");
-  int version = 0;
-  NCCL_OK(ncclGetVersion(&version));
-  expect(version == NCCL_VERSION_CODE && version >= 22800, "the version is NCCL 2.28's API");
-  // Windows and registrations are accepted and change nothing.
-  void* handle = nullptr;
-  NCCL_OK(ncclCommRegister(comm, a, sizeof a, &handle));
-  NCCL_OK(ncclCommDeregister(comm, handle));
-  ncclWindow_t win = nullptr;
-  NCCL_OK(ncclCommWindowRegister(comm, a, sizeof a, &win, 0));
-  NCCL_OK(ncclCommWindowDeregister(comm, win));
-  // The communicator still works after every refusal.
-  check_sum(comm, "AllReduce after the refusals");
-}
-
 // The job's id: from --id, or from --id-file, which rank 0 fills from ncclGetUniqueId (written
 // whole, then renamed) and the other ranks wait for (up to 60 s).
 ncclUniqueId id_from_file(const std::string& path, int rank) {
@@ -438,50 +334,6 @@ ncclUniqueId id_from_file(const std::string& path, int rank) {
   return id;
 }
 
-// With IRISD_NCCL_FALLBACK at the stand-in (tests/nccl/nccl_stand_in.cpp) taking all_reduce
-// and reduce: those go to it (its call count rises, the data is right), the rest to irisd, a
-// custom reduction stays on irisd, and the stand-in's group spans ours. With IRISD_NCCL_STRICT=1
-// the operations it would take are refused, naming it.
-void check_fallback(ncclComm_t comm, bool strict) {
-  void* stand_in = ::dlopen(std::getenv("IRISD_NCCL_FALLBACK"), RTLD_NOW | RTLD_NOLOAD);
-  expect(stand_in != nullptr, "the fallback is loaded");
-  auto calls = reinterpret_cast<int (*)()>(::dlsym(stand_in, "nccl_stand_in_calls"));
-  auto depth = reinterpret_cast<int (*)()>(::dlsym(stand_in, "nccl_stand_in_group_depth"));
-  constexpr size_t kCount = 1024;
-  std::vector<int32_t> a(kCount), b(kCount, -1), c(kCount, -1);
-  for (size_t i = 0; i < kCount; ++i) a[i] = static_cast<int32_t>(7 * i + 1);
-  if (strict) {
-    expect(ncclAllReduce(a.data(), b.data(), kCount, ncclInt32, ncclSum, comm, nullptr) ==
-                   ncclInvalidUsage &&
-               std::strstr(ncclGetLastError(nullptr), "fallback") != nullptr,
-           "strict mode refuses what the fallback would run");
-    expect(calls() == 0, "nothing reached the fallback");
-    NCCL_OK(ncclAllGather(a.data(), b.data(), kCount, ncclInt32, comm, nullptr));
-    expect(b == a, "AllGather on irisd in strict mode");
-    return;
-  }
-  const int before = calls();
-  NCCL_OK(ncclAllReduce(a.data(), b.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-  expect(b == a && calls() == before + 1, "AllReduce ran on the fallback");
-  NCCL_OK(ncclReduceScatter(a.data(), c.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-  expect(c == a && calls() == before + 1, "ReduceScatter ran on irisd");
-  ncclRedOp_t premul;
-  int32_t two = 2;
-  NCCL_OK(ncclRedOpCreatePreMulSum(&premul, &two, ncclInt32, ncclScalarHostImmediate, comm));
-  NCCL_OK(ncclAllReduce(a.data(), c.data(), kCount, ncclInt32, premul, comm, nullptr));
-  for (size_t i = 0; i < kCount; ++i) expect(c[i] == 2 * a[i], "PreMulSum on irisd");
-  expect(calls() == before + 1, "a custom reduction stays on irisd");
-  NCCL_OK(ncclRedOpDestroy(premul, comm));
-  std::fill(b.begin(), b.end(), -1);
-  std::fill(c.begin(), c.end(), -1);
-  NCCL_OK(ncclGroupStart());
-  expect(depth() == 1, "the fallback's group opens with ours");
-  NCCL_OK(ncclAllReduce(a.data(), b.data(), kCount, ncclInt32, ncclSum, comm, nullptr));
-  NCCL_OK(ncclAllGather(a.data(), c.data(), kCount, ncclInt32, comm, nullptr));
-  NCCL_OK(ncclGroupEnd());
-  expect(depth() == 0 && b == a && c == a && calls() == before + 2, "a group on both");
-}
-
 ncclUniqueId parse_id(const std::string& hex) {
   ncclUniqueId id{};
   for (size_t i = 0; i < sizeof id.internal && 2 * i + 1 < hex.size(); ++i)
@@ -490,6 +342,34 @@ ncclUniqueId parse_id(const std::string& hex) {
 }
 
 }  // namespace
+
+namespace iris::nccl_test {
+
+std::atomic<long> checks{0};
+std::atomic<int> failures{0};
+
+void expect(bool ok, const std::string& what) {
+  ++checks;
+  if (ok) return;
+  if (failures++ < 20) std::printf("MISMATCH %s\n", what.c_str());
+}
+
+// A sum all-reduce of int64 on `comm`, checked: each rank contributes rank + 1 + i.
+void check_sum(ncclComm_t comm, const char* what) {
+  int n = 0, r = 0;
+  NCCL_OK(ncclCommCount(comm, &n));
+  NCCL_OK(ncclCommUserRank(comm, &r));
+  constexpr size_t kCount = 1000;
+  Memory mem{true};
+  auto* buf = static_cast<int64_t*>(mem.get(kCount * 8));
+  for (size_t i = 0; i < kCount; ++i) buf[i] = r + 1 + static_cast<int64_t>(i);
+  NCCL_OK(ncclAllReduce(buf, buf, kCount, ncclInt64, ncclSum, comm, nullptr));
+  for (size_t i = 0; i < kCount; ++i)
+    expect(buf[i] == n * (n + 1) / 2 + n * static_cast<int64_t>(i), what);
+  mem.put(buf);
+}
+
+}  // namespace iris::nccl_test
 
 int main(int argc, char** argv) {
   std::string socket, id_hex, id_file, name = "ops", stop_file;
