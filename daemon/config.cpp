@@ -86,6 +86,9 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "users whose communicators may ask for latency whatever the collective's size "
                  "(others get it up to --latency-max-bytes, bulk beyond)")
       ->delimiter(',');
+  app.add_option("--latency-group", c.pacing.latency_group,
+                 "members of this group (primary or supplementary) may ask for latency whatever "
+                 "the collective's size, as --latency-uids");
   std::vector<std::string> weights;
   app.add_option("--uid-weight", weights,
                  "UID:WEIGHT, repeatable: that user's share of the engines against others' "

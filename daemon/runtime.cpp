@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/operations/printable.hpp"
+#include "daemon/sessions/peer_group.hpp"
 
 namespace iris::daemon {
 
@@ -145,11 +146,16 @@ uint64_t Runtime::comm_init(uint64_t session_id, const std::string& key, uint32_
         scale_out_.check_layout(key, std::move(nodes->addresses), std::move(nodes->node_of_rank),
                                 std::move(nodes->secret), nranks, rank, resume.seq != 0);
   }
-  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume, settings);
-  if (settings.traffic_class == RequestedClass::kLatency && !copies_.granted_latency(s.peer().uid))
+  CommSettings granted = settings;
+  const Pacing& pacing = copies_.pacing();
+  granted.latency_granted = pacing.latency_uids.count(s.peer().uid) != 0 ||
+                            in_group(s.peer().pid, s.peer().gid, pacing.latency_group);
+  const uint64_t id = comms_.join(s, key, nranks, rank, layout, resume, granted);
+  if (settings.traffic_class == RequestedClass::kLatency && !granted.latency_granted)
     tenant_log_.log(spdlog::level::info, s.peer().uid, TenantLogKind::kCommunicator,
                     "comm '{}' rank {} asks for latency, which uid {} has up to {} bytes a copy "
-                    "(--latency-uids grants more): its larger collectives run as bulk",
+                    "(--latency-uids or --latency-group grants more): its larger collectives run "
+                    "as bulk",
                     printable(key, 64), rank, s.peer().uid, copies_.latency_max_bytes());
   // Sides of its peers waiting since the restart that this rank's side had completed.
   if (resume.seq != 0) p2p_.resumed_rank(*comms_.find(id), rank);

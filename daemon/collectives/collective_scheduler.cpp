@@ -274,7 +274,8 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   if (!batch_.empty() || !now_.empty())
     trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
           batch_.size() + now_.size(), now_.size());
-  const FlowKey flow{comm.uid, comm.id, copies_.class_of(largest, comm.traffic_class, comm.uid)};
+  const FlowKey flow{comm.uid, comm.id,
+                     copies_.class_of(largest, comm.traffic_class, comm.latency_granted)};
   if (!batch_.empty()) {
     copies_.submit(batch_, flow);
     batch_.clear();  // its requests hold the buffers: only the engine may keep them now

@@ -27,6 +27,8 @@ struct CommSettings {
   // Past it a collective breaks the communicator, a send or receive fails (0: none).
   std::chrono::milliseconds op_timeout{0};
   RequestedClass traffic_class = RequestedClass::kAuto;
+  // Its creator may have latency at any size (--latency-uids, --latency-group).
+  bool latency_granted = false;
 };
 
 struct Communicator {
@@ -78,7 +80,8 @@ struct Communicator {
   std::chrono::milliseconds op_timeout{0};
   // Where its copies wait while users share the engines (CopyDispatcher::class_of).
   RequestedClass traffic_class = RequestedClass::kAuto;
-  bool broken = false;  // a rank died or left: every collective fails with broken_code
+  bool latency_granted = false;  // CommSettings::latency_granted of its creator
+  bool broken = false;           // a rank died or left: every collective fails with broken_code
   ErrorCode broken_code = ErrorCode::kOk;
   std::string broken_why;
   uint64_t completed = 0;

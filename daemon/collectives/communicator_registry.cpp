@@ -245,6 +245,7 @@ uint64_t CommunicatorRegistry::join_checked(Session& s, const std::string& key, 
     created->layout = std::move(layout);
     created->op_timeout = settings.op_timeout;
     created->traffic_class = settings.traffic_class;
+    created->latency_granted = settings.latency_granted;
     if (resuming) {
       created->resumed = true;
       created->resumed_from.assign(nranks, 0);

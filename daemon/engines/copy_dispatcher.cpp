@@ -56,9 +56,9 @@ CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
 }
 
 TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requested,
-                                      uint32_t uid) const {
+                                      bool granted) const {
   if (requested == RequestedClass::kBulk) return TrafficClass::kBulk;
-  if (requested == RequestedClass::kLatency && granted_latency(uid)) return TrafficClass::kLatency;
+  if (requested == RequestedClass::kLatency && granted) return TrafficClass::kLatency;
   return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
 }
 

@@ -55,8 +55,10 @@ struct Pacing {
   uint32_t bulk_every = 8;  // FairShare: bulk's slice at least this often
   // A collective whose copies are all at most this large is latency work; larger is bulk.
   uint64_t latency_max_bytes = 1ull << 20;
-  // Users whose communicators may ask for latency whatever the size (others: up to the above).
+  // Users whose communicators may ask for latency whatever the size (others: up to the above),
+  // by uid or by group (Runtime asks in_group when a communicator is made).
   std::set<uint32_t> latency_uids;
+  std::string latency_group;
 };
 
 // The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe); none on the host
@@ -80,12 +82,12 @@ class CopyDispatcher final : public Poller {
   void set_weight(uint32_t uid, uint32_t weight);
   // How many uids have sessions attached (the runtime says on every attach and end).
   void set_users(std::size_t users) { users_ = users; }
-  // The class of a collective whose largest copy is `largest_copy` bytes, on a communicator of
-  // `uid` that asked for `requested`: bulk when asked; latency when asked by a uid granted it
-  // (Pacing::latency_uids); else by size.
-  TrafficClass class_of(uint64_t largest_copy, RequestedClass requested, uint32_t uid) const;
-  // Whether `uid` may have latency for collectives of any size.
-  bool granted_latency(uint32_t uid) const { return pacing_.latency_uids.count(uid) != 0; }
+  // The class of a collective whose largest copy is `largest_copy` bytes, on a communicator that
+  // asked for `requested` and was `granted` latency at any size (its creator in
+  // Pacing::latency_uids or latency_group): bulk when asked; latency when asked and granted; else
+  // by size.
+  TrafficClass class_of(uint64_t largest_copy, RequestedClass requested, bool granted) const;
+  const Pacing& pacing() const { return pacing_; }
   uint64_t latency_max_bytes() const { return pacing_.latency_max_bytes; }
   // One copy outside any plan, tracked and queued: `done` runs with its result.
   void submit_one(CopyRequest copy, std::function<void(ErrorCode)> done);

@@ -1,10 +1,8 @@
 #include "daemon/front/caller_tokens.hpp"
 
-#include <grp.h>
+#include "daemon/sessions/peer_group.hpp"
 
-#include <fstream>
 #include <random>
-#include <sstream>
 
 namespace iris::daemon {
 
@@ -34,19 +32,7 @@ std::optional<Caller> CallerTokens::find(const std::string& token) const {
 }
 
 bool is_operator(pid_t pid, uid_t uid, gid_t gid, const std::string& group) {
-  if (uid == 0) return true;
-  if (group.empty()) return false;
-  const ::group* g = ::getgrnam(group.c_str());
-  if (g == nullptr) return false;
-  if (g->gr_gid == gid) return true;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Groups:", 0) != 0) continue;
-    std::istringstream groups(line.substr(7));
-    for (gid_t supplementary; groups >> supplementary;)
-      if (supplementary == g->gr_gid) return true;
-  }
-  return false;
+  return uid == 0 || in_group(pid, gid, group);
 }
 
 }  // namespace iris::daemon

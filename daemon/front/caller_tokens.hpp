@@ -31,8 +31,8 @@ class CallerTokens {
   std::unordered_map<std::string, Caller> tokens_;
 };
 
-// Whether the peer (pid, uid, gid from SO_PEERCRED) is root or in `group` (its primary group,
-// or a supplementary one as /proc/<pid>/status lists them). Empty group: root only.
+// Whether the peer (pid, uid, gid from SO_PEERCRED) is root or in `group` (peer_group.hpp).
+// Empty group: root only.
 bool is_operator(pid_t pid, uid_t uid, gid_t gid, const std::string& group);
 
 }  // namespace iris::daemon

@@ -4,6 +4,7 @@
 // told (--engine-queue-bytes; auto is off there), so the test sets the GPU engines' default.
 #include <gtest/gtest.h>
 
+#include <grp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -137,6 +138,34 @@ TEST(FairEngines, ACommunicatorsClassIsItsCreatorsChoiceAndLatencyIsCapped) {
   EXPECT_EQ(answer.error_code(), static_cast<uint32_t>(ErrorCode::kInvalidArgument));
   EXPECT_NE(answer.error_message().find("traffic class 9"), std::string::npos)
       << answer.error_message();
+}
+
+// Latency at any size may be granted by group (--latency-group, the creator's primary or a
+// supplementary group): a 64 KiB collective past --latency-max-bytes then runs as latency work;
+// outside the group it runs as bulk, and the log says why.
+TEST(FairEngines, LatencyAtAnySizeIsGrantedByGroup) {
+  const ::group* mine = ::getgrgid(::getgid());
+  ASSERT_NE(mine, nullptr) << "the test's own group has no name";
+  for (const bool member : {true, false}) {
+    DaemonProcess daemon({"--latency-max-bytes", "4096", "--latency-group",
+                          member ? std::string(mine->gr_name) : "iris-no-such-group"});
+    Client client = Client::connect(options_for(daemon, "grouped"));
+    CommOptions latency;
+    latency.traffic_class = TrafficClass::kLatency;
+    Communicator comm = Communicator::init(client, "grouped", 1, 0, latency);
+    constexpr std::size_t kBytes = 64 << 10;
+    Buffer send = client.allocate(kBytes), recv = client.allocate(kBytes);
+    std::memset(send.data(), 0x5c, kBytes);
+    comm.all_gather(send.data(), recv.data(), kBytes).wait();
+    EXPECT_EQ(std::memcmp(send.data(), recv.data(), kBytes), 0);
+    const auto classes = ctl_json(daemon, {"stats"})["traffic_classes"];
+    ASSERT_EQ(classes.size(), 2u) << classes.dump();
+    const uint64_t latency_bytes = classes[0]["engine_bytes"],
+                   bulk_bytes = classes[1]["engine_bytes"];
+    EXPECT_EQ(member ? latency_bytes : bulk_bytes, kBytes) << classes.dump();
+    EXPECT_EQ(member ? bulk_bytes : latency_bytes, 0u) << classes.dump();
+    EXPECT_EQ(daemon.log().find("asks for latency") != std::string::npos, !member) << daemon.log();
+  }
 }
 
 }  // namespace

@@ -162,7 +162,7 @@ class RecordingEngine final : public Engine {
 class Paced : public ::testing::Test {
  protected:
   static constexpr uint64_t kMiB = 1 << 20;
-  Paced() : copies(engine, stats, Pacing{2 * kMiB, 8 * kMiB, 8, kMiB, {1000}}) {}
+  Paced() : copies(engine, stats, Pacing{2 * kMiB, 8 * kMiB, 8, kMiB, {1000}, ""}) {}
   // Completes the oldest slice the engine holds (`code`).
   void complete_next(ErrorCode code = ErrorCode::kOk) {
     const CopyRequest& c = engine.handed.at(engine.completed++);
@@ -191,14 +191,14 @@ class Paced : public ::testing::Test {
 };
 
 // The class a communicator asks for is capped: bulk always, latency beyond --latency-max-bytes
-// only for the uids granted it (--latency-uids; uid 1000 here); auto by size.
+// only where granted (--latency-uids, --latency-group); auto by size.
 TEST_F(Paced, TheClassAskedForIsGrantedOrLoweredBySize) {
-  EXPECT_EQ(copies.class_of(4096, RequestedClass::kBulk, 1000), TrafficClass::kBulk);
-  EXPECT_EQ(copies.class_of(4096, RequestedClass::kAuto, 7), TrafficClass::kLatency);
-  EXPECT_EQ(copies.class_of(2 * kMiB, RequestedClass::kAuto, 1000), TrafficClass::kBulk);
-  EXPECT_EQ(copies.class_of(2 * kMiB, RequestedClass::kLatency, 7), TrafficClass::kBulk);
-  EXPECT_EQ(copies.class_of(kMiB, RequestedClass::kLatency, 7), TrafficClass::kLatency);
-  EXPECT_EQ(copies.class_of(64 * kMiB, RequestedClass::kLatency, 1000), TrafficClass::kLatency);
+  EXPECT_EQ(copies.class_of(4096, RequestedClass::kBulk, true), TrafficClass::kBulk);
+  EXPECT_EQ(copies.class_of(4096, RequestedClass::kAuto, false), TrafficClass::kLatency);
+  EXPECT_EQ(copies.class_of(2 * kMiB, RequestedClass::kAuto, true), TrafficClass::kBulk);
+  EXPECT_EQ(copies.class_of(2 * kMiB, RequestedClass::kLatency, false), TrafficClass::kBulk);
+  EXPECT_EQ(copies.class_of(kMiB, RequestedClass::kLatency, false), TrafficClass::kLatency);
+  EXPECT_EQ(copies.class_of(64 * kMiB, RequestedClass::kLatency, true), TrafficClass::kLatency);
 }
 
 TEST_F(Paced, AUserAloneHandsTheEngineEachCopyWhole) {
