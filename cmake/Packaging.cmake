@@ -36,7 +36,7 @@ set(CPACK_PACKAGE_VENDOR "irisd developers")
 set(CPACK_PACKAGE_CONTACT "irisd developers <irisd@example.invalid>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "collectives on GPU copy engines: daemon, client library, iris-ctl")
 set(CPACK_PACKAGE_DESCRIPTION
-    "irisd runs all-gather, all-to-all and the other copy-only collectives on the GPUs' DMA copy engines, so that compute units stay with the GEMMs. The package holds irisd (with its systemd unit), iris-ctl, libiris with headers and CMake package, the Python binding, and a libnccl.so.2 with NCCL's C API over irisd (under LIBDIR/irisd-nccl, for LD_PRELOAD or the library path).")
+    "irisd runs all-gather, all-to-all and the other copy-only collectives on the GPUs' DMA copy engines, so that compute units stay with the GEMMs. The package holds irisd (with its systemd unit), iris-ctl, libiris with headers and CMake package, the Python binding, and a libnccl.so.2 with NCCL's C API over irisd (under LIBDIR/irisd-nccl, for LD_PRELOAD or the library path), with its RCCL build librccl.so.1 for AMD GPUs (LIBDIR/irisd-rccl).")
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)

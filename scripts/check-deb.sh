@@ -82,6 +82,19 @@ IRIS_SOCKET=$socket "$run/nccl_example" | grep -q "element 1023 = 3.0" ||
 cc -std=c11 -I"$ncclinc" "$run/nccl_example.c" -o "$run/nccl_example_path" -L"$nccllib" -lnccl
 IRIS_SOCKET=$socket LD_LIBRARY_PATH=$nccllib "$run/nccl_example_path" | grep -q "= 3.0" ||
   { echo "check-deb: the NCCL example on the library path failed"; exit 1; }
+# The RCCL build where the package has it (built with ROCm's HIP headers): the same example
+# against <rccl/rccl.h>, linked to librccl.so.1.
+rccllib=$(dpkg-query -L irisd | grep '/irisd-rccl/librccl.so.1$' || true)
+if [ -n "$rccllib" ]; then
+  sed 's|#include "nccl.h"|#include <rccl/rccl.h>|; s|#include <nccl.h>|#include <rccl/rccl.h>|' \
+    "$run/nccl_example.c" >"$run/rccl_example.c"
+  grep -q 'rccl/rccl.h' "$run/rccl_example.c" || { echo "check-deb: the example includes no nccl.h"; exit 1; }
+  cc -std=c11 -I/usr/include/irisd-rccl "$run/rccl_example.c" -o "$run/rccl_example" \
+    -L"$(dirname "$rccllib")" -lrccl -Wl,-rpath,"$(dirname "$rccllib")"
+  IRIS_SOCKET=$socket "$run/rccl_example" | grep -q "element 1023 = 3.0" ||
+    { echo "check-deb: the RCCL example failed"; cat "$run/irisd.log"; exit 1; }
+  echo "check-deb: the example ran against the installed librccl.so.1 too"
+fi
 kill "$daemon"
 wait "$daemon" || true
 daemon=

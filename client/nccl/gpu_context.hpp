@@ -3,11 +3,45 @@
 // memory, and each communicator's GPU scratch memory. Builds without cuda.h answer "no GPU".
 #pragma once
 
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "client/nccl/nccl_comm.hpp"
 
 namespace iris::nccl {
+
+// A communicator's GPU scratch memory, one area per stream: operations on one stream run in
+// order, so they may share it; it only grows (a new, larger area), never moves or shrinks, so CUDA
+// graphs that captured an operation keep a valid address while the communicator lives.
+class StreamScratch {
+ public:
+  // The area of `stream` of at least `bytes`; `allocate(size)` makes a larger one when needed.
+  char* reserve(void* stream, std::size_t bytes, const std::function<void*(std::size_t)>& allocate);
+  // Each stream and its areas (the release; no reserve may run meanwhile).
+  void for_each(const std::function<void(void* stream, void* area, std::size_t bytes)>& f) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<void*, std::vector<std::pair<void*, std::size_t>>> by_stream_;  // last: the largest
+};
+
+// The communicator's GpuScratch (each GPU side defines it), made on first use on `device`.
+template <typename Scratch>
+Scratch& scratch_of(ncclComm& comm) {
+  std::lock_guard lock(comm.mutex);
+  if (!comm.gpu) {
+    auto made = std::make_shared<Scratch>();
+    made->device = comm.device;
+    comm.gpu = std::move(made);
+  }
+  return static_cast<Scratch&>(*comm.gpu);
+}
 
 // The device of the calling thread's current CUDA context (0 without a GPU or a context).
 int current_device();

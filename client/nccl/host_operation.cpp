@@ -40,13 +40,6 @@ class HostOp final : public RunningOp {
     }
   }
 
-  ~HostOp() override {
-    for (Request& r : requests_) try {
-        r.wait();
-      } catch (const Error&) {
-      }
-  }
-
   void local(const LocalStep& s) override {
     if (s.kind == LocalStep::Kind::kCopy) {
       std::memmove(bases_.at(s.to), bases_.at(s.from), s.bytes);
@@ -56,15 +49,9 @@ class HostOp final : public RunningOp {
                    s.count, bases_.at(s.to));
   }
 
-  void submit(const Transfer& t) override {
-    requests_.push_back(submit_transfer(op_.comm->comm, t, bases_, Stream{}));
-  }
+  void submit(const Transfer& t) override { waits_.submit(op_.comm->comm, t, bases_); }
 
-  void settle() override {
-    std::vector<Request> requests;
-    requests.swap(requests_);
-    wait_all(requests);
-  }
+  void settle() override { waits_.settle(); }
 
   void finish() override {
     if (staged_recv_) std::memcpy(op_.call.recv, bases_.recv, op_.plan.recv_bytes);
@@ -74,7 +61,7 @@ class HostOp final : public RunningOp {
   QueuedOp& op_;
   AreaBases bases_;
   bool staged_recv_ = false;
-  std::vector<Request> requests_;
+  HostWaits waits_;
 };
 
 }  // namespace

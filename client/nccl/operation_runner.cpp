@@ -40,6 +40,23 @@ Request submit_transfer(Communicator& comm, const Transfer& t, const AreaBases& 
   throw NcclError(ncclInternalError, "unknown transfer");
 }
 
+HostWaits::~HostWaits() {
+  for (Request& r : requests_) try {
+      r.wait();
+    } catch (const Error&) {
+    }
+}
+
+void HostWaits::submit(Communicator& comm, const Transfer& transfer, const AreaBases& bases) {
+  requests_.push_back(submit_transfer(comm, transfer, bases, Stream{}));
+}
+
+void HostWaits::settle() {
+  std::vector<Request> requests;
+  requests.swap(requests_);
+  wait_all(requests);
+}
+
 namespace {
 
 struct Running {

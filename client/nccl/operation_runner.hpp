@@ -55,6 +55,22 @@ struct AreaBases {
 Request submit_transfer(Communicator& comm, const Transfer& transfer, const AreaBases& bases,
                         Stream stream);
 
+// A round's transfers that the host waits for (RunningOp::settle); an operation that fails
+// midway still waits for what it submitted before its buffers go.
+class HostWaits {
+ public:
+  HostWaits() = default;
+  HostWaits(const HostWaits&) = delete;
+  HostWaits& operator=(const HostWaits&) = delete;
+  ~HostWaits();
+  void submit(Communicator& comm, const Transfer& transfer, const AreaBases& bases);
+  // Waits for the round's transfers; throws the first failure.
+  void settle();
+
+ private:
+  std::vector<Request> requests_;
+};
+
 // Where `op` runs and what it needs there; throws NcclError for memory it cannot move.
 std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch);
 std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "client/nccl/gpu_context.hpp"
+#include "client/nccl/gpu_runtime_loader.hpp"
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/operation_runner.hpp"
 #include "iris/iris.h"
@@ -42,20 +43,9 @@ namespace iris::nccl {
 
 namespace {
 
-const cuda::Driver* loaded_driver() {
-  static const cuda::Driver* driver = [] {
-    std::string why;
-    return cuda::load_driver(why);
-  }();
-  return driver;
-}
-
-const cuda::Driver& driver() {
-  std::string why;
-  const cuda::Driver* d = cuda::load_driver(why);
-  if (d == nullptr) throw NcclError(ncclUnhandledCudaError, why);
-  return *d;
-}
+using CudaDriver = GpuRuntimeLoader<cuda::Driver, &cuda::load_driver>;
+const cuda::Driver* loaded_driver() { return CudaDriver::loaded(); }
+const cuda::Driver& driver() { return CudaDriver::required(); }
 
 void check(CUresult result, const char* what) {
   if (result != CUDA_SUCCESS)
@@ -122,40 +112,14 @@ CUfunction reduce_kernel(ElementType type) {
 }  // namespace
 
 struct GpuScratch {
-  struct Area {
-    CUdeviceptr ptr;
-    std::size_t bytes;
-  };
-  std::mutex mutex;
+  std::mutex mutex;  // the bridge's
   int device = 0;
-  std::map<void*, std::vector<Area>> by_stream;  // the last area of a stream is the largest
-  CUstream bridge = nullptr;                     // for the legacy stream
+  StreamScratch areas;
+  CUstream bridge = nullptr;  // for the legacy stream
   CUevent legacy_reached = nullptr, bridge_done = nullptr;
-
-  char* reserve(void* stream, std::size_t bytes) {
-    std::lock_guard lock(mutex);
-    auto& areas = by_stream[stream];
-    if (areas.empty() || areas.back().bytes < bytes) {
-      const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 64 << 10));
-      CUdeviceptr ptr = 0;
-      RelaxedCapture relaxed;
-      check(driver().cuMemAlloc(&ptr, size), "cuMemAlloc of scratch memory");
-      areas.push_back({ptr, size});
-    }
-    return reinterpret_cast<char*>(areas.back().ptr);
-  }
 };
 
 namespace {
-
-GpuScratch& scratch_of(ncclComm& comm) {
-  std::lock_guard lock(comm.mutex);
-  if (!comm.gpu) {
-    comm.gpu = std::make_shared<GpuScratch>();
-    comm.gpu->device = comm.device;
-  }
-  return *comm.gpu;
-}
 
 bool capturing(CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -167,7 +131,7 @@ class StreamOp final : public RunningOp {
  public:
   explicit StreamOp(QueuedOp& op) : op_(op), cu_(driver()) {
     use_device(op.comm->device);
-    GpuScratch& scratch = scratch_of(*op.comm);
+    GpuScratch& scratch = scratch_of<GpuScratch>(*op.comm);
     stream_ = reinterpret_cast<CUstream>(op.stream);
     if (stream_ == nullptr) {
       bridge_from_legacy(scratch);
@@ -178,7 +142,13 @@ class StreamOp final : public RunningOp {
     }
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
     bases_.recv = static_cast<char*>(op.call.recv);
-    bases_.scratch = scratch.reserve(stream_, std::max<uint64_t>(op.plan.scratch_bytes, 1));
+    bases_.scratch = scratch.areas.reserve(
+        stream_, std::max<uint64_t>(op.plan.scratch_bytes, 1), [&](std::size_t size) {
+          CUdeviceptr ptr = 0;
+          RelaxedCapture relaxed;
+          check(cu_.cuMemAlloc(&ptr, size), "cuMemAlloc of scratch memory");
+          return reinterpret_cast<void*>(ptr);
+        });
     if (reduces(op.call.kind) && op.plan.recv_bytes > 0 && !is_device_memory(op.call.recv))
       throw NcclError(ncclInvalidUsage,
                       std::string(op_name(op.call.kind)) +
@@ -210,18 +180,11 @@ class StreamOp final : public RunningOp {
           "launching the reduction kernel");
   }
 
-  ~StreamOp() override {
-    for (Request& r : requests_) try {
-        r.wait();
-      } catch (const Error&) {
-      }
-  }
-
   void submit(const Transfer& t) override {
     if (host_waits_) {
       if (gpu_dirty_) check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
       gpu_dirty_ = false;
-      requests_.push_back(submit_transfer(op_.comm->comm, t, bases_, Stream{}));
+      waits_.submit(op_.comm->comm, t, bases_);
       return;
     }
     Request request =
@@ -231,11 +194,7 @@ class StreamOp final : public RunningOp {
     if (request.valid()) op_.comm->watch(std::move(request));
   }
 
-  void settle() override {
-    std::vector<Request> requests;
-    requests.swap(requests_);
-    wait_all(requests);
-  }
+  void settle() override { waits_.settle(); }
 
   void finish() override {
     if (!bridged_) return;
@@ -265,8 +224,8 @@ class StreamOp final : public RunningOp {
   CUstream stream_ = nullptr;
   bool bridged_ = false;
   bool host_waits_ = false;
-  bool gpu_dirty_ = false;         // work on the stream that irisd's next copies must not pass
-  std::vector<Request> requests_;  // host waits: this round's
+  bool gpu_dirty_ = false;  // work on the stream that irisd's next copies must not pass
+  HostWaits waits_;         // host waits: this round's
   AreaBases bases_;
 };
 
@@ -313,11 +272,10 @@ void release_gpu_scratch(ncclComm& comm) {
   if (!gpu || cu == nullptr) return;
   use_device(gpu->device);
   cu->cuCtxSynchronize();  // the streams that used the scratch are done with it
-  for (auto& [stream, areas] : gpu->by_stream)
-    for (const GpuScratch::Area& a : areas) {
-      iris_gpu_memory_freed(reinterpret_cast<void*>(a.ptr), a.bytes);
-      cu->cuMemFree(a.ptr);
-    }
+  gpu->areas.for_each([&](void*, void* area, std::size_t bytes) {
+    iris_gpu_memory_freed(area, bytes);
+    cu->cuMemFree(reinterpret_cast<CUdeviceptr>(area));
+  });
   if (gpu->bridge != nullptr) {
     cu->cuEventDestroy(gpu->legacy_reached);
     cu->cuEventDestroy(gpu->bridge_done);

@@ -35,15 +35,25 @@ std::string new_id_hex() {
   return hex;
 }
 
-// Starts `nranks` rank processes of one job (`extra` appended) and returns their pids.
+// Starts `nranks` rank processes of one job (`extra` appended) and returns their pids; the rank
+// program linked against `program`'s library (libnccl.so.2 unless told).
 std::vector<pid_t> start_job(const DaemonProcess& daemon, int nranks, const std::string& name,
-                             std::vector<std::string> extra = {}) {
+                             std::vector<std::string> extra = {},
+                             const std::string& program = IRIS_TEST_NCCL_RANK) {
   const std::string id = new_id_hex();
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
-    std::vector<std::string> argv = {
-        IRIS_TEST_NCCL_RANK,    "--socket", daemon.socket(),   "--id",   id,  "--nranks",
-        std::to_string(nranks), "--rank",   std::to_string(r), "--case", name};
+    std::vector<std::string> argv = {program,
+                                     "--socket",
+                                     daemon.socket(),
+                                     "--id",
+                                     id,
+                                     "--nranks",
+                                     std::to_string(nranks),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--case",
+                                     name};
     argv.insert(argv.end(), extra.begin(), extra.end());
     pids.push_back(spawn(argv));
   }
@@ -74,6 +84,21 @@ TEST(NcclApi, EveryOperationDatatypeAndReductionMatchesItsReference) {
   EXPECT_EQ(by_op["all_gather"]["host_bytes"], 0);
   EXPECT_GT(uint64_t(by_op["all_reduce"]["irisd_bytes"]), 0u);
   EXPECT_GT(uint64_t(by_op["all_reduce"]["host_bytes"]), 0u);
+}
+
+// The RCCL build (librccl.so.1, its GPU side over HIP) answers the same API: every operation,
+// datatype and reduction on host memory, and every refusal with its reason. (AMD GPUs: not run.)
+TEST(NcclApi, TheRcclBuildRunsEveryOperationAndRefusal) {
+#ifndef IRIS_TEST_RCCL_RANK
+  GTEST_SKIP() << "built without ROCm's HIP headers: no librccl.so.1 to test";
+#else
+  DaemonProcess daemon;
+  expect_all_pass(start_job(daemon, 3, "ops", {}, IRIS_TEST_RCCL_RANK), daemon);
+  expect_all_pass(start_job(daemon, 2, "refusals", {}, IRIS_TEST_RCCL_RANK), daemon);
+  const ProgramResult linked = run_program({"/usr/bin/ldd", IRIS_TEST_RCCL_RANK});
+  EXPECT_NE(linked.output.find("librccl.so.1"), std::string::npos) << linked.output;
+  EXPECT_EQ(linked.output.find("libnccl.so"), std::string::npos) << linked.output;
+#endif
 }
 
 TEST(NcclApi, OneRankRunsEveryOperationAlone) {

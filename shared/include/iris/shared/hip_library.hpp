@@ -19,6 +19,8 @@ namespace iris::hip {
   X(hipRuntimeGetVersion) \
   X(hipGetDeviceCount) \
   X(hipSetDevice) \
+  X(hipGetDevice) \
+  X(hipDeviceSynchronize) \
   X(hipDeviceGetPCIBusId) \
   X(hipPointerGetAttribute) \
   X(hipMemGetAddressRange) \

@@ -1,0 +1,32 @@
+// The GPU runtime a build's GPU side calls (the CUDA driver in stream_operation.cpp, the HIP
+// runtime in hip_stream_operation.cpp), loaded at run time so that the library loads on machines
+// without one.
+#pragma once
+
+#include <string>
+
+#include "client/nccl/nccl_errors.hpp"
+
+namespace iris::nccl {
+
+// `Load` fills `why` and returns null where there is no usable runtime.
+template <typename Runtime, const Runtime* (*Load)(std::string& why)>
+struct GpuRuntimeLoader {
+  // Null without a runtime (the host paths go on).
+  static const Runtime* loaded() {
+    static const Runtime* runtime = [] {
+      std::string why;
+      return Load(why);
+    }();
+    return runtime;
+  }
+  // Throws ncclUnhandledCudaError saying why there is none.
+  static const Runtime& required() {
+    std::string why;
+    const Runtime* runtime = Load(why);
+    if (runtime == nullptr) throw NcclError(ncclUnhandledCudaError, why);
+    return *runtime;
+  }
+};
+
+}  // namespace iris::nccl
