@@ -169,8 +169,8 @@ if want nccl; then
     >"$out/nccl_call_overhead.txt" 2>&1
   "${ncclenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py \
     >>"$out/nccl_call_overhead.txt" 2>&1
-  # Ranks sharing the GPU on their streams (the default waits on the host): the same checks.
-  "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=stream timeout 300 python3 \
+  # Ranks sharing the GPU waiting on the host (IRISD_NCCL_SHARED_GPU=host): the same checks.
+  "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=host timeout 300 python3 \
     tests/python/gpu/nccl_preload_test.py --parts ops,fsdp,pipeline >>"$out/nccl.txt" 2>&1 ||
     nccl_rc=1
   # Eight ranks sharing the GPU: every op.
@@ -182,7 +182,7 @@ if want nccl; then
   nccl_c_rc=0
   ncclrank 2 ops || nccl_c_rc=1
   ncclrank 3 ops || nccl_c_rc=1
-  IRISD_NCCL_SHARED_GPU=stream ncclrank 2 ops || nccl_c_rc=1
+  IRISD_NCCL_SHARED_GPU=host ncclrank 2 ops || nccl_c_rc=1
   ncclrank 2 abort || nccl_c_rc=1
   # The real NCCL as the fallback for the reductions (world size 1: NCCL refuses a shared GPU).
   IRISD_NCCL_FALLBACK=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib', 'libnccl.so.2'))") \

@@ -31,7 +31,7 @@ struct Options {
   bool blocking = true;
   std::string name;
   iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
-  bool shared_gpu_waits_on_host = true;
+  bool shared_gpu_waits_on_host = false;
 };
 
 // IRISD_NCCL_TRAFFIC_CLASS (auto | latency | bulk): every communicator's class unless its config
@@ -45,13 +45,13 @@ iris::TrafficClass env_traffic_class() {
                   std::string("IRISD_NCCL_TRAFFIC_CLASS=") + v + ": auto, latency or bulk");
 }
 
-// IRISD_NCCL_SHARED_GPU (host | stream): how ranks that share a GPU wait (ncclComm).
+// IRISD_NCCL_SHARED_GPU (stream | host): how ranks that share a GPU wait (ncclComm).
 bool env_shared_gpu_waits_on_host() {
   const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return true;
-  if (std::strcmp(v, "stream") == 0) return false;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "stream") == 0) return false;
+  if (std::strcmp(v, "host") == 0) return true;
   throw NcclError(ncclInvalidArgument,
-                  std::string("IRISD_NCCL_SHARED_GPU=") + v + ": host (the default) or stream");
+                  std::string("IRISD_NCCL_SHARED_GPU=") + v + ": stream (the default) or host");
 }
 
 bool env_blocking() {

@@ -5,11 +5,13 @@
 // waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
 // work on the legacy stream itself.
 //
-// Ranks that share a GPU (several processes on one device) wait on the host instead (unless
-// IRISD_NCCL_SHARED_GPU=stream): their contexts time-slice the GPU, so irisd's copies within it
+// Ranks that share a GPU (several processes on one device) may wait on the host instead
+// (IRISD_NCCL_SHARED_GPU=host): their contexts time-slice the GPU, so irisd's copies within it
 // (SM work in irisd's context) and the ranks' stream waits cost a context switch each; on the
 // H200 a 4 KiB all-gather of 2 such ranks took 455 us on streams, 37 us waiting on the host
-// (docs/PERFORMANCE.md). Then the stream is synchronized before irisd is
+// through the C API, ~450 us either way through PyTorch (docs/PERFORMANCE.md). The call then
+// blocks its thread until the data moved, unlike NCCL's, so it is not the default. Then the
+// stream is synchronized before irisd is
 // called (and again after a local kernel whose output a later phase sends), irisd's calls are
 // waited for on the host, and the reduction kernels still go on the stream. A stream capturing a
 // CUDA graph is always ordered on the stream.
