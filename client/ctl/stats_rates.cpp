@@ -9,6 +9,14 @@ double per_second(uint64_t before, uint64_t after, double seconds) {
   // A restarted daemon counts from zero again: no negative rate.
   return seconds > 0 && after >= before ? static_cast<double>(after - before) / seconds : 0.0;
 }
+
+// The row of `rows` whose `key` is `row`'s (null: the row is new since the earlier answer).
+template <typename Rows, typename Row, typename Key>
+const Row* earlier(const Rows& rows, const Row& row, Key key) {
+  for (const Row& r : rows)
+    if ((r.*key)() == (row.*key)()) return &r;
+  return nullptr;
+}
 }  // namespace
 
 std::vector<Rate> counter_rates(const v1::GetStatsResponse& before,
@@ -34,9 +42,7 @@ std::vector<DeviceRate> device_rates(const v1::GetStatsResponse& before,
                                      const v1::GetStatsResponse& after, double seconds) {
   std::vector<DeviceRate> rates;
   for (const auto& d : after.devices()) {
-    const v1::DeviceCounters* was = nullptr;
-    for (const auto& b : before.devices())
-      if (b.device() == d.device()) was = &b;
+    const v1::DeviceCounters* was = earlier(before.devices(), d, &v1::DeviceCounters::device);
     rates.push_back(
         {d.device(),
          per_second(was ? was->copy_engine_bytes_total() : 0, d.copy_engine_bytes_total(), seconds),
@@ -51,9 +57,8 @@ std::vector<UserRate> user_rates(const v1::GetStatsResponse& before,
                                  const v1::GetStatsResponse& after, double seconds) {
   std::vector<UserRate> rates;
   for (const auto& u : after.engine_users()) {
-    const v1::UserEngineCounters* was = nullptr;
-    for (const auto& b : before.engine_users())
-      if (b.user() == u.user()) was = &b;
+    const v1::UserEngineCounters* was =
+        earlier(before.engine_users(), u, &v1::UserEngineCounters::user);
     rates.push_back({u.user(), per_second(was ? was->bytes_total() : 0, u.bytes_total(), seconds),
                      per_second(was ? was->busy_ns_total() : 0, u.busy_ns_total(), seconds) / 1e9});
   }

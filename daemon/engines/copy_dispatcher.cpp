@@ -10,8 +10,9 @@ uint64_t queue_bytes_for(const std::string& engine_name) {
   return engine_name == "host" ? 0 : 8ull << 20;
 }
 
-CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing)
-    : engine_(engine), stats_(stats), pacing_(pacing), lanes_(kDeviceSlots) {
+CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing,
+                               Clock::time_point (*now)())
+    : engine_(engine), stats_(stats), pacing_(pacing), now_(now), lanes_(kDeviceSlots) {
   if (pacing_.queue_bytes == kEngineQueueBytesAuto)
     pacing_.queue_bytes = queue_bytes_for(engine.description().name);
 }
@@ -89,7 +90,7 @@ void CopyDispatcher::track(CopyRequest& copy, CopyOwner& owner, uint64_t tag) {
 
 void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& flow) {
   if (copies.empty()) return;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   batch_.clear();
   paced_lanes_.clear();
   bool all_whole = true;
@@ -132,7 +133,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
 void CopyDispatcher::pump(std::size_t device) {
   Lane& l = lane(device);
   batch_.clear();
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   while (l.in_flight < pacing_.queue_bytes) {
     const std::optional<FairShare::Slice> s = l.fair.next();
     if (!s) break;
@@ -170,9 +171,9 @@ void CopyDispatcher::submit_one(CopyRequest copy, std::function<void(ErrorCode)>
 void CopyDispatcher::copy_now(std::span<const HostCopy> copies, uint64_t bytes,
                               const FlowKey& flow) {
   if (copies.empty()) return;
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = now_();
   engine_.copy_now(copies);
-  const auto took = std::chrono::steady_clock::now() - start;
+  const auto took = now_() - start;
   count(device_slot(kHostMemory, kHostMemory), ErrorCode::kOk, TransferPath::kComputeUnits, bytes,
         copies.size(), false);
   stats_.count_engine_work(
@@ -202,7 +203,7 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   const std::size_t device = slot->device;
   count_bytes(device, completion.code, completion.path, completion.bytes);
   Lane& l = lane(device);
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = now_();
   const auto busy = now - std::max(l.busy_from, l.last_done);
   l.last_done = now;
   stats_.count_engine_work(

@@ -69,7 +69,10 @@ uint64_t queue_bytes_for(const std::string& engine_name);
 
 class CopyDispatcher final : public Poller {
  public:
-  CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing = {});
+  using Clock = std::chrono::steady_clock;
+  // `now`: the clock pacing and engine time read (tests pass their own).
+  CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing = {},
+                 Clock::time_point (*now)() = &Clock::now);
 
   Engine& engine() const { return engine_; }
 
@@ -156,6 +159,7 @@ class CopyDispatcher final : public Poller {
   Engine& engine_;
   Stats& stats_;
   Pacing pacing_;
+  Clock::time_point (*now_)();
   std::vector<std::unique_ptr<Lane>> lanes_;  // by device slot, made on first use
   std::map<uint32_t, uint32_t> weights_;
   std::map<uint32_t, std::size_t> user_slots_;
