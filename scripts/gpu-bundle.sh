@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds here and bundles what scripts/gpu-run.sh needs into .gpu/ (with the Debian libraries the
-# GPU host lacks), for the device tool to carry.
+# GPU host lacks), for the device tool to carry. LANDED_IRISD=PATH adds another build's irisd
+# (the last landing's, built from its commit) as bin/irisd-landed, for gpu-run.sh's sweep.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null
@@ -18,3 +19,4 @@ rm -rf .gpu
 # irisd's libnccl.so.2 apart from lib/ (on LD_LIBRARY_PATH there): only LD_PRELOAD brings it in.
 mkdir -p .gpu/nccl
 mv .gpu/lib/libnccl.so.2 .gpu/nccl/
+if [ -n "${LANDED_IRISD:-}" ]; then strip -o .gpu/bin/irisd-landed "$LANDED_IRISD"; fi

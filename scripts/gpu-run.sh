@@ -20,10 +20,13 @@
 #     freed       jobs that freed registered GPU memory through a restart of irisd
 #     nodes       two irisd as two nodes, restarted one at a time under a job on CUDA tensors
 #     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
+#                 (TENANT_QUEUES: the --engine-queue-bytes values, default "auto 2097152 0")
+#     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
+#                 (the last landing's, when bundled), alternately, and the ratios
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
 #     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,sweep,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -280,7 +283,7 @@ if want tenants; then
   # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 8 MiB while two
   # users are attached), at 2 MiB, and not at all (0).
   tenants_rc=0
-  for queue in auto 2097152 0; do
+  for queue in ${TENANT_QUEUES:-auto 2097152 0}; do
     trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
     chmod 755 "$trun"
     slice=()
@@ -329,6 +332,46 @@ if want tenants; then
     timeout 30 "$bin/iris-ctl" --socket "$trun/irisd.sock" stats >>"$out/tenants.md"
     kill "$tdaemon"; wait "$tdaemon"
   done
+fi
+if want sweep && [ -x "$bin/irisd-landed" ]; then
+  # Issue 50: a user alone must not lose bandwidth to pacing. The same 8-rank sweep (device
+  # receive, 4 KiB-256 MiB) against this irisd and the last landing's, alternately, twice.
+  for round in 1 2; do
+    for daemon_bin in irisd-landed irisd; do
+      srun=$(mktemp -d /tmp/irisd-sweep-XXXXXX)
+      "$bin/$daemon_bin" --socket "$srun/irisd.sock" --engine cuda >"$srun/irisd.log" 2>&1 &
+      sdaemon=$!
+      for _ in $(seq 100); do [ -S "$srun/irisd.sock.attach" ] && break; sleep 0.1; done
+      spids=()
+      for r in 7 6 5 4 3 2 1 0; do
+        timeout 300 "$bin/iris-gpu-bench" --socket "$srun/irisd.sock" --key sweep --nranks 8 \
+          --rank $r --max-bytes $((256 << 20)) >"$srun/sweep.$r" 2>&1 &
+        spids+=($!)
+      done
+      for p in "${spids[@]}"; do wait "$p"; done
+      cp "$srun/sweep.0" "$run/sweep-$daemon_bin-$round.md"
+      kill "$sdaemon"; wait "$sdaemon"
+    done
+  done
+  # Columns 2 (blocking p50 us) and 10 (back-to-back us): new / landed, each round.
+  python3 - "$run" >"$out/sweep.md" <<'PY'
+import sys
+def rows(name):
+    out = {}
+    for line in open(f"{sys.argv[1]}/{name}"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0].isdigit():
+            out[int(cells[0])] = (float(cells[1]), float(cells[9]))
+    return out
+print("| bytes/block | round | landed p50 us | this p50 us | ratio | landed b2b us | this b2b us | ratio |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for r in (1, 2):
+    old, new = rows(f"sweep-irisd-landed-{r}.md"), rows(f"sweep-irisd-{r}.md")
+    for size in sorted(old):
+        if size in new:
+            (a, b), (c, d) = old[size], new[size]
+            print(f"| {size} | {r} | {a:.1f} | {c:.1f} | {c / a:.2f} | {b:.1f} | {d:.1f} | {d / b:.2f} |")
+PY
 fi
 if want nodes; then
   # Across nodes through restarts: two irisd (cuda engine) stand in for two nodes, the job of
@@ -451,6 +494,7 @@ fi
 if want tenants; then
   echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576|268435456) " "$out/tenants.md"
 fi
+if want sweep; then echo "-- a single job's sweep, this irisd against the last landing's"; cat "$out/sweep.md"; fi
 if want nodes; then
   echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"
 fi

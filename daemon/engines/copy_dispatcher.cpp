@@ -51,6 +51,9 @@ CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
   auto& l = lanes_[device];
   if (!l) {
     l = std::make_unique<Lane>(FairShare::Options{pacing_.slice_bytes, pacing_.bulk_every});
+    // Slot 0 is host memory; the last slot also counts the devices past the slots.
+    l->latency_engine = device > 0 && device + 1 < kDeviceSlots &&
+                        engine_.keeps_latency_engine(static_cast<int>(device) - 1);
     for (const auto& [uid, weight] : weights_) l->fair.set_weight(uid, weight);
   }
   return *l;
@@ -110,6 +113,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
       slot.all_issued = true;
       if (l.in_flight == 0) l.busy_from = now;
       l.in_flight += c.bytes;
+      if (flow.cls == TrafficClass::kLatency) l.latency_in_flight += c.bytes;
       batch_.push_back(c);
       continue;
     }
@@ -134,30 +138,48 @@ void CopyDispatcher::pump(std::size_t device) {
   Lane& l = lane(device);
   batch_.clear();
   const auto now = now_();
-  while (l.in_flight < pacing_.queue_bytes) {
-    const std::optional<FairShare::Slice> s = l.fair.next();
-    if (!s) break;
-    Slot& slot = *slot_of(s->item);
-    if (s->offset == 0) {
-      const auto waited =
-          std::chrono::duration_cast<std::chrono::microseconds>(now - slot.queued_at).count();
-      stats_.count_queue_delay(static_cast<std::size_t>(slot.cls),
-                               static_cast<uint64_t>(std::max<int64_t>(waited, 0)));
+  const uint64_t bound = pacing_.queue_bytes;
+  if (l.latency_engine) {
+    while (l.latency_in_flight < bound && take(l, l.fair.next(TrafficClass::kLatency), now)) {
     }
-    CopyRequest piece = slot.request;
-    piece.src += s->offset;
-    piece.dst += s->offset;
-    piece.bytes = s->bytes;
-    ++slot.slices_out;
-    slot.in_flight_bytes += s->bytes;
-    slot.all_issued = s->last;
-    if (l.in_flight == 0) l.busy_from = now;
-    l.in_flight += s->bytes;
-    batch_.push_back(std::move(piece));
+    while (l.in_flight - l.latency_in_flight < bound &&
+           take(l, l.fair.next(TrafficClass::kBulk), now)) {
+    }
+  } else {
+    while (l.in_flight < bound && take(l, l.fair.next(), now)) {
+    }
   }
   if (batch_.empty()) return;
   engine_.submit(batch_);
   batch_.clear();  // the requests hold the buffers: only the engine may keep them now
+}
+
+bool CopyDispatcher::take(Lane& l, const std::optional<FairShare::Slice>& s,
+                          Clock::time_point now) {
+  if (!s) return false;
+  Slot& slot = *slot_of(s->item);
+  if (s->offset == 0) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::microseconds>(now - slot.queued_at).count();
+    stats_.count_queue_delay(static_cast<std::size_t>(slot.cls),
+                             static_cast<uint64_t>(std::max<int64_t>(waited, 0)));
+  }
+  CopyRequest piece = slot.request;
+  piece.src += s->offset;
+  piece.dst += s->offset;
+  piece.bytes = s->bytes;
+  const bool latency = slot.cls == TrafficClass::kLatency;
+  piece.queue = !l.latency_engine ? EngineQueue::kAny
+                : latency         ? EngineQueue::kLatency
+                                  : EngineQueue::kBulk;
+  ++slot.slices_out;
+  slot.in_flight_bytes += s->bytes;
+  slot.all_issued = s->last;
+  if (l.in_flight == 0) l.busy_from = now;
+  l.in_flight += s->bytes;
+  if (latency) l.latency_in_flight += s->bytes;
+  batch_.push_back(std::move(piece));
+  return true;
 }
 
 void CopyDispatcher::submit_one(CopyRequest copy, std::function<void(ErrorCode)> done) {
@@ -211,6 +233,8 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
       static_cast<uint64_t>(std::max<int64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0)));
   l.in_flight -= std::min(bytes, l.in_flight);
+  if (slot->cls == TrafficClass::kLatency)
+    l.latency_in_flight -= std::min(bytes, l.latency_in_flight);
   if (slot->all_issued && slot->slices_out == 0) {
     const auto of = l.copies_of.find(slot->uid);
     if (of != l.copies_of.end() && --of->second == 0) l.copies_of.erase(of);

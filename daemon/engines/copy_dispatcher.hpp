@@ -14,9 +14,11 @@
 // hands the device's engines at most queue_bytes at once. Copies wait per flow (FairShare: the uid,
 // the communicator and the class) and go to the engine in slices of at most slice_bytes as earlier
 // ones complete, so a copy that becomes ready waits behind about queue_bytes, not behind a tenant's
-// whole transfer (a GPU's copy engines run their queue first in, first out). A copy completes for
-// its owner once its last slice did. A user alone on the node hands the engine each copy whole, as
-// without pacing: a single job pays nothing for it.
+// whole transfer (a GPU's copy engines run their queue first in, first out). Where the engine keeps
+// a copy engine of the device for latency work, latency slices go there with a bound of their own
+// and bulk slices to the others: a small collective then waits behind no bulk slice at all. A copy
+// completes for its owner once its last slice did. A user alone on the node hands the engine each
+// copy whole, as without pacing: a single job pays nothing for it.
 #pragma once
 
 #include <chrono>
@@ -133,7 +135,11 @@ class CopyDispatcher final : public Poller {
   struct Lane {
     explicit Lane(FairShare::Options options) : fair(options) {}
     FairShare fair;
-    uint64_t in_flight = 0;                                // bytes of slices at the engine
+    uint64_t in_flight = 0;          // bytes of slices at the engine
+    uint64_t latency_in_flight = 0;  // of which latency work
+    // The device keeps a copy engine for latency work (Engine::keeps_latency_engine): each class
+    // has its own bound then.
+    bool latency_engine = false;
     std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
     std::chrono::steady_clock::time_point shared_until{};  // paced until then
     // Engine time (Stats' UserEngineCounters): since when the engines have had copies, and the
@@ -149,6 +155,8 @@ class CopyDispatcher final : public Poller {
   std::size_t user_slot(uint32_t uid);
   // Hands the device's engines slices while it has room.
   void pump(std::size_t device);
+  // Adds slice `s` (none: false) of lane `l` to batch_.
+  bool take(Lane& l, const std::optional<FairShare::Slice>& s, Clock::time_point now);
   // The copy in `slot` ended (`code`): its owner learns it, the slot is free again.
   void finish(uint32_t index, const CopyCompletion& completion);
   void count(std::size_t device, ErrorCode code, TransferPath path, uint64_t bytes, uint64_t copies,

@@ -31,6 +31,13 @@ enum class TransferPath : uint8_t {
 // Device index of host memory in CopyRequest and MappedBuffer.
 inline constexpr int kHostMemory = -1;
 
+// Which of its device's copy engines a copy may queue on. A GPU's copy engine runs what is queued
+// on it first in, first out, so while tenants share a device an engine that keeps one of them for
+// latency work (Engine::keeps_latency_engine) lets a small collective pass the bulk slices queued
+// before it: CopyDispatcher marks latency copies kLatency and bulk ones kBulk then; kAny (a user
+// alone) may use every engine.
+enum class EngineQueue : uint8_t { kAny, kBulk, kLatency };
+
 struct CopyRequest {
   const std::byte* src;
   std::byte* dst;
@@ -45,6 +52,7 @@ struct CopyRequest {
   // anyway, and each owner copied costs a locked reference count twice per copy.
   std::shared_ptr<const void> src_owner = {};
   std::shared_ptr<const void> dst_owner = {};
+  EngineQueue queue = EngineQueue::kAny;
 };
 
 // A copy between host memory done on the caller's thread at once (Engine::copy_now): nothing
@@ -151,6 +159,9 @@ class Engine {
   // Whether a copy may still touch its memory after the engine reported it (then CopyRequest's
   // owners must be filled).
   virtual bool outlives_its_completions() const { return false; }
+  // Whether copies of `device` (the engine's index) marked EngineQueue::kLatency run on a copy
+  // engine that kBulk copies never queue on.
+  virtual bool keeps_latency_engine(int device) const { return false; }
   // Copies between host memory are cheaper to do on the calling thread at once than to hand over
   // (a memcpy of a small block costs less than waking a host-engine worker, or a copy engine's
   // round trip, and retiring the completion later), up to a budget per submission

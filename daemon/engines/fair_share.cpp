@@ -36,6 +36,11 @@ std::optional<FairShare::Slice> FairShare::next() {
   return next_in(TrafficClass::kBulk);
 }
 
+std::optional<FairShare::Slice> FairShare::next(TrafficClass cls) {
+  if (classes_[static_cast<std::size_t>(cls)].uids.empty()) return std::nullopt;
+  return next_in(cls);
+}
+
 std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
   ClassQueue& c = classes_[static_cast<std::size_t>(cls)];
   for (;;) {

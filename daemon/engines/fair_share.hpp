@@ -9,6 +9,8 @@
 //  - within a class, the uid by deficit round robin: each uid gets slices worth `weight` times
 //    slice_bytes per round, so over time engine bytes split in proportion to the weights;
 //  - within a uid, its communicators in turn, one slice each.
+// Where a device keeps a copy engine for latency work, the caller takes each class's slices
+// apart (next(cls)), with a bound for each: the class rule above is then the engines' own.
 // Pure (no engine, no clock): tests/unit/fair_share_test.cpp checks the rules.
 #pragma once
 
@@ -61,6 +63,8 @@ class FairShare {
   void push(const FlowKey& flow, uint64_t item, uint64_t bytes);
   // The next slice to start, or nullopt when nothing waits.
   std::optional<Slice> next();
+  // The next slice of class `cls` (an engine kept for that class), or nullopt when none waits.
+  std::optional<Slice> next(TrafficClass cls);
   bool empty() const { return waiting_ == 0; }
   std::size_t waiting() const { return waiting_; }  // copies with slices not yet taken
 

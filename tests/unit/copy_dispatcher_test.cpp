@@ -147,6 +147,7 @@ class RecordingEngine final : public Engine {
   void stop() override {}
   std::size_t poll(std::vector<CopyCompletion>&) override { return 0; }
   int completion_fd() const override { return -1; }
+  bool keeps_latency_engine(int) const override { return latency_engine; }
   uint64_t at_engine() const {
     uint64_t bytes = 0;
     for (std::size_t i = completed; i < handed.size(); ++i) bytes += handed[i].bytes;
@@ -154,6 +155,7 @@ class RecordingEngine final : public Engine {
   }
   std::vector<CopyRequest> handed;
   std::size_t completed = 0;  // handed[0, completed) were completed, in order
+  bool latency_engine = false;
 
  private:
   EngineDescription description_;
@@ -212,6 +214,7 @@ TEST_F(Paced, AUserAloneHandsTheEngineEachCopyWhole) {
   copies.submit(std::span<const CopyRequest>(&big, 1), FlowKey{1000, 1, TrafficClass::kBulk});
   ASSERT_EQ(engine.handed.size(), 1u);
   EXPECT_EQ(engine.handed[0].bytes, big.bytes);
+  EXPECT_EQ(engine.handed[0].queue, EngineQueue::kAny);
   // Another user's copy while it runs: from now on the device is shared, and paced.
   CopyRequest other{memory.data(), memory.data() + 56 * kMiB, 6 * kMiB, 0};
   copies.track(other, owner, 6);
@@ -281,6 +284,54 @@ TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
   EXPECT_EQ(owner.done[0].first, 2u) << "the small copy ended while the transfer goes on";
   while (engine.completed < engine.handed.size()) complete_next();
   EXPECT_EQ(owner.done.size(), 2u);
+}
+
+// A GPU whose engine keeps a copy engine for latency work: latency copies go there at once,
+// whatever bulk has at the engine, with a bound of their own; bulk slices go to the other engines.
+TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
+  engine.latency_engine = true;
+  copies.set_users(2);
+  auto on_gpu = [&](uint64_t at, uint64_t bytes) {
+    return CopyRequest{memory.data(), memory.data() + at, bytes, 0, kHostMemory, 0};
+  };
+  CopyRequest bulk = on_gpu(32 * kMiB, 30 * kMiB);
+  copies.track(bulk, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 4u);
+  for (const CopyRequest& c : engine.handed) EXPECT_EQ(c.queue, EngineQueue::kBulk);
+  // Ten 1 MiB latency copies of another user: eight (the bound) at once, beside bulk's 8 MiB.
+  std::vector<CopyRequest> small;
+  for (uint64_t i = 0; i < 10; ++i) {
+    small.push_back(on_gpu(i * kMiB, kMiB));
+    copies.track(small.back(), owner, 10 + i);
+  }
+  copies.submit(small, FlowKey{1001, 2, TrafficClass::kLatency});
+  ASSERT_EQ(engine.handed.size(), 4u + 8u);
+  for (std::size_t i = 4; i < engine.handed.size(); ++i) {
+    EXPECT_EQ(engine.handed[i].queue, EngineQueue::kLatency);
+    EXPECT_EQ(engine.handed[i].cookie, small[i - 4].cookie);
+  }
+  auto complete = [&](std::size_t i) {
+    const CopyRequest& c = engine.handed.at(i);
+    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
+  };
+  // A bulk slice's end makes room for bulk only; a latency copy's for latency only.
+  complete(0);
+  ASSERT_EQ(engine.handed.size(), 13u);
+  EXPECT_EQ(engine.handed[12].cookie, bulk.cookie);
+  EXPECT_EQ(engine.handed[12].queue, EngineQueue::kBulk);
+  complete(4);
+  ASSERT_EQ(engine.handed.size(), 14u);
+  EXPECT_EQ(engine.handed[13].cookie, small[8].cookie);
+  EXPECT_EQ(engine.handed[13].queue, EngineQueue::kLatency);
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0].first, 10u);
+  // Everything ends (what completing hands the engine is completed in turn), each copy once.
+  for (std::size_t i = 1; i < engine.handed.size(); ++i)
+    if (i != 4) complete(i);
+  EXPECT_EQ(owner.done.size(), 11u);
+  EXPECT_EQ(engine.handed.size(), 15u + 10u);
+  EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
 }
 
 TEST_F(Paced, AFailedSliceFailsItsCopyOnceAfterTheLastSlice) {

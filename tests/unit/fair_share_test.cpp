@@ -44,6 +44,24 @@ TEST(FairShare, ALatencyCopyGoesBeforeABulkTransferAlreadyWaiting) {
   EXPECT_EQ(fair.next()->item, 1u);
 }
 
+// A device with an engine kept for latency work takes each class's slices apart.
+TEST(FairShare, EachClassCanBeTakenApart) {
+  FairShare fair({2 * kMiB, 8});
+  fair.push(kBulkA, 1, 3 * kMiB);
+  EXPECT_FALSE(fair.next(TrafficClass::kLatency));
+  fair.push(kLatencyB, 2, 4096);
+  const auto bulk = fair.next(TrafficClass::kBulk);
+  ASSERT_TRUE(bulk);
+  EXPECT_EQ(bulk->item, 1u);
+  EXPECT_EQ(bulk->bytes, 2 * kMiB);
+  const auto latency = fair.next(TrafficClass::kLatency);
+  ASSERT_TRUE(latency);
+  EXPECT_EQ(latency->item, 2u);
+  EXPECT_FALSE(fair.next(TrafficClass::kLatency));
+  EXPECT_EQ(fair.next(TrafficClass::kBulk)->bytes, kMiB);
+  EXPECT_TRUE(fair.empty());
+}
+
 TEST(FairShare, AStreamOfLatencyWorkNeverStarvesBulk) {
   FairShare fair({2 * kMiB, 8});
   fair.push(kBulkA, 1, 1024 * kMiB);

@@ -193,9 +193,15 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
     const CUdeviceptr dst = address_on(device, copy.dst, copy.dst_device);
     const CUdeviceptr src = address_on(device, copy.src, copy.src_device);
-    const uint64_t engines = d.streams.size();
+    // The streams this copy may use: with two engines or more the last is kept for latency work.
+    const auto all = static_cast<uint32_t>(d.streams.size());
+    const uint32_t first = copy.queue == EngineQueue::kLatency && all > 1 ? all - 1 : 0;
+    const uint32_t engines = copy.queue == EngineQueue::kAny || all < 2 ? all
+                             : copy.queue == EngineQueue::kBulk         ? all - 1
+                                                                        : 1;
     if (split_bytes_ == 0 || copy.bytes < split_bytes_ || engines < 2) {
-      add(device, &d.streams[d.next_stream++ % engines], dst, src, copy.bytes, {completion});
+      add(device, &d.streams[first + (engines > 1 ? d.next_stream++ % engines : 0)], dst, src,
+          copy.bytes, {completion});
       continue;
     }
     // Pieces of whole 4 KiB pages (the last takes the rest), one per engine.
@@ -205,7 +211,7 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
         splits_.begin(completion, static_cast<uint32_t>((copy.bytes + piece - 1) / piece));
     for (uint64_t at = 0; at < copy.bytes; at += piece) {
       const uint64_t bytes = std::min(piece, copy.bytes - at);
-      add(device, &d.streams[d.next_stream++ % engines], dst + at, src + at, bytes,
+      add(device, &d.streams[first + d.next_stream++ % engines], dst + at, src + at, bytes,
           {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
     }
   }

@@ -9,6 +9,10 @@
 // Splitting: a copy of at least EngineOptions::split_bytes is cut into one piece per copy engine
 // of its device, each on its own stream; its completion is reported once the last piece retired.
 //
+// Classes (EngineQueue): a copy marked kLatency runs on the device's last stream, and one marked
+// kBulk on the others (split over those), so that while tenants share a device a small collective
+// never queues behind bulk slices on the same copy engine; kAny uses every stream in turn.
+//
 // Multi-GPU: peer access is enabled between every pair of GPUs that can reach each other, and a
 // copy runs on a stream of its destination GPU (the destination's engines pull the bytes). An
 // imported allocation is mapped into the context of its own GPU and of each peer, and a copy uses
@@ -53,6 +57,9 @@ class CudaEngine final : public Engine {
   std::size_t poll(std::vector<CopyCompletion>& out) override;
   int completion_fd() const override { return event_fd_.get(); }
   bool needs_polling() const override { return in_flight_ != 0; }
+  bool keeps_latency_engine(int device) const override {
+    return devices_.at(static_cast<std::size_t>(device)).streams.size() > 1;
+  }
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
   void write_device_word(int device, std::byte* address, uint32_t value) override;

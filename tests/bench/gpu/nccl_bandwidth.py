@@ -6,7 +6,10 @@ calls between synchronizations (a barrier, then the call: any skew between the r
 barrier leaves is in it), and back to back (the iterations queued one after another, one
 synchronization at the end, time per call: the skew spread over them). Prints a markdown table
 with the ratios (irisd backend time / NCCL API time: at least 0.98 means the NCCL API costs
-nothing).
+nothing). Then, apart, what ProcessGroupNCCL's calls cost the GPU without any collective: per
+iteration its stream waits for the current stream, the host waits for its stream (as a library
+that waits on the host does), and the current stream waits for it; on a GPU that the ranks'
+processes share, each such wait needs the GPU to switch to that process's context.
 Needs IRIS_SOCKET, PYTHONPATH/IRIS_LIBRARY, LD_PRELOAD naming irisd's libnccl.so.2.
     python3 tests/bench/gpu/nccl_bandwidth.py [--ranks 2]"""
 import argparse
@@ -59,7 +62,38 @@ def bench(rank, nranks, sizes):
                 torch.cuda.synchronize()
                 times[(op, name, "b2b")] = (time.perf_counter() - t0) / iters
         rows.append((size, times))
+    rows.append(("stream work", stream_work(iris_group)))
     return rows
+
+
+def stream_work(group):
+    """Seconds per iteration of ProcessGroupNCCL's stream work alone: single (between barriers)
+    and back to back."""
+    import torch
+    import torch.distributed as dist
+
+    current, side = torch.cuda.current_stream(), torch.cuda.Stream()
+
+    def once():
+        side.wait_stream(current)
+        side.synchronize()
+        current.wait_stream(side)
+
+    samples = []
+    for _ in range(51):
+        dist.barrier(group=group)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        once()
+        torch.cuda.synchronize()
+        samples.append(time.perf_counter() - t0)
+    dist.barrier(group=group)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        once()
+    torch.cuda.synchronize()
+    return statistics.median(samples[1:]), (time.perf_counter() - t0) / 50
 
 
 def main():
@@ -71,12 +105,15 @@ def main():
     print("| bytes per rank | op | NCCL API on irisd (us) | irisd torch backend (us) | ratio "
           "| back to back: NCCL API (us) | irisd torch backend (us) | ratio |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    work = rows.pop()[1]
     for size, times in rows:
         for op in ("all_gather", "all_reduce"):
             a, b = times[(op, "nccl")], times[(op, "irisd")]
             qa, qb = times[(op, "nccl", "b2b")], times[(op, "irisd", "b2b")]
             print(f"| {size} | {op} | {1e6 * a:.1f} | {1e6 * b:.1f} | {b / a:.2f} "
                   f"| {1e6 * qa:.1f} | {1e6 * qb:.1f} | {qb / qa:.2f} |")
+    print(f"| stream work of one call, no collective (us) | single {1e6 * work[0]:.1f} "
+          f"| back to back {1e6 * work[1]:.1f} |")
 
 
 if __name__ == "__main__":
