@@ -15,6 +15,7 @@
 #include "client/nccl/gpu_context.hpp"
 #include "client/nccl/nccl_comm.hpp"
 #include "client/nccl/nccl_errors.hpp"
+#include "client/nccl/operation_runner.hpp"
 #include "client/nccl/unique_id.hpp"
 
 using iris::nccl::check_comm;
@@ -481,6 +482,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return guarded("ncclCommAbort", [&] {
     if (comm == nullptr) return ncclSuccess;
+    // Calls inside it on other threads leave first (a host wait sees the abort within
+    // ncclComm::kAbortPoll); this thread's open group drops what it queued on it.
+    iris::nccl::drop_group_operations(comm);
+    comm->stop_calls();
     end_comm(comm, true);
     return ncclSuccess;
   });
@@ -488,7 +493,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return guarded("ncclCommGetAsyncError", [&] {
-    check_comm(comm);
+    iris::nccl::CommCall inside(comm, "ncclCommGetAsyncError");
     check_out(asyncError, "asyncError");
     *asyncError = comm->poll();
     return ncclSuccess;

@@ -88,7 +88,7 @@ class HipStreamOp final : public RunningOp {
   void submit(const Transfer& t) override {
     if (gpu_dirty_) check(hip_.hipStreamSynchronize(stream_), "hipStreamSynchronize");
     gpu_dirty_ = false;
-    waits_.submit(op_.comm->comm, t, bases_);
+    waits_.submit(t, bases_);
   }
 
   void settle() override { waits_.settle(); }
@@ -102,7 +102,7 @@ class HipStreamOp final : public RunningOp {
   const hip::Runtime& hip_;
   hipStream_t stream_;
   bool gpu_dirty_ = true;  // what the stream holds before the call produces the send data
-  HostWaits waits_;
+  HostWaits waits_{*op_.comm};
   AreaBases bases_;
 };
 

@@ -49,7 +49,7 @@ class HostOp final : public RunningOp {
                    s.count, bases_.at(s.to));
   }
 
-  void submit(const Transfer& t) override { waits_.submit(op_.comm->comm, t, bases_); }
+  void submit(const Transfer& t) override { waits_.submit(t, bases_); }
 
   void settle() override { waits_.settle(); }
 
@@ -61,7 +61,7 @@ class HostOp final : public RunningOp {
   QueuedOp& op_;
   AreaBases bases_;
   bool staged_recv_ = false;
-  HostWaits waits_;
+  HostWaits waits_{*op_.comm};
 };
 
 }  // namespace

@@ -99,6 +99,51 @@ void ncclComm::check_usable(const char* function) {
                                                  "); abort it and make a new one");
 }
 
+void ncclComm::wait_for(iris::Request& request) const {
+  while (!request.wait(kAbortPoll))
+    if (aborting.load())
+      throw iris::nccl::NcclError(ncclInvalidUsage,
+                                  "ncclCommAbort ended the communicator while this call waited for "
+                                  "irisd; make a new communicator");
+}
+
+void ncclComm::stop_calls() {
+  aborting.store(true);
+  std::unique_lock lock(calls_mutex);
+  calls_left.wait(lock, [&] { return calls == 0; });
+}
+
+namespace iris::nccl {
+
+CommCall::CommCall(ncclComm* comm, const char* function) {
+  check_comm(comm);
+  std::lock_guard lock(comm->calls_mutex);
+  if (comm->aborting.load())
+    throw NcclError(ncclInvalidUsage,
+                    std::string(function) + " on a communicator that ncclCommAbort is ending");
+  ++comm->calls;
+  comm_ = comm;
+}
+
+CommCall& CommCall::operator=(CommCall&& other) noexcept {
+  if (this != &other) {
+    leave();
+    comm_ = std::exchange(other.comm_, nullptr);
+  }
+  return *this;
+}
+
+CommCall::~CommCall() { leave(); }
+
+void CommCall::leave() {
+  if (comm_ == nullptr) return;
+  std::lock_guard lock(comm_->calls_mutex);
+  if (--comm_->calls == 0) comm_->calls_left.notify_all();
+  comm_ = nullptr;
+}
+
+}  // namespace iris::nccl
+
 namespace {
 constexpr std::size_t kBusIdBytes = 32;
 }
@@ -115,7 +160,7 @@ bool ncclComm::shares_a_gpu() {
   if (shares_gpu) return *shares_gpu;
   bool shared = false;
   if (gpu_exchange.valid()) {
-    gpu_exchange.wait();
+    wait_for(gpu_exchange);
     const char* table = gpu_table.as<char>();
     const char* mine = table + kBusIdBytes * rank;
     for (uint32_t r = 0; r < nranks; ++r)

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/nccl/element_types.hpp"
@@ -58,6 +60,7 @@ struct CustomReduction {
 
 struct ncclComm;
 namespace iris::nccl {
+class CommCall;
 // Throws ncclInvalidArgument for a NULL communicator.
 void check_comm(const ncclComm* comm);
 }  // namespace iris::nccl
@@ -131,4 +134,39 @@ struct ncclComm {
   bool shares_a_gpu();
   // Throws the communicator's error when it has one, or ncclInvalidUsage while it initializes.
   void check_usable(const char* function);
+
+  // NCCL lets another thread abort a communicator that a call is inside. So each call that uses
+  // it counts itself in (iris::nccl::CommCall), a call waiting on the host for irisd looks at
+  // `aborting` every kAbortPoll and leaves with an error, and ncclCommAbort frees the
+  // communicator only once no call is inside.
+  static constexpr std::chrono::milliseconds kAbortPoll{10};
+  std::atomic<bool> aborting{false};
+  // Waits for `request` on the host; throws ncclInvalidUsage once ncclCommAbort began.
+  void wait_for(iris::Request& request) const;
+  // ncclCommAbort: no call may enter from now on; returns once none is inside.
+  void stop_calls();
+
+ private:
+  friend class iris::nccl::CommCall;
+  std::mutex calls_mutex;
+  std::condition_variable calls_left;
+  uint32_t calls = 0;
 };
+
+namespace iris::nccl {
+// One API call inside a communicator (ncclComm::aborting), from its checks to the end of its
+// operation (a group's operations hold theirs until ncclGroupEnd ran them). Throws
+// ncclInvalidUsage naming `function` when the communicator is being aborted.
+class CommCall {
+ public:
+  CommCall() = default;
+  CommCall(ncclComm* comm, const char* function);
+  CommCall(CommCall&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  CommCall& operator=(CommCall&& other) noexcept;
+  ~CommCall();
+
+ private:
+  void leave();
+  ncclComm* comm_ = nullptr;
+};
+}  // namespace iris::nccl

@@ -73,7 +73,7 @@ void check_peer(const ncclComm& comm, int peer, const char* what) {
 // Checks, plans and runs (or queues, in a group) one operation.
 ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, size_t count,
                      ncclDataType_t datatype, ncclRedOp_t op, int peer, cudaStream_t stream) {
-  iris::nccl::check_comm(comm);
+  iris::nccl::CommCall inside(comm, iris::nccl::op_name(kind));
   comm->check_usable(iris::nccl::op_name(kind));
   OpCall call;
   call.kind = kind;
@@ -122,7 +122,8 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
     }
   }
   if (plan->phases.empty()) return ncclSuccess;
-  iris::nccl::QueuedOp queued{comm, call, std::move(*plan), stream};
+  iris::nccl::QueuedOp queued{comm,  call,  std::move(*plan), stream, false,
+                              false, false, std::move(inside)};
   iris::nccl::decide_where(queued);
   // A device-resident scalar is read when the host reduces; the GPU kernel reads it itself.
   if (call.reduction.scalar_at != nullptr && !queued.on_stream) {
@@ -151,6 +152,16 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
   iris::nccl::run_operations(one);
   return ncclSuccess;
 }
+
+}  // namespace
+
+namespace iris::nccl {
+void drop_group_operations(const ncclComm* comm) {
+  std::erase_if(group.ops, [&](const QueuedOp& op) { return op.comm == comm; });
+}
+}  // namespace iris::nccl
+
+namespace {
 
 template <typename... Args>
 ncclResult_t operation(const char* name, Args&&... args) {

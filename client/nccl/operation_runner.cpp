@@ -42,19 +42,29 @@ Request submit_transfer(Communicator& comm, const Transfer& t, const AreaBases& 
 
 HostWaits::~HostWaits() {
   for (Request& r : requests_) try {
-      r.wait();
+      comm_.wait_for(r);
     } catch (const Error&) {
+    } catch (const NcclError&) {
+      return;  // aborted: nobody waits any more
     }
 }
 
-void HostWaits::submit(Communicator& comm, const Transfer& transfer, const AreaBases& bases) {
-  requests_.push_back(submit_transfer(comm, transfer, bases, Stream{}));
+void HostWaits::submit(const Transfer& transfer, const AreaBases& bases) {
+  requests_.push_back(submit_transfer(comm_.comm, transfer, bases, Stream{}));
 }
 
 void HostWaits::settle() {
   std::vector<Request> requests;
   requests.swap(requests_);
-  wait_all(requests);
+  // Every request is waited for before the first failure is thrown (the buffers are the
+  // caller's again), unless the communicator is aborted (wait_for throws NcclError at once).
+  std::exception_ptr failure;
+  for (Request& r : requests) try {
+      comm_.wait_for(r);
+    } catch (const Error&) {
+      if (!failure) failure = std::current_exception();
+    }
+  if (failure) std::rethrow_exception(failure);
 }
 
 namespace {

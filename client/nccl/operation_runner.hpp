@@ -30,6 +30,7 @@ struct QueuedOp {
   bool on_stream = false;
   bool stage_send = false;
   bool stage_recv = false;
+  CommCall call_inside;  // held from the call until the operation ran
 };
 
 // One operation as it runs; the runner calls these in round order.
@@ -55,21 +56,27 @@ struct AreaBases {
 Request submit_transfer(Communicator& comm, const Transfer& transfer, const AreaBases& bases,
                         Stream stream);
 
-// A round's transfers that the host waits for (RunningOp::settle); an operation that fails
-// midway still waits for what it submitted before its buffers go.
+// A round's transfers of `comm` that the host waits for (RunningOp::settle); an operation that
+// fails midway still waits for what it submitted before its buffers go, unless ncclCommAbort
+// ends the communicator meanwhile: then it leaves at once.
 class HostWaits {
  public:
-  HostWaits() = default;
+  explicit HostWaits(ncclComm& comm) : comm_(comm) {}
   HostWaits(const HostWaits&) = delete;
   HostWaits& operator=(const HostWaits&) = delete;
   ~HostWaits();
-  void submit(Communicator& comm, const Transfer& transfer, const AreaBases& bases);
+  void submit(const Transfer& transfer, const AreaBases& bases);
   // Waits for the round's transfers; throws the first failure.
   void settle();
 
  private:
+  ncclComm& comm_;
   std::vector<Request> requests_;
 };
+
+// Drops the operations on `comm` that this thread's open group holds (ncclCommAbort from the
+// thread that queued them: they would never run).
+void drop_group_operations(const ncclComm* comm);
 
 // Where `op` runs and what it needs there; throws NcclError for memory it cannot move.
 std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch);

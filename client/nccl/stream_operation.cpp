@@ -186,7 +186,7 @@ class StreamOp final : public RunningOp {
     if (host_waits_) {
       if (gpu_dirty_) check(cu_.cuStreamSynchronize(stream_), "cuStreamSynchronize");
       gpu_dirty_ = false;
-      waits_.submit(op_.comm->comm, t, bases_);
+      waits_.submit(t, bases_);
       return;
     }
     Request request =
@@ -226,8 +226,8 @@ class StreamOp final : public RunningOp {
   CUstream stream_ = nullptr;
   bool bridged_ = false;
   bool host_waits_ = false;
-  bool gpu_dirty_ = false;  // work on the stream that irisd's next copies must not pass
-  HostWaits waits_;         // host waits: this round's
+  bool gpu_dirty_ = false;      // work on the stream that irisd's next copies must not pass
+  HostWaits waits_{*op_.comm};  // host waits: this round's
   AreaBases bases_;
 };
 

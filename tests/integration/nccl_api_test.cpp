@@ -138,6 +138,16 @@ TEST(NcclApi, ARanksDeathIsARemoteErrorCarryingIrisdsReason) {
   expect_all_pass(start_job(daemon, 3, "survivor"), daemon);
 }
 
+// ncclCommAbort from one thread while another waits inside an operation on the communicator
+// (NCCL allows it): the waiting call leaves with ncclInvalidUsage naming the abort, and the
+// communicator is freed only after it left.
+TEST(NcclApi, AnAbortFromAnotherThreadEndsACallWaitingInside) {
+  DaemonProcess daemon;
+  expect_all_pass(
+      start_job(daemon, 2, "abort-race", {"--stop-file", daemon.directory() + "/rank0-done"}),
+      daemon);
+}
+
 // A restart of irisd is a pause for communicators made through the NCCL API too: the job's
 // all-reduces go on, every one checked, through a SIGKILL, a stop and another SIGKILL.
 TEST(NcclApi, AJobComesThroughRestartsOfIrisd) {

@@ -10,12 +10,14 @@
 // group (operations mixed in one group), split, nonblocking, threads (every rank in this
 // process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
 // ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
-// for a restart test), refusals (bad calls: their codes and reasons), fallback, fallback-strict
+// for a restart test), abort-race (ncclCommAbort while another thread waits inside an
+// all-reduce), refusals (bad calls: their codes and reasons), fallback, fallback-strict
 // and fallback-unusable (IRISD_NCCL_FALLBACK at tests/nccl/nccl_stand_in.cpp, or at no NCCL).
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -504,6 +506,37 @@ int main(int argc, char** argv) {
       expect(why.find("peer_lost") != std::string::npos, "the reason names the lost peer");
       NCCL_OK(ncclCommAbort(comm));
       comm = nullptr;
+    } else if (name == "abort-race") {
+      // Rank 0's worker waits inside an all-reduce that rank 1 never joins; the main thread
+      // aborts the communicator under it: the call returns ncclInvalidUsage naming the abort,
+      // and the abort returns once it left. Rank 1 stays until rank 0 is done (--stop-file), so
+      // that nothing but the abort ends the call.
+      if (rank == 0) {
+        std::atomic<bool> calling{false};
+        ncclResult_t result = ncclSuccess;
+        std::string why;
+        std::thread worker([&] {
+          int64_t value = 1;
+          calling.store(true);
+          result = ncclAllReduce(&value, &value, 1, ncclInt64, ncclSum, comm, nullptr);
+          why = ncclGetLastError(nullptr);
+        });
+        while (!calling.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        NCCL_OK(ncclCommAbort(comm));
+        worker.join();
+        comm = nullptr;
+        std::printf("abort-race: %s: %s\n", ncclGetErrorString(result), why.c_str());
+        expect(result == ncclInvalidUsage, "the waiting all-reduce fails with ncclInvalidUsage");
+        expect(why.find("ncclCommAbort") != std::string::npos, "its reason names the abort");
+        std::FILE* f = std::fopen(stop_file.c_str(), "w");
+        if (f != nullptr) std::fclose(f);
+      } else {
+        for (int k = 0; k < 60000 && ::access(stop_file.c_str(), F_OK) != 0; ++k) ::usleep(1000);
+        expect(::access(stop_file.c_str(), F_OK) == 0, "rank 0 ended within a minute");
+        NCCL_OK(ncclCommAbort(comm));
+        comm = nullptr;
+      }
     } else if (name == "refusals") {
       check_refusals(comm);
     } else if (name == "fallback" || name == "fallback-strict") {
