@@ -5,12 +5,20 @@
 # A's bandwidth alone and beside B, with irisd's pacing on (--engine-queue-bytes 8 MiB, the GPU
 # engines' default; the host engine's auto is off) and off
 # (0: every copy straight to the engine, as before) in the same run. Needs root. Prints markdown.
+# With BENCH_BUNDLE=DIR it runs a bundle's binaries (scripts/gpu-bundle.sh's .gpu on the GPU host).
 #   scripts/bench-tenants.sh [engine workers, default 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workers=${1:-2}
 [ "$(id -u)" = 0 ] || { echo "bench-tenants.sh: needs root (tenant B runs as uid 65534)" >&2; exit 1; }
-sweep=build/tests/bench/iris-collective-sweep
+if [ -n "${BENCH_BUNDLE:-}" ]; then
+  sweep=$(realpath "$BENCH_BUNDLE")/bin/iris-collective-sweep
+  daemon_bin=$(realpath "$BENCH_BUNDLE")/bin/irisd
+  export LD_LIBRARY_PATH=$(realpath "$BENCH_BUNDLE")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  sweep=build/tests/bench/iris-collective-sweep
+  daemon_bin=build/daemon/irisd
+fi
 big=$((256 << 20))
 run=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
 chmod 755 "$run"
@@ -31,14 +39,15 @@ tenant() {
 }
 # Column of a CSV row: 4 p50_us, 5 p99_us, 6 algbw_GBps.
 col() { cut -d, -f"$2" <<<"$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }'; }
 
-echo "## Two tenants on the host engine ($workers workers; $(nproc) cores, $("$(pwd)/build/daemon/irisd" --version))"
+echo "## Two tenants on the host engine ($workers workers; $(nproc) cores, $("$daemon_bin" --version))"
 echo
 echo "| pacing | B block | B alone p50 / p99 us | B beside A p50 / p99 us | p99 ratio | A alone GB/s | A beside B GB/s | ratio |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for mode in 8388608 0; do
   for small in $((4 << 10)) $((64 << 10)) $((1 << 20)); do
-    build/daemon/irisd --socket "$run/irisd.sock" --socket-mode 0666 --engine host \
+    "$daemon_bin" --socket "$run/irisd.sock" --socket-mode 0666 --engine host \
       --engine-workers "$workers" --engine-queue-bytes "$mode" --log-level warn >"$run/irisd.log" 2>&1 &
     daemon=$!
     for _ in $(seq 100); do [ -S "$run/irisd.sock.attach" ] && break; sleep 0.1; done
@@ -60,8 +69,8 @@ for mode in 8388608 0; do
     printf "| %s | %s | %s / %s | %s / %s | %.1fx | %s | %s | %.2f |\n" \
       "$([ "$mode" = 0 ] && echo off || echo on)" "$small" \
       "$(col "$b_alone" 4)" "$(col "$b_alone" 5)" "$(col "$b_beside" 4)" "$(col "$b_beside" 5)" \
-      "$(echo "$(col "$b_beside" 5) / $(col "$b_alone" 5)" | bc -l)" \
+      "$(ratio "$(col "$b_beside" 5)" "$(col "$b_alone" 5)")" \
       "$(col "$a_alone" 6)" "$(col "$a_beside" 6)" \
-      "$(echo "$(col "$a_beside" 6) / $(col "$a_alone" 6)" | bc -l)"
+      "$(ratio "$(col "$a_beside" 6)" "$(col "$a_alone" 6)")"
   done
 done

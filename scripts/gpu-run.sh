@@ -21,12 +21,13 @@
 #     nodes       two irisd as two nodes, restarted one at a time under a job on CUDA tensors
 #     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
 #                 (TENANT_QUEUES: the --engine-queue-bytes values, default "auto 2097152 0")
+#     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
 #                 (the last landing's, when bundled), alternately, and the ratios
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
 #     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,sweep,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -333,6 +334,9 @@ if want tenants; then
     kill "$tdaemon"; wait "$tdaemon"
   done
 fi
+if want hosttenants; then
+  BENCH_BUNDLE=.gpu timeout 500 scripts/bench-tenants.sh 4 >"$out/tenants_host.md" 2>&1
+fi
 if want sweep && [ -x "$bin/irisd-landed" ]; then
   # Issue 50: a user alone must not lose bandwidth to pacing. The same 8-rank sweep (device
   # receive, 4 KiB-256 MiB) against this irisd and the last landing's, alternately, twice.
@@ -494,6 +498,7 @@ fi
 if want tenants; then
   echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576|268435456) " "$out/tenants.md"
 fi
+if want hosttenants; then echo "-- two users on the host engine"; cat "$out/tenants_host.md"; fi
 if want sweep; then echo "-- a single job's sweep, this irisd against the last landing's"; cat "$out/sweep.md"; fi
 if want nodes; then
   echo "-- across nodes through restarts on CUDA tensors (exit $nodes_rc)"; tail -4 "$out/nodes_restart.txt"
