@@ -20,7 +20,8 @@
 #     freed       jobs that freed registered GPU memory through a restart of irisd
 #     nodes       two irisd as two nodes, restarted one at a time under a job on CUDA tensors
 #     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
-#                 (TENANT_QUEUES: the --engine-queue-bytes values, default "auto 2097152 0")
+#                 (TENANT_QUEUES: the --engine-queue-bytes values, default "auto 2097152 0";
+#                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1")
 #     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
 #                 (the last landing's, when bundled), alternately, and the ratios
@@ -284,6 +285,7 @@ if want tenants; then
   # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 8 MiB while two
   # users are attached), at 2 MiB, and not at all (0).
   tenants_rc=0
+  for recv in ${TENANT_RECV:-1}; do
   for queue in ${TENANT_QUEUES:-auto 2097152 0}; do
     trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
     chmod 755 "$trun"
@@ -298,7 +300,7 @@ if want tenants; then
       [ "$uid" != 0 ] && as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
       for r in 1 0; do
         timeout 200 "${as[@]}" "$bin/iris-gpu-bench" --socket "$trun/irisd.sock" --key "$key" \
-          --nranks 2 --rank $r --min-bytes "$min" --max-bytes "$max" --host-recv 1 \
+          --nranks 2 --rank $r --min-bytes "$min" --max-bytes "$max" --host-recv "$recv" \
           >"$trun/$key.$r" 2>&1 &
         pids+=($!)
       done
@@ -315,13 +317,14 @@ if want tenants; then
       sleep 0.5
     }
     big=$((256 << 20))
+    what="engine-queue-bytes $queue, host-recv $recv"
     {
-      echo "## engine-queue-bytes $queue: B alone"; tenant b-alone 65534 4096 1048576
-      echo "## engine-queue-bytes $queue: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
-      echo "## engine-queue-bytes $queue: A alone"; tenant a-alone 0 "$big" "$big"
-      echo "## engine-queue-bytes $queue: A beside B"; beside 65534 4096 1048576 a-beside 0 "$big" "$big"
+      echo "## $what: B alone"; tenant b-alone 65534 4096 1048576
+      echo "## $what: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
+      echo "## $what: A alone"; tenant a-alone 0 "$big" "$big"
+      echo "## $what: A beside B"; beside 65534 4096 1048576 a-beside 0 "$big" "$big"
     } >>"$out/tenants.md"
-    if [ "$queue" = auto ]; then
+    if [ "$queue" = auto ] && [ "$recv" = 1 ]; then
       tenant bulk-a 0 "$big" "$big" >"$trun/bulk-a.md" &
       bulk_a=$!
       tenant bulk-c 65534 "$big" "$big" >"$trun/bulk-c.md"
@@ -332,6 +335,7 @@ if want tenants; then
     fi
     timeout 30 "$bin/iris-ctl" --socket "$trun/irisd.sock" stats >>"$out/tenants.md"
     kill "$tdaemon"; wait "$tdaemon"
+  done
   done
 fi
 if want hosttenants; then
