@@ -375,7 +375,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t* config) {
   return guarded("ncclCommSplit", [&] {
-    check_comm(comm);
+    iris::nccl::CommCall inside(comm, "ncclCommSplit");
     check_out(newcomm, "newcomm");
     *newcomm = nullptr;
     comm->check_usable("ncclCommSplit");
@@ -387,7 +387,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     char* table = comm->host_scratch.reserve(comm->lane->client, pair * comm->nranks);
     const int32_t mine[2] = {color, key};
     std::memcpy(table + pair * comm->rank, mine, pair);
-    comm->comm.all_gather(table + pair * comm->rank, table, pair).wait();
+    iris::Request gathered = comm->comm.all_gather(table + pair * comm->rank, table, pair);
+    comm->wait_for(gathered);
     const uint64_t index = comm->children++;
     if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
     // The child's ranks: the parent's of this color, ordered by key, then by parent rank.
@@ -415,7 +416,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   return guarded("ncclCommShrink", [&] {
-    check_comm(comm);
+    iris::nccl::CommCall inside(comm, "ncclCommShrink");
     check_out(newcomm, "newcomm");
     *newcomm = nullptr;
     if (excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == nullptr))
@@ -448,7 +449,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return guarded("ncclCommFinalize", [&] {
-    check_comm(comm);
+    iris::nccl::CommCall inside(comm, "ncclCommFinalize");
     if (comm->init_thread.joinable()) comm->init_thread.join();
     std::vector<iris::Request> in_flight;
     {
@@ -457,7 +458,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     }
     for (iris::Request& r : in_flight) {
       try {
-        r.wait();
+        comm->wait_for(r);
       } catch (const iris::Error& e) {
         comm->fail(iris::nccl::result_of(e.code()), e.what());
       }
