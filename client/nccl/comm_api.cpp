@@ -266,7 +266,7 @@ void end_comm(ncclComm* comm, bool abort) {
   }
   iris::nccl::release_gpu_scratch(*comm);
   iris::nccl::ProcessClients::instance().release(*comm->lane, comm->key);
-  delete comm;
+  iris::nccl::CommRef::release(comm);
 }
 
 }  // namespace

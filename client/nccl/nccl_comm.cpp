@@ -135,6 +135,20 @@ CommCall& CommCall::operator=(CommCall&& other) noexcept {
 
 CommCall::~CommCall() { leave(); }
 
+CommRef::CommRef(ncclComm* comm) : comm_(comm) { comm->refs.fetch_add(1); }
+
+CommRef& CommRef::operator=(CommRef&& other) noexcept {
+  if (this != &other) {
+    release(comm_);
+    comm_ = std::exchange(other.comm_, nullptr);
+  }
+  return *this;
+}
+
+void CommRef::release(ncclComm* comm) {
+  if (comm != nullptr && comm->refs.fetch_sub(1) == 1) delete comm;
+}
+
 void CommCall::leave() {
   if (comm_ == nullptr) return;
   std::lock_guard lock(comm_->calls_mutex);

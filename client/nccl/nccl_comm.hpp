@@ -61,6 +61,7 @@ struct CustomReduction {
 struct ncclComm;
 namespace iris::nccl {
 class CommCall;
+class CommRef;
 // Throws ncclInvalidArgument for a NULL communicator.
 void check_comm(const ncclComm* comm);
 }  // namespace iris::nccl
@@ -137,8 +138,10 @@ struct ncclComm {
 
   // NCCL lets another thread abort a communicator that a call is inside. So each call that uses
   // it counts itself in (iris::nccl::CommCall), a call waiting on the host for irisd looks at
-  // `aborting` every kAbortPoll and leaves with an error, and ncclCommAbort frees the
-  // communicator only once no call is inside.
+  // `aborting` every kAbortPoll and leaves with an error, and ncclCommAbort ends the
+  // communicator only once no call is inside. Operations queued in another thread's open group
+  // are not inside yet: they hold a reference (iris::nccl::CommRef) that keeps this struct, and
+  // ncclGroupEnd refuses them once the communicator was ended.
   static constexpr std::chrono::milliseconds kAbortPoll{10};
   std::atomic<bool> aborting{false};
   // Waits for `request` on the host; throws ncclInvalidUsage once ncclCommAbort began.
@@ -148,15 +151,33 @@ struct ncclComm {
 
  private:
   friend class iris::nccl::CommCall;
+  friend class iris::nccl::CommRef;
   std::mutex calls_mutex;
   std::condition_variable calls_left;
   uint32_t calls = 0;
+  std::atomic<uint32_t> refs{1};  // the application's handle, and each CommRef
 };
 
 namespace iris::nccl {
 // One API call inside a communicator (ncclComm::aborting), from its checks to the end of its
 // operation (a group's operations hold theirs until ncclGroupEnd ran them). Throws
 // ncclInvalidUsage naming `function` when the communicator is being aborted.
+// Keeps a communicator's struct (not the communicator) alive: the last of the handle's end
+// (end_comm) and the references frees it.
+class CommRef {
+ public:
+  CommRef() = default;
+  explicit CommRef(ncclComm* comm);
+  CommRef(CommRef&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  CommRef& operator=(CommRef&& other) noexcept;
+  ~CommRef() { release(comm_); }
+  // Drops one reference to `comm`; the last frees it.
+  static void release(ncclComm* comm);
+
+ private:
+  ncclComm* comm_ = nullptr;
+};
+
 class CommCall {
  public:
   CommCall() = default;

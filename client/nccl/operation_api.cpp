@@ -1,6 +1,7 @@
 // NCCL's operations (collectives, point to point), groups and the reductions made per
 // communicator. Each call is checked here, planned (operation_plan.hpp), and run at once or, in a
 // group, at the outermost ncclGroupEnd (operation_runner.hpp).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -122,8 +123,8 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
     }
   }
   if (plan->phases.empty()) return ncclSuccess;
-  iris::nccl::QueuedOp queued{comm,  call,  std::move(*plan), stream, false,
-                              false, false, std::move(inside)};
+  iris::nccl::QueuedOp queued{comm,  call,  std::move(*plan),         stream, false,
+                              false, false, iris::nccl::CommRef(comm)};
   iris::nccl::decide_where(queued);
   // A device-resident scalar is read when the host reduces; the GPU kernel reads it itself.
   if (call.reduction.scalar_at != nullptr && !queued.on_stream) {
@@ -259,6 +260,13 @@ ncclResult_t ncclGroupEnd(void) {
     if (--group.depth == 0) {
       std::vector<iris::nccl::QueuedOp> ops;
       ops.swap(group.ops);
+      // Every communicator of the group is inside from here (refused, with the whole group,
+      // when one was aborted since its operation was queued).
+      std::vector<iris::nccl::CommCall> inside;
+      for (const iris::nccl::QueuedOp& op : ops)
+        if (std::none_of(ops.begin(), ops.begin() + (&op - ops.data()),
+                         [&](const iris::nccl::QueuedOp& o) { return o.comm == op.comm; }))
+          inside.emplace_back(op.comm, "ncclGroupEnd");
       iris::nccl::run_operations(ops);
     }
     if (fb != nullptr) fb->check(fb->GroupEnd(), "ncclGroupEnd");

@@ -30,7 +30,7 @@ struct QueuedOp {
   bool on_stream = false;
   bool stage_send = false;
   bool stage_recv = false;
-  CommCall call_inside;  // held from the call until the operation ran
+  CommRef comm_kept;  // keeps the struct while a group holds the operation
 };
 
 // One operation as it runs; the runner calls these in round order.
