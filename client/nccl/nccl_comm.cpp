@@ -119,8 +119,9 @@ CommCall::CommCall(ncclComm* comm, const char* function) {
   check_comm(comm);
   std::lock_guard lock(comm->calls_mutex);
   if (comm->aborting.load())
-    throw NcclError(ncclInvalidUsage,
-                    std::string(function) + " on a communicator that ncclCommAbort is ending");
+    throw NcclError(
+        ncclInvalidUsage,
+        std::string(function) + " on a communicator that ncclCommAbort ended or is ending");
   ++comm->calls;
   comm_ = comm;
 }
