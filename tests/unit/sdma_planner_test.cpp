@@ -100,6 +100,24 @@ TEST(SdmaPlanner, HostCopiesUseOnlyTheHostEnginesAndAlternate) {
   EXPECT_EQ((uses[{5, 0b10}]), 3);
 }
 
+// While tenants share the GPU: latency copies on the pair's highest engine, bulk on the rest.
+TEST(SdmaPlanner, TheHighestEngineOfAPairIsKeptForLatencyCopies) {
+  EXPECT_EQ(engines_for(0b1100, EngineQueue::kLatency), 0b1000u);
+  EXPECT_EQ(engines_for(0b1100, EngineQueue::kBulk), 0b0100u);
+  EXPECT_EQ(engines_for(0b1100, EngineQueue::kAny), 0b1100u);
+  EXPECT_EQ(engines_for(0b0100, EngineQueue::kLatency), 0b0100u) << "one engine: shared";
+  EXPECT_EQ(engines_for(0b0100, EngineQueue::kBulk), 0b0100u);
+  SdmaPlanner planner(kGpus, mi300x, 0);
+  std::vector<CopyShape> copies;
+  for (int i = 0; i < 4; ++i) copies.push_back({2, kHostAgent, 64 << 20, EngineQueue::kBulk});
+  for (int i = 0; i < 4; ++i) copies.push_back({2, kHostAgent, 4096, EngineQueue::kLatency});
+  for (const PlannedPiece& p : planner.plan(copies))
+    EXPECT_EQ(p.engine, copies[p.copy].queue == EngineQueue::kLatency ? 0b10u : 0b01u);
+  // A user alone (kAny) uses both, the least loaded first: the latency engine here.
+  const std::vector<CopyShape> alone{{2, kHostAgent, 1 << 20}};
+  EXPECT_EQ(planner.plan(alone)[0].engine, 0b10u);
+}
+
 TEST(SdmaPlanner, Mi308xNeverLeavesTheOfferedEnginesAndSharesThemEvenly) {
   SdmaPlanner planner(kGpus, mi308x, 0);
   for (int round = 0; round < 10; ++round) {

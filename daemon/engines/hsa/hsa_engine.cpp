@@ -103,6 +103,11 @@ void HsaEngine::stop() {
   }
 }
 
+bool HsaEngine::keeps_latency_engine(int device) const {
+  // Judged by the pair irisd's tenants share most: the GPU's copies into host memory.
+  return std::popcount(hsa::usable_engines(pair_engines(device, kHostMemory))) > 1;
+}
+
 hsa::PairEngines HsaEngine::pair_engines(int src_device, int dst_device) const {
   const std::size_t n = gpus_.size() + 1;
   return pairs_[(src_device + 1) * n + (dst_device + 1)];
@@ -151,7 +156,8 @@ bool HsaEngine::issue(const CopyRequest& copy, const hsa::PlannedPiece& piece,
 
 void HsaEngine::submit(std::span<const CopyRequest> copies) {
   shapes_.clear();
-  for (const CopyRequest& c : copies) shapes_.push_back({c.src_device, c.dst_device, c.bytes});
+  for (const CopyRequest& c : copies)
+    shapes_.push_back({c.src_device, c.dst_device, c.bytes, c.queue});
   const std::vector<hsa::PlannedPiece>& pieces = planner_->plan(shapes_);
   std::size_t first = 0;
   while (first < pieces.size()) {

@@ -59,6 +59,7 @@ class HsaEngine final : public Engine {
   bool needs_polling() const override { return !in_flight_.empty(); }
   // A timed-out copy is reported failed while its DMA may still run (see quarantined_).
   bool outlives_its_completions() const override { return true; }
+  bool keeps_latency_engine(int device) const override;
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
   void write_device_word(int device, std::byte* address, uint32_t value) override;

@@ -12,6 +12,12 @@ uint32_t usable_engines(const PairEngines& pair) {
   return recommended != 0 ? recommended : pair.available;
 }
 
+uint32_t engines_for(uint32_t usable, EngineQueue queue) {
+  if (queue == EngineQueue::kAny || std::popcount(usable) < 2) return usable;
+  const uint32_t kept = uint32_t{1} << (31 - std::countl_zero(usable));
+  return queue == EngineQueue::kLatency ? kept : usable & ~kept;
+}
+
 SdmaPlanner::SdmaPlanner(int devices, PairLookup lookup, uint64_t split_bytes)
     : lookup_(std::move(lookup)), split_bytes_(split_bytes), load_(std::max(devices, 0)) {}
 
@@ -43,7 +49,7 @@ const std::vector<PlannedPiece>& SdmaPlanner::plan(std::span<const CopyShape> co
       throw std::out_of_range("SdmaPlanner: device " + std::to_string(agent) + " out of range");
     const PairEngines pair =
         agent == kHostAgent ? PairEngines{} : lookup_(c.src_device, c.dst_device);
-    const uint32_t mask = usable_engines(pair);
+    const uint32_t mask = engines_for(usable_engines(pair), c.queue);
     if (mask == 0) {
       by_size_.push_back({i, 0, c.bytes, agent, 0});
       continue;

@@ -14,6 +14,10 @@
 // collective's copies to different peers run on different links' engines in parallel. A copy of
 // at least split_bytes is cut into one page-aligned piece per recommended engine; a pair without
 // a recommendation is not split.
+//
+// Classes (EngineQueue, while tenants share the GPU): of a pair with two usable engines or more,
+// the highest is kept for kLatency copies and kBulk copies use the others, so that a small
+// collective never queues behind bulk pieces on an SDMA engine's ring; kAny uses them all.
 #pragma once
 
 #include <array>
@@ -22,6 +26,8 @@
 #include <functional>
 #include <span>
 #include <vector>
+
+#include "daemon/engines/engine.hpp"
 
 namespace iris::daemon::hsa {
 
@@ -42,7 +48,11 @@ struct CopyShape {
   int src_device;  // kHostAgent for host memory
   int dst_device;
   uint64_t bytes;
+  EngineQueue queue = EngineQueue::kAny;
 };
+
+// The engines of `usable` (usable_engines) that a copy of `queue` may run on.
+uint32_t engines_for(uint32_t usable, EngineQueue queue);
 
 struct PlannedPiece {
   std::size_t copy;  // index of the copy in the planned span
