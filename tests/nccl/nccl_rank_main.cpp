@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -508,59 +507,8 @@ int main(int argc, char** argv) {
       NCCL_OK(ncclCommAbort(comm));
       comm = nullptr;
     } else if (name == "abort-race") {
-      // Rank 0's worker waits inside an all-reduce that rank 1 never joins; the main thread
-      // aborts the communicator under it: the call returns ncclInvalidUsage naming the abort,
-      // and the abort returns once it left. Rank 1 stays until rank 0 is done (--stop-file), so
-      // that nothing but the abort ends the call.
-      // A second communicator, for an operation queued in another thread's open group.
-      ncclComm_t second = nullptr;
-      NCCL_OK(ncclCommSplit(comm, 0, rank, &second, nullptr));
-      if (rank == 0) {
-        std::atomic<bool> calling{false};
-        ncclResult_t result = ncclSuccess;
-        std::string why;
-        std::thread worker([&] {
-          int64_t value = 1;
-          calling.store(true);
-          result = ncclAllReduce(&value, &value, 1, ncclInt64, ncclSum, comm, nullptr);
-          why = ncclGetLastError(nullptr);
-        });
-        while (!calling.load()) std::this_thread::yield();
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        NCCL_OK(ncclCommAbort(comm));
-        worker.join();
-        comm = nullptr;
-        std::printf("abort-race: %s: %s\n", ncclGetErrorString(result), why.c_str());
-        expect(result == ncclInvalidUsage, "the waiting all-reduce fails with ncclInvalidUsage");
-        expect(why.find("ncclCommAbort") != std::string::npos, "its reason names the abort");
-        // The abort does not wait for a group that another thread keeps open; the group's end
-        // then refuses the operation it held.
-        std::atomic<bool> queued{false}, aborted{false};
-        std::thread grouper([&] {
-          int64_t value = 1;
-          NCCL_OK(ncclGroupStart());
-          NCCL_OK(ncclAllReduce(&value, &value, 1, ncclInt64, ncclSum, second, nullptr));
-          queued.store(true);
-          for (int k = 0; k < 60000 && !aborted.load(); ++k) ::usleep(1000);
-          result = ncclGroupEnd();
-          why = ncclGetLastError(nullptr);
-        });
-        while (!queued.load()) std::this_thread::yield();
-        NCCL_OK(ncclCommAbort(second));
-        aborted.store(true);
-        grouper.join();
-        std::printf("abort-race group: %s: %s\n", ncclGetErrorString(result), why.c_str());
-        expect(result == ncclInvalidUsage && why.find("ncclCommAbort") != std::string::npos,
-               "the group's end refuses the operation on the aborted communicator");
-        std::FILE* f = std::fopen(stop_file.c_str(), "w");
-        if (f != nullptr) std::fclose(f);
-      } else {
-        for (int k = 0; k < 60000 && ::access(stop_file.c_str(), F_OK) != 0; ++k) ::usleep(1000);
-        expect(::access(stop_file.c_str(), F_OK) == 0, "rank 0 ended within a minute");
-        NCCL_OK(ncclCommAbort(second));
-        NCCL_OK(ncclCommAbort(comm));
-        comm = nullptr;
-      }
+      check_abort_race(comm, rank, stop_file);
+      comm = nullptr;
     } else if (name == "refusals") {
       check_refusals(comm);
     } else if (name == "fallback" || name == "fallback-strict") {

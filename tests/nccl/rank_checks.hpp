@@ -1,6 +1,6 @@
 // What the cases of iris-test-nccl-rank share (tests/nccl/nccl_rank_main.cpp): the tally of
 // checks and mismatches that decides its exit code, and the cases kept in files of their own
-// (refusal_checks.cpp, fallback_checks.cpp).
+// (refusal_checks.cpp, fallback_checks.cpp, abort_checks.cpp).
 #pragma once
 
 #include <atomic>
@@ -35,5 +35,8 @@ void check_refusals(ncclComm_t comm);
 // IRISD_NCCL_FALLBACK at the stand-in (tests/nccl/nccl_stand_in.cpp); `strict`: with
 // IRISD_NCCL_STRICT=1.
 void check_fallback(ncclComm_t comm, bool strict);
+// ncclCommAbort racing calls of other threads (2 ranks; ends `comm`). Rank 0 creates
+// `stop_file` when done; rank 1 waits for it.
+void check_abort_race(ncclComm_t comm, int rank, const std::string& stop_file);
 
 }  // namespace iris::nccl_test
