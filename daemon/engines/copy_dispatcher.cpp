@@ -106,6 +106,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     slot.bytes = c.bytes;
     Lane& l = lane(slot.device);
     if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
+    if (flow.cls == TrafficClass::kLatency) l.latency_until = now + kSharedHold;
     if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
     if (pacing_.queue_bytes == 0 || (now >= l.shared_until && l.fair.empty())) {
       slot.slices_out = 1;  // whole, straight to the engine
@@ -169,9 +170,10 @@ bool CopyDispatcher::take(Lane& l, const std::optional<FairShare::Slice>& s,
   piece.dst += s->offset;
   piece.bytes = s->bytes;
   const bool latency = slot.cls == TrafficClass::kLatency;
-  piece.queue = !l.latency_engine ? EngineQueue::kAny
-                : latency         ? EngineQueue::kLatency
-                                  : EngineQueue::kBulk;
+  piece.queue = !l.latency_engine       ? EngineQueue::kAny
+                : latency               ? EngineQueue::kLatency
+                : now < l.latency_until ? EngineQueue::kBulk
+                                        : EngineQueue::kAny;
   ++slot.slices_out;
   slot.in_flight_bytes += s->bytes;
   slot.all_issued = s->last;

@@ -16,9 +16,9 @@
 // ones complete, so a copy that becomes ready waits behind about queue_bytes, not behind a tenant's
 // whole transfer (a GPU's copy engines run their queue first in, first out). Where the engine keeps
 // a copy engine of the device for latency work, latency slices go there with a bound of their own
-// and bulk slices to the others: a small collective then waits behind no bulk slice at all. A copy
-// completes for its owner once its last slice did. A user alone on the node hands the engine each
-// copy whole, as without pacing: a single job pays nothing for it.
+// and, while latency work comes, bulk slices to the others: a small collective then waits behind
+// no bulk slice at all. A copy completes for its owner once its last slice did. A user alone on the
+// node hands the engine each copy whole, as without pacing: a single job pays nothing for it.
 #pragma once
 
 #include <chrono>
@@ -138,8 +138,11 @@ class CopyDispatcher final : public Poller {
     uint64_t in_flight = 0;          // bytes of slices at the engine
     uint64_t latency_in_flight = 0;  // of which latency work
     // The device keeps a copy engine for latency work (Engine::keeps_latency_engine): each class
-    // has its own bound then.
+    // has its own bound then, and bulk slices stay off that engine until latency_until (for
+    // kSharedHold after the last latency copy): a tenant whose neighbour only has a session
+    // attached, or only moves bulk, keeps every engine.
     bool latency_engine = false;
+    std::chrono::steady_clock::time_point latency_until{};
     std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
     std::chrono::steady_clock::time_point shared_until{};  // paced until then
     // Engine time (Stats' UserEngineCounters): since when the engines have had copies, and the

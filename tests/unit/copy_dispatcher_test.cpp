@@ -287,7 +287,8 @@ TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
 }
 
 // A GPU whose engine keeps a copy engine for latency work: latency copies go there at once,
-// whatever bulk has at the engine, with a bound of their own; bulk slices go to the other engines.
+// whatever bulk has at the engine, with a bound of their own; bulk slices go to the other engines
+// while latency work comes (before any, and a second after the last, they may use every engine).
 TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   engine.latency_engine = true;
   copies.set_users(2);
@@ -298,7 +299,7 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   copies.track(bulk, owner, 1);
   copies.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
   ASSERT_EQ(engine.handed.size(), 4u);
-  for (const CopyRequest& c : engine.handed) EXPECT_EQ(c.queue, EngineQueue::kBulk);
+  for (const CopyRequest& c : engine.handed) EXPECT_EQ(c.queue, EngineQueue::kAny);
   // Ten 1 MiB latency copies of another user: eight (the bound) at once, beside bulk's 8 MiB.
   std::vector<CopyRequest> small;
   for (uint64_t i = 0; i < 10; ++i) {
@@ -326,8 +327,13 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   EXPECT_EQ(engine.handed[13].queue, EngineQueue::kLatency);
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0].first, 10u);
+  // A second after the last latency copy, bulk may use every engine again.
+  test_now += std::chrono::seconds(2);
+  complete(1);
+  ASSERT_EQ(engine.handed.size(), 15u);
+  EXPECT_EQ(engine.handed[14].queue, EngineQueue::kAny);
   // Everything ends (what completing hands the engine is completed in turn), each copy once.
-  for (std::size_t i = 1; i < engine.handed.size(); ++i)
+  for (std::size_t i = 2; i < engine.handed.size(); ++i)
     if (i != 4) complete(i);
   EXPECT_EQ(owner.done.size(), 11u);
   EXPECT_EQ(engine.handed.size(), 15u + 10u);
