@@ -2,14 +2,17 @@
 // memory, through the HIP runtime loaded at run time (iris/shared/hip_library.hpp), so that the
 // library loads on machines without ROCm. It stands in for stream_operation.cpp, the CUDA one.
 //
-// An operation with a HIP stream waits on the host: the stream is synchronized before irisd is
-// called (and again after a local copy whose output a later phase sends), irisd's calls are
-// waited for on the host (its hsa engine moves the bytes between the GPUs' memory), and the local
-// copies are enqueued on the stream; so when the call returns, everything the operation moved has
-// landed. The reductions have no kernels in this build (no HIP compiler here): a reduction of
-// device memory fails with ncclInvalidUsage naming the operation; with IRISD_NCCL_FALLBACK naming
-// ROCm's librccl.so.1 the reductions go to it (IRISD_NCCL_FALLBACK_OPS defaults to them). A
-// stream capturing a graph is refused: irisd's HIP graph capture goes through libiris's own API.
+// An operation with a HIP stream is ordered on it, as on CUDA: each irisd call goes through
+// libiris's HIP stream path (the stream writes a ready flag that irisd waits for, and waits for
+// the done flag irisd writes; docs/MI300.md), local copies are enqueued on the stream, and the
+// call returns at once; a failure reaches ncclCommGetAsyncError. The host waits instead on the
+// null stream (libiris orders on no legacy stream), and for ranks that share a GPU with
+// IRISD_NCCL_SHARED_GPU=host: the stream is synchronized before irisd is called (and again after
+// a local copy whose output a later phase sends) and irisd's calls are waited for on the host.
+// The reductions have no kernels in this build (no HIP compiler here): a reduction of device
+// memory fails with ncclInvalidUsage naming the operation; with IRISD_NCCL_FALLBACK naming ROCm's
+// librccl.so.1 the reductions go to it (IRISD_NCCL_FALLBACK_OPS defaults to them). A stream
+// capturing a graph is refused: irisd's HIP graph capture goes through libiris's own API.
 #include <bit>
 #include <cstring>
 #include <map>
@@ -67,6 +70,8 @@ class HipStreamOp final : public RunningOp {
                           " of device memory needs a reduction kernel, which the RCCL build of "
                           "irisd's library does not have: name ROCm's librccl.so.1 in "
                           "IRISD_NCCL_FALLBACK for the reductions, or pass host memory");
+    host_waits_ =
+        stream_ == nullptr || (op.comm->shared_gpu_waits_on_host && op.comm->shares_a_gpu());
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
     bases_.recv = static_cast<char*>(op.call.recv);
     bases_.scratch = scratch_of<GpuScratch>(*op.comm).areas.reserve(
@@ -86,6 +91,11 @@ class HipStreamOp final : public RunningOp {
   }
 
   void submit(const Transfer& t) override {
+    if (!host_waits_) {
+      Request request = submit_transfer(op_.comm->comm, t, bases_, Stream(stream_));
+      op_.comm->watch(std::move(request));
+      return;
+    }
     if (gpu_dirty_) check(hip_.hipStreamSynchronize(stream_), "hipStreamSynchronize");
     gpu_dirty_ = false;
     waits_.submit(t, bases_);
@@ -94,14 +104,16 @@ class HipStreamOp final : public RunningOp {
   void settle() override { waits_.settle(); }
 
   void finish() override {
-    if (gpu_dirty_) check(hip_.hipStreamSynchronize(stream_), "hipStreamSynchronize");
+    if (host_waits_ && gpu_dirty_)
+      check(hip_.hipStreamSynchronize(stream_), "hipStreamSynchronize");
   }
 
  private:
   QueuedOp& op_;
   const hip::Runtime& hip_;
   hipStream_t stream_;
-  bool gpu_dirty_ = true;  // what the stream holds before the call produces the send data
+  bool host_waits_ = false;
+  bool gpu_dirty_ = true;  // host waits: what the stream holds before the call made send data
   HostWaits waits_{*op_.comm};
   AreaBases bases_;
 };
