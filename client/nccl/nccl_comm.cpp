@@ -108,22 +108,24 @@ void ncclComm::wait_for(iris::Request& request) const {
 }
 
 void ncclComm::stop_calls() {
+  // A call counts itself in, then looks at `aborting`; this stores `aborting`, then reads the
+  // count (both sequentially consistent): a call either saw the abort and left, or is counted.
   aborting.store(true);
-  std::unique_lock lock(calls_mutex);
-  calls_left.wait(lock, [&] { return calls == 0; });
+  for (uint32_t inside = calls.load(); inside != 0; inside = calls.load()) calls.wait(inside);
 }
 
 namespace iris::nccl {
 
 CommCall::CommCall(ncclComm* comm, const char* function) {
   check_comm(comm);
-  std::lock_guard lock(comm->calls_mutex);
-  if (comm->aborting.load())
+  comm->calls.fetch_add(1);
+  comm_ = comm;
+  if (comm->aborting.load()) {
+    leave();
     throw NcclError(
         ncclInvalidUsage,
         std::string(function) + " on a communicator that ncclCommAbort ended or is ending");
-  ++comm->calls;
-  comm_ = comm;
+  }
 }
 
 CommCall& CommCall::operator=(CommCall&& other) noexcept {
@@ -152,8 +154,7 @@ void CommRef::release(ncclComm* comm) {
 
 void CommCall::leave() {
   if (comm_ == nullptr) return;
-  std::lock_guard lock(comm_->calls_mutex);
-  if (--comm_->calls == 0) comm_->calls_left.notify_all();
+  if (comm_->calls.fetch_sub(1) == 1 && comm_->aborting.load()) comm_->calls.notify_all();
   comm_ = nullptr;
 }
 

@@ -123,8 +123,7 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
     }
   }
   if (plan->phases.empty()) return ncclSuccess;
-  iris::nccl::QueuedOp queued{comm,  call,  std::move(*plan),         stream, false,
-                              false, false, iris::nccl::CommRef(comm)};
+  iris::nccl::QueuedOp queued{comm, call, std::move(*plan), stream, false, false, false, {}};
   iris::nccl::decide_where(queued);
   // A device-resident scalar is read when the host reduces; the GPU kernel reads it itself.
   if (call.reduction.scalar_at != nullptr && !queued.on_stream) {
@@ -145,6 +144,7 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
                         "), not on irisd's copy engines; unset IRISD_NCCL_STRICT to allow it");
   comm->count(kind, bytes, on_gpu);
   if (group.depth > 0) {
+    queued.comm_kept = iris::nccl::CommRef(comm);
     group.ops.push_back(std::move(queued));
     return ncclSuccess;
   }

@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "client/nccl/include/nccl.h"
 #include "iris/iris.hpp"
@@ -17,9 +19,15 @@ namespace {
 
 constexpr std::size_t kBytes = 4096;
 
+// Started by the first benchmark, stopped by main() after the last (a static's destructor would
+// run after the library's own, which still hold its sessions).
+std::unique_ptr<iris::testing::DaemonProcess> the_daemon;
+
 iris::testing::DaemonProcess& daemon() {
-  static auto* d = new iris::testing::DaemonProcess({"--log-level", "warn"});
-  return *d;
+  if (!the_daemon)
+    the_daemon = std::make_unique<iris::testing::DaemonProcess>(
+        std::vector<std::string>{"--log-level", "warn"});
+  return *the_daemon;
 }
 
 void BM_LibirisAllGather(benchmark::State& state) {
@@ -70,4 +78,11 @@ BENCHMARK(BM_NcclAllReduce)->UseRealTime();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  the_daemon.reset();
+  return 0;
+}
