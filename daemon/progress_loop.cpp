@@ -141,7 +141,9 @@ void ProgressLoop::run() {
     for (int i = 0; i < n; ++i) {
       drain_eventfd(events[i].data.fd);
     }
-    last_work = clock::now();
+    // A wake-up for something spins as after work; one for the heartbeat alone polls once and
+    // sleeps again (spinning after each, an idle irisd used 0.4% of a core).
+    if (n > 0) last_work = clock::now();
   }
   {
     std::lock_guard lock(commands_mutex_);
