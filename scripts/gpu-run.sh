@@ -361,7 +361,7 @@ if want sweep && [ -x "$bin/irisd-landed" ]; then
       kill "$sdaemon"; wait "$sdaemon"
     done
   done
-  # Columns 2 (blocking p50 us) and 10 (back-to-back us): new / landed, each round.
+  # Columns 2 (blocking p50 us) and 9 (back-to-back us): this / landed, each round.
   python3 - "$run" >"$out/sweep.md" <<'PY'
 import sys
 def rows(name):
@@ -369,7 +369,7 @@ def rows(name):
     for line in open(f"{sys.argv[1]}/{name}"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells and cells[0].isdigit():
-            out[int(cells[0])] = (float(cells[1]), float(cells[9]))
+            out[int(cells[0])] = (float(cells[1]), float(cells[8]))
     return out
 print("| bytes/block | round | landed p50 us | this p50 us | ratio | landed b2b us | this b2b us | ratio |")
 print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
