@@ -22,10 +22,18 @@ struct GpuRuntimeLoader {
   }
   // Throws ncclUnhandledCudaError saying why there is none.
   static const Runtime& required() {
+    if (const Runtime* runtime = loaded()) return *runtime;
     std::string why;
-    const Runtime* runtime = Load(why);
-    if (runtime == nullptr) throw NcclError(ncclUnhandledCudaError, why);
-    return *runtime;
+    Load(why);
+    throw NcclError(ncclUnhandledCudaError, why);
+  }
+  // Throws ncclUnhandledCudaError naming `what` and the runtime's reason unless `result` is
+  // success (0 in both runtimes: CUDA_SUCCESS, hipSuccess).
+  template <typename Result>
+  static void check(Result result, const char* what) {
+    if (result != Result{})
+      throw NcclError(ncclUnhandledCudaError,
+                      std::string(what) + " failed: " + required().describe(result));
   }
 };
 

@@ -34,11 +34,7 @@ using HipRuntime = GpuRuntimeLoader<hip::Runtime, &hip::load_runtime>;
 const hip::Runtime* loaded_runtime() { return HipRuntime::loaded(); }
 const hip::Runtime& runtime() { return HipRuntime::required(); }
 
-void check(hipError_t result, const char* what) {
-  if (result != hipSuccess)
-    throw NcclError(ncclUnhandledCudaError,
-                    std::string(what) + " failed: " + runtime().describe(result));
-}
+void check(hipError_t result, const char* what) { HipRuntime::check(result, what); }
 
 hipStream_t hip_stream(cudaStream_t stream) { return reinterpret_cast<hipStream_t>(stream); }
 

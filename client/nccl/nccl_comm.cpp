@@ -128,15 +128,13 @@ CommCall::CommCall(ncclComm* comm, const char* function) {
   }
 }
 
-CommCall& CommCall::operator=(CommCall&& other) noexcept {
-  if (this != &other) {
-    leave();
-    comm_ = std::exchange(other.comm_, nullptr);
-  }
-  return *this;
-}
-
 CommCall::~CommCall() { leave(); }
+
+void CommCall::leave() {
+  if (comm_ == nullptr) return;
+  if (comm_->calls.fetch_sub(1) == 1 && comm_->aborting.load()) comm_->calls.notify_all();
+  comm_ = nullptr;
+}
 
 CommRef::CommRef(ncclComm* comm) : comm_(comm) { comm->refs.fetch_add(1); }
 
@@ -150,12 +148,6 @@ CommRef& CommRef::operator=(CommRef&& other) noexcept {
 
 void CommRef::release(ncclComm* comm) {
   if (comm != nullptr && comm->refs.fetch_sub(1) == 1) delete comm;
-}
-
-void CommCall::leave() {
-  if (comm_ == nullptr) return;
-  if (comm_->calls.fetch_sub(1) == 1 && comm_->aborting.load()) comm_->calls.notify_all();
-  comm_ = nullptr;
 }
 
 }  // namespace iris::nccl

@@ -180,10 +180,9 @@ class CommRef {
 
 class CommCall {
  public:
-  CommCall() = default;
   CommCall(ncclComm* comm, const char* function);
   CommCall(CommCall&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
-  CommCall& operator=(CommCall&& other) noexcept;
+  CommCall& operator=(CommCall&&) = delete;
   ~CommCall();
 
  private:

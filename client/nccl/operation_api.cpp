@@ -1,7 +1,6 @@
 // NCCL's operations (collectives, point to point), groups and the reductions made per
 // communicator. Each call is checked here, planned (operation_plan.hpp), and run at once or, in a
 // group, at the outermost ncclGroupEnd (operation_runner.hpp).
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -260,13 +259,11 @@ ncclResult_t ncclGroupEnd(void) {
     if (--group.depth == 0) {
       std::vector<iris::nccl::QueuedOp> ops;
       ops.swap(group.ops);
-      // Every communicator of the group is inside from here (refused, with the whole group,
+      // Every operation's communicator is inside from here (refused, with the whole group,
       // when one was aborted since its operation was queued).
       std::vector<iris::nccl::CommCall> inside;
-      for (const iris::nccl::QueuedOp& op : ops)
-        if (std::none_of(ops.begin(), ops.begin() + (&op - ops.data()),
-                         [&](const iris::nccl::QueuedOp& o) { return o.comm == op.comm; }))
-          inside.emplace_back(op.comm, "ncclGroupEnd");
+      inside.reserve(ops.size());
+      for (const iris::nccl::QueuedOp& op : ops) inside.emplace_back(op.comm, "ncclGroupEnd");
       iris::nccl::run_operations(ops);
     }
     if (fb != nullptr) fb->check(fb->GroupEnd(), "ncclGroupEnd");

@@ -56,15 +56,13 @@ void HostWaits::submit(const Transfer& transfer, const AreaBases& bases) {
 void HostWaits::settle() {
   std::vector<Request> requests;
   requests.swap(requests_);
-  // Every request is waited for before the first failure is thrown (the buffers are the
-  // caller's again), unless the communicator is aborted (wait_for throws NcclError at once).
-  std::exception_ptr failure;
+  // Each ends here (failed or not), unless the communicator is aborted: wait_for throws
+  // NcclError at once. Then wait_all, every request done, throws the first failure.
   for (Request& r : requests) try {
       comm_.wait_for(r);
     } catch (const Error&) {
-      if (!failure) failure = std::current_exception();
     }
-  if (failure) std::rethrow_exception(failure);
+  wait_all(requests);
 }
 
 namespace {

@@ -49,11 +49,7 @@ using CudaDriver = GpuRuntimeLoader<cuda::Driver, &cuda::load_driver>;
 const cuda::Driver* loaded_driver() { return CudaDriver::loaded(); }
 const cuda::Driver& driver() { return CudaDriver::required(); }
 
-void check(CUresult result, const char* what) {
-  if (result != CUDA_SUCCESS)
-    throw NcclError(ncclUnhandledCudaError,
-                    std::string(what) + " failed: " + driver().describe(result));
-}
+void check(CUresult result, const char* what) { CudaDriver::check(result, what); }
 
 // Makes the communicator's device's primary context current when the thread has none.
 void use_device(int device) {

@@ -1,3 +1,5 @@
+// A communicator's GPU scratch areas per stream (StreamScratch, gpu_context.hpp), shared by the
+// CUDA and HIP builds: each allocates with its own runtime through the callback.
 #include <algorithm>
 #include <bit>
 

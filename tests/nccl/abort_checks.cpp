@@ -47,6 +47,9 @@ void check_abort_race(ncclComm_t comm, int rank, const std::string& stop_file) {
     waiting.why = ncclGetLastError(nullptr);
   });
   while (!calling.load()) std::this_thread::yield();
+  // Gives the worker time to reach its wait inside the call (the path under test). Nothing
+  // asserted depends on it: a call the abort reaches first is refused with the same result and
+  // a reason naming the abort.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   NCCL_OK(ncclCommAbort(comm));
   worker.join();
