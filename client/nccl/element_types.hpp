@@ -1,8 +1,8 @@
-// NCCL's element types and reductions, defined once for both places a reduction runs: the host
-// (host memory, irisd's host engine) and the GPU kernels (gpu_reduce.cu), which follow the same
-// rules so that both give the same bits: integers wrap (unsigned arithmetic); 16- and 8-bit floats
-// are widened to float, reduced in rank order, and rounded once (to nearest even, saturating for
-// fp8 as CUDA's conversions do); avg divides the sum by the number of ranks; a pre-multiplied sum
+// NCCL's element types and reductions, for both places a reduction runs: the host (host memory,
+// irisd's host engine) and the GPU kernels. The rules (kernels/reduce_elements.hpp, one text for
+// both) give the same bits on each: integers wrap (unsigned arithmetic); 16- and 8-bit floats are
+// widened to float, reduced in rank order, and rounded once (to nearest even, saturating for fp8
+// as CUDA's conversions do); avg divides the sum by the number of ranks; a pre-multiplied sum
 // multiplies each rank's element by the scalar before adding.
 #pragma once
 

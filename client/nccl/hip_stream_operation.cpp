@@ -9,10 +9,10 @@
 // null stream (libiris orders on no legacy stream), and for ranks that share a GPU with
 // IRISD_NCCL_SHARED_GPU=host: the stream is synchronized before irisd is called (and again after
 // a local copy whose output a later phase sends) and irisd's calls are waited for on the host.
-// The reductions have no kernels in this build (no HIP compiler here): a reduction of device
-// memory fails with ncclInvalidUsage naming the operation; with IRISD_NCCL_FALLBACK naming ROCm's
-// librccl.so.1 the reductions go to it (IRISD_NCCL_FALLBACK_OPS defaults to them). A stream
-// capturing a graph is refused: irisd's HIP graph capture goes through libiris's own API.
+// The reductions run the kernels hiprtc compiles on the node (hip_reduce_kernels.hpp) on the
+// stream after irisd's copies, as on CUDA; with IRISD_NCCL_FALLBACK naming ROCm's librccl.so.1
+// they go to it instead (IRISD_NCCL_FALLBACK_OPS defaults to them). A stream capturing a graph is
+// refused: irisd's HIP graph capture goes through libiris's own API.
 #include <bit>
 #include <cstring>
 #include <map>
@@ -21,8 +21,10 @@
 
 #include "client/nccl/gpu_context.hpp"
 #include "client/nccl/gpu_runtime_loader.hpp"
+#include "client/nccl/hip_reduce_kernels.hpp"
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/operation_runner.hpp"
+#include "client/nccl/reduce_launch.hpp"
 #include "iris/iris.h"
 #include "iris/shared/hip_library.hpp"
 
@@ -60,12 +62,11 @@ class HipStreamOp final : public RunningOp {
                             " on a capturing HIP stream: the RCCL build of irisd's library waits "
                             "on the host and cannot be captured into a graph");
     }
-    if (reduces(op.call.kind) && op.plan.recv_bytes > 0)
+    if (reduces(op.call.kind) && op.plan.recv_bytes > 0 && !is_device_memory(op.call.recv))
       throw NcclError(ncclInvalidUsage,
                       std::string(op_name(op.call.kind)) +
-                          " of device memory needs a reduction kernel, which the RCCL build of "
-                          "irisd's library does not have: name ROCm's librccl.so.1 in "
-                          "IRISD_NCCL_FALLBACK for the reductions, or pass host memory");
+                          " on a stream reduces on the GPU: its receive buffer must be device "
+                          "memory (pass host memory with a null stream)");
     host_waits_ =
         stream_ == nullptr || (op.comm->shared_gpu_waits_on_host && op.comm->shares_a_gpu());
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
@@ -79,11 +80,18 @@ class HipStreamOp final : public RunningOp {
   }
 
   void local(const LocalStep& s) override {
-    // Only copies: the constructor refused the reductions.
     gpu_dirty_ = true;
-    check(hip_.hipMemcpyAsync(bases_.at(s.to), bases_.at(s.from), s.bytes, hipMemcpyDeviceToDevice,
-                              stream_),
-          "hipMemcpyAsync");
+    if (s.kind == LocalStep::Kind::kCopy) {
+      check(hip_.hipMemcpyAsync(bases_.at(s.to), bases_.at(s.from), s.bytes,
+                                hipMemcpyDeviceToDevice, stream_),
+            "hipMemcpyAsync");
+      return;
+    }
+    ReduceLaunch launch(s, op_.call.reduction, bases_);
+    check(hip_.hipModuleLaunchKernel(hip_reduce_kernel(hip_, op_.comm->device, op_.call.type),
+                                     launch.grid(), 1, 1, ReduceLaunch::kThreads, 1, 1, 0, stream_,
+                                     launch.args(), nullptr),
+          "launching the reduction kernel (hipModuleLaunchKernel)");
   }
 
   void submit(const Transfer& t) override {

@@ -29,6 +29,7 @@
 #include "client/nccl/gpu_runtime_loader.hpp"
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/operation_runner.hpp"
+#include "client/nccl/reduce_launch.hpp"
 #include "iris/iris.h"
 
 #ifdef IRIS_HAVE_CUDA
@@ -162,19 +163,9 @@ class StreamOp final : public RunningOp {
             "cuMemcpyAsync");
       return;
     }
-    const Reduction& r = op_.call.reduction;
-    const char* src = bases_.at(s.from);
-    char* dst = bases_.at(s.to);
-    unsigned blocks = s.blocks;
-    unsigned long long stride = s.stride, count = s.count, scalar_bits = r.scalar_bits;
-    int kind = static_cast<int>(r.kind);
-    const void* scalar_at = r.scalar_at;
-    void* args[] = {&src, &blocks, &stride, &count, &dst, &kind, &scalar_bits, &scalar_at};
-    constexpr unsigned kThreads = 256;
-    const auto grid = static_cast<unsigned>(
-        std::min<unsigned long long>((count + kThreads - 1) / kThreads, 4096));
-    check(cu_.cuLaunchKernel(reduce_kernel(op_.call.type), grid, 1, 1, kThreads, 1, 1, 0, stream_,
-                             args, nullptr),
+    ReduceLaunch launch(s, op_.call.reduction, bases_);
+    check(cu_.cuLaunchKernel(reduce_kernel(op_.call.type), launch.grid(), 1, 1,
+                             ReduceLaunch::kThreads, 1, 1, 0, stream_, launch.args(), nullptr),
           "launching the reduction kernel");
   }
 

@@ -33,7 +33,9 @@ LoadResult load() {
                 " (irisd needs ROCm 5.2 or newer)";
     return r;
   }
-  resolve_all(lib, {IRIS_HIP_SYMBOL(hipStreamIsCapturing)});  // optional
+  resolve_all(lib, {IRIS_HIP_SYMBOL(hipStreamIsCapturing) IRIS_HIP_SYMBOL(hipModuleLoadData)
+                        IRIS_HIP_SYMBOL(hipModuleGetFunction)
+                            IRIS_HIP_SYMBOL(hipModuleLaunchKernel)});  // optional
 #undef IRIS_HIP_SYMBOL
   int count = 0;
   const hipError_t e = r.table.hipGetDeviceCount(&count);

@@ -54,6 +54,10 @@ struct Runtime {
 #undef IRIS_HIP_DECLARE
   // Null where the runtime lacks it (then no stream is taken to be capturing).
   decltype(&::hipStreamIsCapturing) hipStreamIsCapturing = nullptr;
+  // Modules, for the RCCL build's reduction kernels only: null where the runtime lacks them.
+  decltype(&::hipModuleLoadData) hipModuleLoadData = nullptr;
+  decltype(&::hipModuleGetFunction) hipModuleGetFunction = nullptr;
+  decltype(&::hipModuleLaunchKernel) hipModuleLaunchKernel = nullptr;
   // C++ sees hipMalloc overloaded (a template too): the C entry point's type, spelled out.
   hipError_t (*hipMalloc)(void** ptr, size_t size) = nullptr;
 
