@@ -14,6 +14,8 @@
 #     nccl        PyTorch's own nccl backend with irisd's libnccl.so.2 preloaded (tests, per-call
 #                 cost), and a C program on GPU streams through the API
 #     ncclbw      bandwidth through irisd's libnccl.so.2 against irisd's torch backend
+#     jax         JAX's own collectives (XLA through NCCL's API) with irisd's libnccl.so.2
+#                 preloaded, 2 processes sharing the GPU; the NCCL symbols JAX's plugin imports
 #     p2p         pipelining, send/recv against broadcast, a GEMM beside sends and receives
 #     resume      FSDP2 and pipelining through irisd restarts; how long a restart holds ranks
 #     ncclresume  PyTorch's nccl backend (FSDP2, a 3-stage pipeline) through irisd restarts
@@ -28,7 +30,7 @@
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
 #     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,jax,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -214,6 +216,12 @@ if want ncclbw; then
       IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py \
       2>&1 | grep -E "^\|" >>"$out/nccl_bandwidth.md"
   done
+fi
+jax_rc=skipped
+if want jax; then
+  env IRIS_SOCKET="$run/irisd.sock" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" NCCL_DEBUG=WARN \
+    timeout 300 python3 tests/python/gpu/jax_preload_test.py --ranks 2 >"$out/jax.txt" 2>&1
+  jax_rc=$?
 fi
 p2p_rc=skipped
 if want p2p; then
@@ -466,6 +474,10 @@ if want nccl; then
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
 fi
 if want ncclbw; then echo "-- bandwidth through the library"; cat "$out/nccl_bandwidth.md"; fi
+if want jax; then
+  echo "-- JAX on irisd's libnccl.so.2 (exit $jax_rc)"
+  grep -E "imports|checks passed|JAX on|Error|error" "$out/jax.txt" | cut -c1-300 | head -8
+fi
 if want ncclcost; then
   echo "-- 4 KiB all-gather, 2 ranks sharing the GPU: the library against irisd's API"
   grep -E "^nccl latency" "$out/nccl_c.txt"; cat "$out/bench_ncclcost.md"
