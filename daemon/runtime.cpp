@@ -127,6 +127,10 @@ void Runtime::adopt_host_buffer(uint64_t session_id, uint64_t buffer_id, uint64_
   buffers_.adopt_host(sessions_.get(session_id), buffer_id, bytes, std::move(memfd));
 }
 
+RegisteredBuffer Runtime::share_host_buffer(uint64_t session_id, uint64_t bytes, net::Fd memfd) {
+  return buffers_.share_host(sessions_.get(session_id), bytes, std::move(memfd));
+}
+
 void Runtime::register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported) {
   buffers_.register_done_flags(sessions_.get(session_id), exported);
 }

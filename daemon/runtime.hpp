@@ -68,6 +68,8 @@ class Runtime {
                                           uint64_t resume_id = 0);
   // Resuming: a host buffer the previous irisd allocated for the session, sent back as its memfd.
   void adopt_host_buffer(uint64_t session_id, uint64_t buffer_id, uint64_t bytes, net::Fd memfd);
+  // Host memory the client holds as a sealed memfd (another session's buffer) for this session.
+  RegisteredBuffer share_host_buffer(uint64_t session_id, uint64_t bytes, net::Fd memfd);
   void register_device_done_flags(uint64_t session_id, const DeviceBufferExport& exported);
   void deregister_buffer(uint64_t session_id, uint64_t buffer_id);
   // A communicator across nodes: every node's address, every rank's node, the job's secret.

@@ -1,7 +1,8 @@
 // An operation on host memory, run by the host: irisd's collectives waited for here, reductions
 // and local copies done by this thread. Memory irisd cannot see (host memory not from
-// ncclMemAlloc, or from another lane's session) is staged through the communicator's scratch:
-// copied in before the first phase, and the receive range copied out after the last.
+// ncclMemAlloc, or ncclMemAlloc memory another lane's session could not share) is staged through
+// the communicator's scratch: copied in before the first phase, and the receive range copied out
+// after the last.
 #include <cstring>
 
 #include "client/nccl/nccl_errors.hpp"
@@ -16,7 +17,7 @@ std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * 
 
 // Whether irisd sees [ptr, ptr + bytes) through this communicator's session as it is.
 bool visible(const ncclComm& comm, const void* ptr, std::size_t bytes) {
-  return ProcessClients::instance().owner_of(ptr, bytes) == comm.lane.get();
+  return ProcessClients::instance().visible_to(*comm.lane, ptr, bytes);
 }
 
 class HostOp final : public RunningOp {

@@ -52,7 +52,7 @@ void* ProcessClients::allocate_host(std::size_t bytes) {
   auto lane = lanes_.empty() ? attach_locked() : lanes_.front();
   Buffer buffer = lane->client.allocate(bytes);
   void* data = buffer.data();
-  allocations_.emplace(reinterpret_cast<uintptr_t>(data), Allocation{std::move(buffer), lane});
+  allocations_.emplace(reinterpret_cast<uintptr_t>(data), Allocation{std::move(buffer), lane, {}});
   return data;
 }
 
@@ -61,15 +61,27 @@ bool ProcessClients::free_host(void* ptr) {
   return allocations_.erase(reinterpret_cast<uintptr_t>(ptr)) == 1;
 }
 
-const Lane* ProcessClients::owner_of(const void* ptr, std::size_t bytes) {
+bool ProcessClients::visible_to(Lane& lane, const void* ptr, std::size_t bytes) {
   std::lock_guard lock(mutex_);
   const auto at = reinterpret_cast<uintptr_t>(ptr);
   auto it = allocations_.upper_bound(at);
-  if (it == allocations_.begin()) return nullptr;
+  if (it == allocations_.begin()) return false;
   --it;
-  const uintptr_t end = it->first + it->second.buffer.size();
-  if (at < it->first || at > end || bytes > end - at) return nullptr;
-  return it->second.lane.get();
+  Allocation& allocation = it->second;
+  const uintptr_t end = it->first + allocation.buffer.size();
+  if (at < it->first || at > end || bytes > end - at) return false;
+  if (allocation.lane.get() == &lane || allocation.shared.count(lane.index) != 0) return true;
+  try {
+    allocation.shared.emplace(lane.index, lane.client.share(allocation.buffer));
+    return true;
+  } catch (const Error& e) {
+    // A limit of irisd's (the uid's host-buffer bytes count each session's registration): the
+    // operation stages the memory through scratch instead.
+    debug_print(DebugLevel::kInfo,
+                "lane " + std::to_string(lane.index) + " stages ncclMemAlloc memory of lane " +
+                    std::to_string(allocation.lane->index) + " it could not share: " + e.what());
+    return false;
+  }
 }
 
 std::string ProcessClients::engine() {

@@ -2,7 +2,8 @@
 // process that holds several ranks of one (ncclCommInitAll, a thread per GPU as nccl-tests' -t)
 // needs as many sessions: a "lane" is one, and a communicator takes the first lane that holds no
 // rank of its key yet (a process with one rank per communicator has one lane). Also the memory
-// ncclMemAlloc handed out, and which lane's session owns it.
+// ncclMemAlloc handed out: the first lane's session allocates it, and another lane's session
+// gets it registered too on its first use there (Client::share: the same memory, no copy).
 #pragma once
 
 #include <cstddef>
@@ -39,8 +40,9 @@ class ProcessClients {
   // lane's session.
   void* allocate_host(std::size_t bytes);
   bool free_host(void* ptr);
-  // The lane whose session owns [ptr, ptr + bytes) (memory from allocate_host), or nullptr.
-  const Lane* owner_of(const void* ptr, std::size_t bytes);
+  // Whether `lane`'s session sees [ptr, ptr + bytes) as it is: memory from allocate_host, shared
+  // with that session now if another lane's holds it (false where sharing fails: then stage it).
+  bool visible_to(Lane& lane, const void* ptr, std::size_t bytes);
   // The engine irisd runs ("host", "cuda", "hsa"), attaching the first lane if none is.
   std::string engine();
 
@@ -51,6 +53,7 @@ class ProcessClients {
   struct Allocation {
     Buffer buffer;
     std::shared_ptr<Lane> lane;
+    std::map<std::size_t, Buffer> shared;  // by lane index: the buffer in that lane's session
   };
   std::map<uintptr_t, Allocation> allocations_;  // by start address
 };

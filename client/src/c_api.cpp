@@ -133,6 +133,12 @@ int iris_register_host(iris_client* client, void* ptr, size_t bytes, iris_buffer
   return guarded([&] { *out = new iris_buffer{client->client.register_host(ptr, bytes)}; });
 }
 
+int iris_share(iris_client* client, const iris_buffer* other, iris_buffer** out) {
+  if (client == nullptr || other == nullptr || out == nullptr)
+    return null_argument(client == nullptr ? "client" : other == nullptr ? "other" : "out");
+  return guarded([&] { *out = new iris_buffer{client->client.share(other->buffer)}; });
+}
+
 int iris_register_cuda(iris_client* client, void* device_ptr, size_t bytes, iris_buffer** out) {
   if (client == nullptr || out == nullptr) return null_argument(client ? "out" : "client");
   return guarded(

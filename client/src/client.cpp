@@ -3,6 +3,7 @@
 #include <mutex>
 #include <vector>
 
+#include "client/src/buffer_impl.hpp"
 #include "client/src/client_impl.hpp"
 #include "iris/iris.h"
 #include "iris/shared/default_socket.hpp"
@@ -62,6 +63,12 @@ Buffer Client::register_hip_buffer(void* device_ptr, std::size_t bytes) {
 
 Buffer Client::register_host(void* ptr, std::size_t bytes) {
   return usable(impl_).register_host(ptr, bytes);
+}
+
+Buffer Client::share(const Buffer& other) {
+  if (!other.impl_)
+    throw Error(ErrorCode::kInvalidArgument, "share: the Buffer is empty (moved from?)");
+  return usable(impl_).share(*other.impl_);
 }
 
 Request Client::nop() {

@@ -272,6 +272,28 @@ Buffer Client::Impl::register_host(void* ptr, std::size_t bytes) {
   }
 }
 
+Buffer Client::Impl::share(const Buffer::Impl& other) {
+  if (other.client.get() == this)
+    throw Error(ErrorCode::kInvalidArgument,
+                "share: the Buffer is this client's already; share a Buffer of another Client");
+  const std::shared_ptr<const net::Fd> memfd = other.client->registrations->memfd_of(other.data);
+  if (!memfd)
+    throw Error(ErrorCode::kInvalidArgument,
+                "share: only host memory from allocate() or register_host() can be shared; "
+                "register GPU memory with each client (register_cuda_buffer, "
+                "register_hip_buffer)");
+  for (;;) {
+    v1::SessionRequest request;
+    request.mutable_share_host()->set_bytes(other.bytes);
+    uint64_t connection = 0;
+    const auto response =
+        link->session_call(request, "share host memory", {memfd->get()}, nullptr, &connection);
+    if (auto buffer = add_buffer(response.registered().buffer_id(), connection, other.data,
+                                 other.bytes, other.mapping, false, memfd))
+      return std::move(*buffer);
+  }
+}
+
 Buffer Client::Impl::register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes) {
   const std::unique_ptr<GpuRuntime> runtime = make_gpu_runtime(vendor);
   for (;;) {

@@ -77,6 +77,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl>, GpuRegistratio
                                    const std::function<void()>& map_in = {});
   // Moves the pages of [ptr, ptr + bytes) onto memory irisd allocated (see Client::register_host).
   Buffer register_host(void* ptr, std::size_t bytes);
+  // Registers another client's host buffer with this session (see Client::share).
+  Buffer share(const Buffer::Impl& other);
   // Registers GPU memory of this process through the vendor's runtime (IPC handle or VMM fds).
   Buffer register_gpu_buffer(GpuVendor vendor, void* device_ptr, std::size_t bytes);
   // GPU memory the caller did not register, registered on first use (GpuRegistrationCache);

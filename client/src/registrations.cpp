@@ -63,6 +63,12 @@ bool Registrations::record(uint64_t id, uint64_t connection, void* base, std::si
   return true;
 }
 
+std::shared_ptr<const net::Fd> Registrations::memfd_of(const void* base) const {
+  std::lock_guard lock(mutex_);
+  const auto it = buffers_.find(reinterpret_cast<uintptr_t>(base));
+  return it == buffers_.end() ? nullptr : it->second.memfd;
+}
+
 void Registrations::forget(uint64_t id, void* base) {
   uint64_t connection = 0;
   {

@@ -57,6 +57,8 @@ class Registrations {
   bool record(uint64_t id, uint64_t connection, void* base, std::size_t bytes, bool gpu,
               std::shared_ptr<const net::Fd> memfd = nullptr, GpuVendor vendor = GpuVendor::kCuda,
               const std::function<void()>& map_in = {});
+  // The memfd of the host memory recorded at `base` (null: none there, or GPU memory).
+  std::shared_ptr<const net::Fd> memfd_of(const void* base) const;
   // The range at `base` is no longer the caller's to use: forgotten, and freed on irisd.
   void forget(uint64_t id, void* base);
   // Finds the registered buffer holding each pointer (nullopt where none does, or the pointer is

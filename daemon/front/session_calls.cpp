@@ -12,6 +12,19 @@ namespace iris::daemon {
 namespace {
 // A communicator's operation timeout fits irisd's clocks with room to spare (2^31 ms).
 constexpr uint64_t kMaxOpTimeoutMs = uint64_t{1} << 31;
+
+// The one memfd a request about host memory carries, irisd's own copy of it.
+net::Fd the_memfd(const std::vector<net::Fd>& fds, const char* doing) {
+  if (fds.size() != 1)
+    throw Error(ErrorCode::kInvalidArgument, std::string(doing) +
+                                                 " takes its memfd beside the request, got " +
+                                                 std::to_string(fds.size()) + " descriptors");
+  net::Fd memfd(::fcntl(fds[0].get(), F_DUPFD_CLOEXEC, 0));
+  if (!memfd)
+    throw Error(ErrorCode::kLimitExceeded,
+                std::string("irisd is out of descriptors: ") + std::strerror(errno));
+  return memfd;
+}
 }  // namespace
 
 SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::string& payload,
@@ -47,19 +60,15 @@ SessionCallResult handle_session_call(Runtime& runtime, uint64_t id, const std::
         }
         break;
       }
-      case v1::SessionRequest::kAdoptHost: {
-        if (fds.size() != 1)
-          throw Error(ErrorCode::kInvalidArgument,
-                      "resuming a host buffer takes its memfd beside the request, got " +
-                          std::to_string(fds.size()) + " descriptors");
-        net::Fd memfd(::fcntl(fds[0].get(), F_DUPFD_CLOEXEC, 0));
-        if (!memfd)
-          throw Error(ErrorCode::kLimitExceeded,
-                      std::string("irisd is out of descriptors: ") + std::strerror(errno));
+      case v1::SessionRequest::kAdoptHost:
         runtime.adopt_host_buffer(id, request.adopt_host().buffer_id(),
-                                  request.adopt_host().bytes(), std::move(memfd));
+                                  request.adopt_host().bytes(),
+                                  the_memfd(fds, "resuming a host buffer"));
         break;
-      }
+      case v1::SessionRequest::kShareHost:
+        *response.mutable_registered() = to_wire(runtime.share_host_buffer(
+            id, request.share_host().bytes(), the_memfd(fds, "sharing host memory")));
+        break;
       case v1::SessionRequest::kDeregister:
         runtime.deregister_buffer(id, request.deregister().buffer_id());
         break;

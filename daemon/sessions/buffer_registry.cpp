@@ -109,21 +109,34 @@ RegisteredBuffer BufferRegistry::register_host(Session& s, uint64_t bytes) {
   return add_host(s, id, std::move(segment), bytes);
 }
 
-void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd) {
-  check_host_limits(s, bytes);
-  take_id(s, id);  // checked before anything is mapped
+RegisteredBuffer BufferRegistry::add_client_memfd(Session& s, uint64_t id, uint64_t bytes,
+                                                  net::Fd memfd, const std::string& what) {
   shm::ShmSegment segment;
   try {
     segment = shm::ShmSegment::map(std::move(memfd), config_.limits.max_buffer_bytes);
   } catch (const Error& e) {
-    throw Error(e.code(), "cannot resume buffer " + std::to_string(id) + ": " + e.message());
+    throw Error(e.code(), "cannot " + what + ": " + e.message());
   }
   // Sealed against shrinking, so the first `bytes` stay there as long as the mapping.
   if (segment.size() < bytes)
-    throw Error(ErrorCode::kInvalidArgument,
-                "cannot resume buffer " + std::to_string(id) + " of " + std::to_string(bytes) +
-                    " bytes: the memory sent holds " + std::to_string(segment.size()));
-  add_host(s, id, std::move(segment), bytes);
+    throw Error(ErrorCode::kInvalidArgument, "cannot " + what + " of " + std::to_string(bytes) +
+                                                 " bytes: the memory sent holds " +
+                                                 std::to_string(segment.size()));
+  return add_host(s, id, std::move(segment), bytes);
+}
+
+void BufferRegistry::adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd) {
+  check_host_limits(s, bytes);
+  take_id(s, id);  // checked before anything is mapped
+  add_client_memfd(s, id, bytes, std::move(memfd), "resume buffer " + std::to_string(id));
+}
+
+RegisteredBuffer BufferRegistry::share_host(Session& s, uint64_t bytes, net::Fd memfd) {
+  check_host_limits(s, bytes);
+  RegisteredBuffer shared =
+      add_client_memfd(s, take_id(s, 0), bytes, std::move(memfd), "share host memory");
+  shared.memfd = net::Fd();  // the client has it
+  return shared;
 }
 
 RegisteredBuffer BufferRegistry::register_device(Session& s, const DeviceBufferExport& exported,

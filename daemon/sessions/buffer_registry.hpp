@@ -32,6 +32,9 @@ class BufferRegistry {
   // Resuming: host memory the previous irisd allocated for `s`, its memfd sent back by the client,
   // registered again as buffer `id` (the limits apply as to a new buffer).
   void adopt_host(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd);
+  // Host memory the client holds as a memfd sealed against shrinking (another session's buffer,
+  // typically), registered for `s` under a new id (the limits apply as to a new buffer).
+  RegisteredBuffer share_host(Session& s, uint64_t bytes, net::Fd memfd);
   // GPU memory where the session's streams wait for done flags (ring depth x uint32).
   void register_done_flags(Session& s, const DeviceBufferExport& exported);
   void deregister(Session& s, uint64_t buffer_id);
@@ -47,6 +50,10 @@ class BufferRegistry {
   uint64_t take_id(const Session& s, uint64_t resume_id) const;
   // Host memory mapped for `s` and pinned by the engine as buffer `id`.
   RegisteredBuffer add_host(Session& s, uint64_t id, shm::ShmSegment segment, uint64_t bytes);
+  // The client's sealed memfd mapped (refused unless sealed against shrinking and holding
+  // `bytes`) and added as host buffer `id`; `what` names the call in the errors.
+  RegisteredBuffer add_client_memfd(Session& s, uint64_t id, uint64_t bytes, net::Fd memfd,
+                                    const std::string& what);
   RegisteredBuffer add(Session& s, std::shared_ptr<MappedBuffer> buffer, net::Fd memfd);
   void forget(Session& s, const MappedBuffer& buffer);
 

@@ -257,6 +257,47 @@ TEST(CApi, FailuresComeBackAsCodesWithMessages) {
   EXPECT_EQ(nobody, nullptr);
 }
 
+// iris_share: rank 1 sends from memory rank 0's client allocated, registered with its own
+// session too; both gather it. Null arguments are refused by name.
+TEST(CApi, ShareRegistersAnotherClientsBufferForItsSession) {
+  DaemonProcess daemon;
+  Rank ranks[2];
+  for (uint32_t r = 0; r < 2; ++r) join(ranks[r], daemon, "c-api-share", 2, r, 64);
+  iris_buffer* source = nullptr;
+  ASSERT_EQ(iris_allocate(ranks[0].client, 64, &source), IRIS_OK) << iris_last_error();
+  std::memset(iris_buffer_data(source), 0x6b, 64);
+  std::memset(iris_buffer_data(ranks[0].send), 0x17, 64);
+  iris_buffer* shared = nullptr;
+  ASSERT_EQ(iris_share(ranks[1].client, source, &shared), IRIS_OK) << iris_last_error();
+  EXPECT_EQ(iris_buffer_data(shared), iris_buffer_data(source));
+  EXPECT_EQ(iris_buffer_size(shared), 64u);
+  iris_request* requests[2] = {};
+  ASSERT_EQ(iris_all_gather(ranks[0].comm, iris_buffer_data(ranks[0].send),
+                            iris_buffer_data(ranks[0].recv), 64, nullptr, &requests[0]),
+            IRIS_OK)
+      << iris_last_error();
+  ASSERT_EQ(iris_all_gather(ranks[1].comm, iris_buffer_data(shared),
+                            iris_buffer_data(ranks[1].recv), 64, nullptr, &requests[1]),
+            IRIS_OK)
+      << iris_last_error();
+  for (iris_request* request : requests) {
+    EXPECT_EQ(iris_request_wait(request, 10'000'000'000), IRIS_OK) << iris_last_error();
+    iris_request_release(request);
+  }
+  for (const Rank& r : ranks) {
+    const auto* got = static_cast<const unsigned char*>(iris_buffer_data(r.recv));
+    EXPECT_EQ(got[0], 0x17);
+    EXPECT_EQ(got[127], 0x6b);
+  }
+  iris_buffer* none = nullptr;
+  EXPECT_EQ(iris_share(ranks[1].client, nullptr, &none), IRIS_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(iris_last_error()).find("other"), std::string::npos) << iris_last_error();
+  EXPECT_EQ(iris_share(ranks[0].client, source, &none), IRIS_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  iris_buffer_release(shared);
+  iris_buffer_release(source);
+}
+
 // iris_request_wait_all waits for every request, also past a failed one, and returns the first
 // failure by position with its message.
 TEST(CApi, WaitAllWaitsForEveryRequestAndReturnsTheFirstFailure) {

@@ -414,6 +414,27 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < kCount; ++i)
         expect(bufs[r][i] == static_cast<int32_t>(10 * nranks * (nranks - 1) / 2 + nranks * i),
                "InitAll group AllReduce");
+    // ncclMemAlloc memory comes from the first rank's session; the others' sessions get it
+    // shared on first use: an in-place all-gather into one allocation per rank.
+    std::vector<int32_t*> gathered(nranks);
+    for (int r = 0; r < nranks; ++r)
+      NCCL_OK(
+          ncclMemAlloc(reinterpret_cast<void**>(&gathered[r]), kCount * nranks * sizeof(int32_t)));
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < nranks; ++r) {
+      for (size_t i = 0; i < kCount; ++i)
+        gathered[r][r * kCount + i] = static_cast<int32_t>(r * 1000 + i);
+      NCCL_OK(ncclAllGather(gathered[r] + r * kCount, gathered[r], kCount, ncclInt32, comms[r],
+                            nullptr));
+    }
+    NCCL_OK(ncclGroupEnd());
+    for (int r = 0; r < nranks; ++r) {
+      for (int p = 0; p < nranks; ++p)
+        for (size_t i = 0; i < kCount; ++i)
+          expect(gathered[r][p * kCount + i] == static_cast<int32_t>(p * 1000 + i),
+                 "InitAll group AllGather in ncclMemAlloc memory");
+      NCCL_OK(ncclMemFree(gathered[r]));
+    }
     // A thread per rank, each with its own communicator from one id.
     std::vector<std::thread> threads;
     for (int r = 0; r < nranks; ++r)

@@ -23,6 +23,7 @@ class Buffer {
   }
 
  private:
+  friend class Client;  // Client::share reads the memory behind another client's Buffer
   std::shared_ptr<Impl> impl_;
 };
 

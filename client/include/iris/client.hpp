@@ -76,6 +76,13 @@ class Client {
   // memory after the Buffer goes (irisd no longer sees them). Throws kInvalidArgument naming
   // what does not fit.
   Buffer register_host(void* ptr, std::size_t bytes);
+  // Registers with this client's session the host memory of a Buffer another Client of this
+  // process made (allocate() or register_host()): the same memory at the same address, no copy,
+  // so that collectives of both clients may name it (several ranks of one communicator in one
+  // process need a Client each). The memory lives while either Buffer does. Throws
+  // kInvalidArgument for GPU memory (each client registers that itself) or a Buffer of this
+  // client.
+  Buffer share(const Buffer& other);
   // A no-op through the ring: measures submit-to-completion latency.
   Request nop();
   // Collectives captured into CUDA graphs are waited for by the graph itself, never from the

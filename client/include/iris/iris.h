@@ -87,6 +87,9 @@ int iris_register_hip(iris_client* client, void* device_ptr, size_t bytes, iris_
 /* Existing host memory of this process, shared with irisd in place (see
  * iris::Client::register_host: page-aligned, private anonymous memory; one copy now). */
 int iris_register_host(iris_client* client, void* ptr, size_t bytes, iris_buffer** out);
+/* The host buffer of another client of this process, registered with `client`'s session too (the
+ * same memory, no copy: iris::Client::share). */
+int iris_share(iris_client* client, const iris_buffer* other, iris_buffer** out);
 void* iris_buffer_data(const iris_buffer* buffer);
 size_t iris_buffer_size(const iris_buffer* buffer);
 void iris_buffer_release(iris_buffer* buffer);
