@@ -119,7 +119,8 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
       ->check(CLI::Range(1u, 1u << 20))
       ->capture_default_str();
   app.add_option("--max-buffer-bytes-per-uid", c.limits.max_buffer_bytes_per_uid,
-                 "bytes of host buffers all of one user's sessions may hold")
+                 "bytes of host buffers all of one user's sessions may hold (a buffer shared "
+                 "between sessions counts once in each)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 50))
       ->capture_default_str();
   app.add_option("--handshake-timeout-ms", c.limits.handshake_timeout_ms,
