@@ -18,7 +18,9 @@
 #      and RCCL; the stream-ordered row again with GPU_STREAMOPS_CP_WAIT=1 (ROCm 6.x runs each
 #      stream wait as a one-thread kernel without it; with it HIP may refuse irisd's done flags);
 #   4. the spin proof: a kernel fills every CU; irisd's all-gather finishes before it ends only if
-#      SDMA engines moved the bytes.
+#      SDMA engines moved the bytes;
+# then PyTorch's nccl backend on irisd's librccl.so.1 preloaded (every op on 2 ranks, the
+# reductions by the kernels hiprtc compiles on the node).
 # Last, the figure to beat. Everything goes to stdout and to $OUT (default /tmp/iris-mi300-out).
 #   scripts/mi300-first-run.sh [extra arguments for allgather_vs_nccl.py]
 set -uo pipefail
@@ -139,6 +141,14 @@ for n in 2 4 8; do
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   grep -E "copy_engine_bytes_total|compute_unit_bytes_total" "$out/stats_${n}gpu_split0.txt"
 done
+
+echo "== 3c. PyTorch's nccl backend (RCCL's API in ROCm builds) on irisd's librccl.so.1, 2 ranks"
+echo "      sharing GPU 0: every collective and point-to-point op, checked; the reductions run the"
+echo "      kernels hiprtc compiles on this node (NCCL_DEBUG=INFO says which engine moved what)"
+run_with_irisd rccl_api -- env LD_PRELOAD="$PWD/build/client/nccl/lib-rccl/librccl.so.1" \
+  NCCL_DEBUG=INFO sh -c 'IRIS_SOCKET="$SOCKET" timeout 600 python3 \
+  tests/python/gpu/nccl_preload_test.py --parts ops' 2>&1 | tee "$out/rccl_api.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 echo
 echo "== 4. the figure to beat"

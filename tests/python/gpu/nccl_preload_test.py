@@ -13,7 +13,8 @@ the real one's is 22809), then, each against a reference computed here:
 With --restart-irisd N the script runs its own irisd (--irisd PATH, cuda engine) and SIGKILLs and
 starts it again N times once training is under way; the parts fsdp and pipeline then train 150
 steps each, through the restarts, and are checked as above.
-Needs IRIS_SOCKET (an irisd with the cuda engine) and LD_PRELOAD naming the library.
+Needs IRIS_SOCKET (an irisd with the cuda engine) and LD_PRELOAD naming the library (on an AMD
+node, PyTorch for ROCm and irisd's librccl.so.1 with the hsa engine: scripts/mi300-first-run.sh).
     python3 tests/python/gpu/nccl_preload_test.py [--parts ops,fsdp,...] [--ranks 8]
                                                   [--restart-irisd 5 --irisd PATH]"""
 import argparse
@@ -310,7 +311,9 @@ def main():
     parser.add_argument("--irisd", help="the irisd binary to run and restart")
     args = parser.parse_args()
     parts = args.parts.split(",")
-    assert "libnccl" in os.environ.get("LD_PRELOAD", ""), "preload irisd's libnccl.so.2"
+    preload = os.environ.get("LD_PRELOAD", "")
+    assert "libnccl" in preload or "librccl" in preload, \
+        "preload irisd's libnccl.so.2 (librccl.so.1 with PyTorch for ROCm)"
     if args.restart_irisd:
         restarts_main(args.irisd, args.restart_irisd, parts)
         return
