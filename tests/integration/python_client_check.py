@@ -27,6 +27,22 @@ for r in range(2):
     got = bytes(recvs[r].view())
     assert got == data[0] + data[1], f"rank {r} received the wrong bytes"
 
+# Client.share: rank 1 gathers from and into memory rank 0's client allocated.
+common = clients[0].allocate(3 * nbytes)
+mirror = clients[1].share(common)
+assert (mirror.data, len(mirror)) == (common.data, len(common)), "a share is the same memory"
+common.view()[:nbytes] = data[1]
+requests = [comms[0].all_gather(sends[0], recvs[0], nbytes),
+            comms[1].all_gather(mirror.data, mirror.data + nbytes, nbytes)]
+for req in requests:
+    req.wait(timeout=10)
+assert bytes(common.view()[nbytes:3 * nbytes]) == data[0] + data[1], "the shared area is wrong"
+try:
+    clients[0].share(common)
+    raise AssertionError("a client shared its own buffer")
+except irisd.IrisError as e:
+    assert e.name == "invalid_argument", e
+
 
 class _Done:
     """A request already complete (for calls that wait themselves)."""

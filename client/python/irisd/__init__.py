@@ -136,6 +136,7 @@ def _load():
         "iris_allocate": ([p, size, out], ctypes.c_int),
         "iris_register_cuda": ([p, p, size, out], ctypes.c_int),
         "iris_register_host": ([p, p, size, out], ctypes.c_int),
+        "iris_share": ([p, p, out], ctypes.c_int),
         "iris_register_hip": ([p, p, size, out], ctypes.c_int),
         "iris_buffer_data": ([p], p),
         "iris_buffer_size": ([p], size),
@@ -295,6 +296,14 @@ class Client:
         memory irisd can reach, contents copied once."""
         return self._keep(_created(_lib.iris_register_host, self._handle, _address(address),
                                    nbytes))
+
+    def share(self, buffer):
+        """A host Buffer of another Client of this process, registered with this client's
+        session too: the same memory, no copy (one process holding several ranks)."""
+        if not isinstance(buffer, Buffer) or not buffer._handle:
+            raise IrisError.of(ErrorCode.INVALID_ARGUMENT,
+                               "share: pass a live Buffer of another Client")
+        return self._keep(_created(_lib.iris_share, self._handle, buffer._handle))
 
     def register_cuda(self, device_ptr, nbytes):
         """GPU memory of this process; it must outlive its registration."""
