@@ -62,8 +62,8 @@ std::vector<char> compile(const hip::Runtime& hip, const std::string& arch) {
   const auto destroy = [rtc](hiprtcProgram* p) { rtc->hiprtcDestroyProgram(p); };
   std::unique_ptr<hiprtcProgram, decltype(destroy)> owned(&program, destroy);
   // No contraction into fused multiply-adds: the host's reductions round each step.
-  const std::string offload_arch = "--offload-arch=" + arch;
-  const char* options[] = {offload_arch.c_str(), "-O3", "-std=c++17", "-ffp-contract=off"};
+  const std::string architecture = "--gpu-architecture=" + arch;  // hiprtc's documented form
+  const char* options[] = {architecture.c_str(), "-O3", "-std=c++17", "-ffp-contract=off"};
   result = rtc->hiprtcCompileProgram(program, 4, options);
   if (result != HIPRTC_SUCCESS) {
     std::size_t size = 0;
