@@ -32,20 +32,25 @@ struct TypeInfo {
   void (*reduce)(const Reduction&, const void*, std::size_t, std::size_t, std::size_t, void*);
 };
 
+template <typename Codec>
+constexpr TypeInfo type_info(const char* name) {
+  return {name, Codec::kBytes, reduce_blocks<Codec>};
+}
+
 // By ncclDataType_t value.
 constexpr TypeInfo kTypes[kElementTypeCount] = {
-    {"int8", 1, reduce_blocks<k::Int8>},
-    {"uint8", 1, reduce_blocks<k::Uint8>},
-    {"int32", 4, reduce_blocks<k::Int32>},
-    {"uint32", 4, reduce_blocks<k::Uint32>},
-    {"int64", 8, reduce_blocks<k::Int64>},
-    {"uint64", 8, reduce_blocks<k::Uint64>},
-    {"float16", 2, reduce_blocks<k::Float16>},
-    {"float32", 4, reduce_blocks<k::Float32>},
-    {"float64", 8, reduce_blocks<k::Float64>},
-    {"bfloat16", 2, reduce_blocks<k::Bfloat16>},
-    {"float8e4m3", 1, reduce_blocks<k::Float8e4m3>},
-    {"float8e5m2", 1, reduce_blocks<k::Float8e5m2>},
+    type_info<k::Int8>("int8"),
+    type_info<k::Uint8>("uint8"),
+    type_info<k::Int32>("int32"),
+    type_info<k::Uint32>("uint32"),
+    type_info<k::Int64>("int64"),
+    type_info<k::Uint64>("uint64"),
+    type_info<k::Float16>("float16"),
+    type_info<k::Float32>("float32"),
+    type_info<k::Float64>("float64"),
+    type_info<k::Bfloat16>("bfloat16"),
+    type_info<k::Float8e4m3>("float8e4m3"),
+    type_info<k::Float8e5m2>("float8e5m2"),
 };
 
 const TypeInfo& info(ElementType type) { return kTypes[static_cast<int>(type)]; }

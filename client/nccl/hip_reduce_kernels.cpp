@@ -22,15 +22,11 @@ namespace {
 
 const char* text(const unsigned char* embedded) { return reinterpret_cast<const char*>(embedded); }
 
-void check(const hip::Runtime& hip, hipError_t result, const char* what) {
-  if (result != hipSuccess)
-    throw NcclError(ncclUnhandledCudaError, std::string(what) + " failed: " + hip.describe(result));
-}
-
 // The LLVM name of device's instruction set, from KFD's topology (matched by PCI bus id).
 std::string instruction_set(const hip::Runtime& hip, int device) {
   char bus_id[64] = {};
-  check(hip, hip.hipDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device), "hipDeviceGetPCIBusId");
+  HipRuntime::check(hip.hipDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device),
+                    "hipDeviceGetPCIBusId");
   const std::vector<KfdGpu> gpus = read_kfd_gpus(kKfdTopology);
   const KfdGpu* gpu = find_kfd_gpu(gpus, bus_id);
   if (gpu == nullptr || gpu->gfx_target_version == 0)
@@ -111,14 +107,14 @@ hipFunction_t hip_reduce_kernel(const hip::Runtime& hip, int device, ElementType
     if (code == kernels.code_by_arch.end())
       code = kernels.code_by_arch.emplace(arch, compile(hip, arch)).first;
     hipModule_t module = nullptr;
-    check(hip, hip.hipModuleLoadData(&module, code->second.data()),
-          "loading the reduction kernels (hipModuleLoadData)");
+    HipRuntime::check(hip.hipModuleLoadData(&module, code->second.data()),
+                      "loading the reduction kernels (hipModuleLoadData)");
     std::vector<hipFunction_t> functions;
     for (int t = 0; t < kElementTypeCount; ++t) {
       const std::string name =
           std::string("iris_nccl_reduce_") + element_name(static_cast<ElementType>(t));
       hipFunction_t f = nullptr;
-      check(hip, hip.hipModuleGetFunction(&f, module, name.c_str()), "hipModuleGetFunction");
+      HipRuntime::check(hip.hipModuleGetFunction(&f, module, name.c_str()), "hipModuleGetFunction");
       functions.push_back(f);
     }
     loaded = std::move(functions);

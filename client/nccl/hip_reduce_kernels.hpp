@@ -6,9 +6,13 @@
 #pragma once
 
 #include "client/nccl/element_types.hpp"
+#include "client/nccl/gpu_runtime_loader.hpp"
 #include "iris/shared/hip_library.hpp"
 
 namespace iris::nccl {
+
+// The HIP runtime the RCCL build's GPU side calls, and its error check.
+using HipRuntime = GpuRuntimeLoader<hip::Runtime, &hip::load_runtime>;
 
 // The kernel for `type` on HIP device `device`, which is current. Throws NcclError saying what is
 // missing (hiprtc, KFD's report of the GPU) or what the compiler said.

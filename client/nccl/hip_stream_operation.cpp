@@ -32,7 +32,6 @@ namespace iris::nccl {
 
 namespace {
 
-using HipRuntime = GpuRuntimeLoader<hip::Runtime, &hip::load_runtime>;
 const hip::Runtime* loaded_runtime() { return HipRuntime::loaded(); }
 const hip::Runtime& runtime() { return HipRuntime::required(); }
 
