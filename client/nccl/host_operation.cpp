@@ -83,6 +83,10 @@ void decide_where(QueuedOp& op) {
   op.stage_recv = plan.recv_bytes > 0 && !visible(*op.comm, op.call.recv, plan.recv_bytes);
 }
 
+uint64_t host_staged_bytes(const QueuedOp& op) {
+  return (op.stage_send ? op.plan.send_bytes : 0) + (op.stage_recv ? 2 * op.plan.recv_bytes : 0);
+}
+
 std::unique_ptr<RunningOp> start_on_host(QueuedOp& op, char* scratch) {
   return std::make_unique<HostOp>(op, scratch);
 }

@@ -132,8 +132,9 @@ ncclResult_t enqueue(ncclComm* comm, OpKind kind, const void* send, void* recv, 
     queued.call.reduction.scalar_at = nullptr;
   }
   const bool on_gpu = queued.on_stream;
-  const auto bytes =
+  auto bytes =
       iris::nccl::plan_bytes(queued.plan, call.type, comm->nranks, comm->rank == call.peer);
+  bytes.local += iris::nccl::host_staged_bytes(queued);
   if (on_gpu && bytes.local > 0 && strict())
     throw NcclError(ncclInvalidUsage,
                     std::string("IRISD_NCCL_STRICT=1: ") + iris::nccl::op_name(kind) +

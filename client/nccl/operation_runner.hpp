@@ -85,6 +85,9 @@ std::unique_ptr<RunningOp> start_on_stream(QueuedOp& op);
 std::size_t host_scratch_bytes(const QueuedOp& op);
 // Where `op` runs: sets on_stream, and for the host which buffers are staged.
 void decide_where(QueuedOp& op);
+// The bytes the host writes staging `op` (the send copied in; the receive range copied in and
+// back out), counted as the host's in the operation's tally.
+uint64_t host_staged_bytes(const QueuedOp& op);
 // True when `op` runs on its GPU stream, false when on the host.
 bool runs_on_stream(const QueuedOp& op);
 

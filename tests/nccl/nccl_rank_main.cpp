@@ -7,6 +7,7 @@
 //                       [--stop-file F]
 // Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory;
 // ops-across-nodes the same with sends refused),
+// staged (an all-gather in ncclMemAlloc memory, then in malloc memory, for the tallies),
 // group (operations mixed in one group), split, nonblocking, threads (every rank in this
 // process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
 // ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
@@ -373,6 +374,9 @@ void check_sum(ncclComm_t comm, const char* what) {
 
 }  // namespace iris::nccl_test
 
+// The staged case's elements per rank (the integration test computes the staged bytes from it).
+constexpr size_t kStagedCount = 1000;
+
 int main(int argc, char** argv) {
   std::string socket, id_hex, id_file, name = "ops", stop_file;
   int nranks = 1, rank = 0;
@@ -476,6 +480,22 @@ int main(int argc, char** argv) {
       for (bool nccl_memory : {true, false}) {
         check_reductions(job, Memory{nccl_memory}, 1031);
         check_moves(job, Memory{nccl_memory}, 4099);
+      }
+    } else if (name == "staged") {
+      // One out-of-place all-gather of kStagedCount int32 per rank in ncclMemAlloc memory, then one
+      // in malloc memory, which the host stages; the test compares irisd's tallies.
+      for (bool nccl_memory : {true, false}) {
+        Memory mem{nccl_memory};
+        auto* send = static_cast<int32_t*>(mem.get(kStagedCount * sizeof(int32_t)));
+        auto* recv = static_cast<int32_t*>(mem.get(kStagedCount * sizeof(int32_t) * nranks));
+        for (size_t i = 0; i < kStagedCount; ++i) send[i] = static_cast<int32_t>(rank * 7919 + i);
+        NCCL_OK(ncclAllGather(send, recv, kStagedCount, ncclInt32, comm, nullptr));
+        for (int r = 0; r < nranks; ++r)
+          for (size_t i = 0; i < kStagedCount; ++i)
+            expect(recv[r * kStagedCount + i] == static_cast<int32_t>(r * 7919 + i),
+                   nccl_memory ? "AllGather in ncclMemAlloc memory" : "AllGather staged");
+        mem.put(send);
+        mem.put(recv);
       }
     } else if (name == "group") {
       check_group(job, 2053);
