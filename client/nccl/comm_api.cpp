@@ -130,13 +130,13 @@ void join_fallback(ncclComm& c, const iris::nccl::FallbackNccl& fb) {
 void join(ncclComm& c) {
   if (!c.meeting_point.empty())
     c.nodes = iris::meet_nodes(c.lane->client, c.meeting_point, c.secret, c.nranks, c.rank,
-                               kMeetingTimeout);
+                               kMeetingTimeout, &c.init_stop);
   if (c.nodes && c.nodes->addresses.size() < 2) c.nodes.reset();  // all on this node
   iris::CommOptions options;
   options.traffic_class = c.traffic_class;
-  c.comm =
-      c.nodes ? iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, *c.nodes, options)
-              : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, options);
+  c.comm = c.nodes ? iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, *c.nodes,
+                                              options, &c.init_stop)
+                   : iris::Communicator::init(c.lane->client, c.key, c.nranks, c.rank, options);
   // Every rank, whatever its engine, so that every rank's first collective is the same.
   c.start_gpu_exchange(iris::nccl::device_bus_id(c.device));
   const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
@@ -486,6 +486,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     // Calls inside it on other threads leave first (a host wait sees the abort within
     // ncclComm::kAbortPoll); this thread's open group drops what it queued on it.
     iris::nccl::drop_group_operations(comm);
+    comm->init_stop = true;  // a non-blocking init waiting for other nodes ends now
     comm->stop_calls();
     end_comm(comm, true);
     return ncclSuccess;

@@ -86,8 +86,10 @@ struct ncclComm {
   ncclComm_t fallback = nullptr;
 
   // A non-blocking init joins on this thread; ncclCommGetAsyncError says ncclInProgress until it
-  // is done.
+  // is done. ncclCommAbort stops its waits for other nodes' ranks (the meeting point, the
+  // nodes' join) by setting init_stop instead of waiting them out.
   std::thread init_thread;
+  std::atomic<bool> init_stop{false};
   std::atomic<bool> ready{false};
 
   // Which GPU each rank uses, gathered through irisd by an all-gather that init submits and the

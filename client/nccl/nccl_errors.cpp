@@ -22,6 +22,7 @@ ncclResult_t result_of(ErrorCode code) {
     case ErrorCode::kSizeMismatch:
     case ErrorCode::kSequenceError:
     case ErrorCode::kNranksMismatch:
+    case ErrorCode::kCancelled:  // ncclCommAbort stopped it
       return ncclInvalidUsage;
     case ErrorCode::kPeerLost:
     case ErrorCode::kTimeout:

@@ -74,7 +74,7 @@ int submitted(iris_comm* comm, const iris_stream* stream, iris_request** out, Ca
 
 }  // namespace
 
-static_assert(IRIS_ERROR_ENGINE_ERROR + 1 == iris::kErrorCodeCount,
+static_assert(IRIS_ERROR_CANCELLED + 1 == iris::kErrorCodeCount,
               "iris.h must name every iris::ErrorCode");
 
 extern "C" {

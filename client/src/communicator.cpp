@@ -67,7 +67,8 @@ Communicator Communicator::init(Client& client, const std::string& key, uint32_t
 }
 
 Communicator Communicator::init(Client& client, const std::string& key, uint32_t nranks,
-                                uint32_t rank, const NodeSet& nodes, const CommOptions& options) {
+                                uint32_t rank, const NodeSet& nodes, const CommOptions& options,
+                                const std::atomic<bool>* stop) {
   v1::SessionRequest request;
   auto* init = request.mutable_comm_init();
   for (const std::string& address : nodes.addresses) init->add_node_addresses(address);
@@ -86,6 +87,11 @@ Communicator Communicator::init(Client& client, const std::string& key, uint32_t
     const auto answer =
         *joined->client->comms->call_naming(*joined->state, status, "communicator init (nodes)");
     if (answer.nodes_joined() >= answer.nodes_total()) return comm;
+    if (stop != nullptr && stop->load())
+      throw Error(ErrorCode::kCancelled, "communicator '" + key + "': stopped while " +
+                                             std::to_string(answer.nodes_joined()) + " of " +
+                                             std::to_string(answer.nodes_total()) +
+                                             " nodes had joined");
     if (std::chrono::steady_clock::now() >= deadline)
       throw Error(ErrorCode::kTimeout,
                   "communicator '" + key + "': " + std::to_string(answer.nodes_joined()) + " of " +

@@ -1,5 +1,6 @@
 // meet_nodes (communicator.hpp): one hello to the meeting point over TCP and one answer back,
-// every wait bounded by the caller's timeout, the answer read as hostile (meeting_wire.hpp).
+// every wait bounded by the caller's timeout and ended by its stop flag, the answer read as hostile
+// (meeting_wire.hpp).
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -28,20 +29,35 @@ static_assert(kMeetingSecretBytes == meeting::kGroupBytes);
                   "reachable from this node?");
 }
 
-// Waits for `events` on `fd` until `deadline`; false when it passed.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
+// The caller's deadline and stop flag (meet_nodes' `stop`), looked at every kStopPoll.
+struct Until {
+  Clock::time_point deadline;
+  const std::atomic<bool>* stop;
+  const std::string& point;
+  static constexpr int64_t kStopPoll = 10;  // ms
+};
+
+// Waits for `events` on `fd` until the deadline; false when it passed. Throws kCancelled once
+// the stop flag is set.
+bool wait_for(int fd, short events, const Until& until) {
   for (;;) {
+    if (until.stop != nullptr && until.stop->load())
+      throw Error(ErrorCode::kCancelled,
+                  "the wait at the meeting point " + until.point + " was stopped by its caller");
     const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        std::chrono::duration_cast<std::chrono::milliseconds>(until.deadline - Clock::now())
+            .count();
     if (left <= 0) return false;
     pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    const int64_t slice = until.stop != nullptr ? Until::kStopPoll : 1000;
+    const int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, slice)));
     if (n > 0) return true;
     if (n < 0 && errno != EINTR) return true;  // the next call says what went wrong
   }
 }
 
-net::Fd connect_to(const std::string& point, Clock::time_point deadline) {
+net::Fd connect_to(const Until& until) {
+  const std::string& point = until.point;
   const auto colon = point.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == point.size())
     throw Error(ErrorCode::kInvalidArgument,
@@ -66,7 +82,7 @@ net::Fd connect_to(const std::string& point, Clock::time_point deadline) {
       why = std::string("refused the connection: ") + std::strerror(errno);
       continue;
     }
-    if (!wait_for(fd.get(), POLLOUT, deadline)) {
+    if (!wait_for(fd.get(), POLLOUT, until)) {
       why = "did not accept the connection in time";
       continue;
     }
@@ -87,7 +103,8 @@ net::Fd connect_to(const std::string& point, Clock::time_point deadline) {
 }  // namespace
 
 NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::string& secret,
-                   uint32_t nranks, uint32_t rank, std::chrono::milliseconds timeout) {
+                   uint32_t nranks, uint32_t rank, std::chrono::milliseconds timeout,
+                   const std::atomic<bool>* stop) {
   if (secret.size() != kMeetingSecretBytes)
     throw Error(ErrorCode::kInvalidArgument,
                 "a meeting secret is " + std::to_string(kMeetingSecretBytes) +
@@ -101,8 +118,8 @@ NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::
   hello.nranks = nranks;
   hello.rank = rank;
   hello.node_address = client.node_address();
-  const auto deadline = Clock::now() + timeout;
-  const net::Fd fd = connect_to(meeting_point, deadline);
+  const Until until{Clock::now() + timeout, stop, meeting_point};
+  const net::Fd fd = connect_to(until);
 
   const std::string out = meeting::encode(hello);
   for (std::size_t sent = 0; sent < out.size();) {
@@ -111,7 +128,7 @@ NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::
       sent += static_cast<std::size_t>(n);
     } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
       unreachable(meeting_point, std::string("hung up: ") + std::strerror(errno));
-    } else if (!wait_for(fd.get(), POLLOUT, deadline)) {
+    } else if (!wait_for(fd.get(), POLLOUT, until)) {
       throw Error(ErrorCode::kTimeout, "the meeting point " + meeting_point +
                                            " did not take this rank's hello within " +
                                            std::to_string(timeout.count()) + " ms");
@@ -127,7 +144,7 @@ NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::
         meeting::decode(in, answer, used, why, meeting::max_answer_bytes(nranks));
     if (t == meeting::Take::kBad) unreachable(meeting_point, "answered garbage (" + why + ")");
     if (t == meeting::Take::kDone) break;
-    if (!wait_for(fd.get(), POLLIN, deadline))
+    if (!wait_for(fd.get(), POLLIN, until))
       throw Error(ErrorCode::kTimeout,
                   "rank " + std::to_string(rank) + " of " + std::to_string(nranks) + " waited " +
                       std::to_string(timeout.count()) + " ms at the meeting point " +

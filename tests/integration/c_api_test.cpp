@@ -213,6 +213,7 @@ TEST(CApi, ErrorCodesMatchTheCppList) {
       {IRIS_ERROR_UNAVAILABLE, "unavailable"},
       {IRIS_ERROR_INTERNAL, "internal"},
       {IRIS_ERROR_ENGINE_ERROR, "engine_error"},
+      {IRIS_ERROR_CANCELLED, "cancelled"},
   };
   ASSERT_EQ(std::size(c_codes), kErrorCodeCount);
   for (const auto& [code, name] : c_codes) {

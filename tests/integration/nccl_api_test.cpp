@@ -303,6 +303,18 @@ void expect_job_across_two_nodes(int nranks, const std::string& name) {
                                     << node1.log();
 }
 
+// A non-blocking init across nodes waits at node 0's meeting point (5 minutes at most) for ranks
+// that never come: ncclCommAbort ends that wait instead of waiting it out, and irisd serves the
+// next job.
+TEST(NcclApi, AnAbortEndsANonBlockingInitWaitingAtTheMeetingPoint) {
+  DaemonProcess node0({"--meeting-address", "127.0.0.1:0"});
+  const std::string id_file = node0.directory() + "/nccl-id";
+  const pid_t alone = spawn({IRIS_TEST_NCCL_RANK, "--socket", node0.socket(), "--id-file", id_file,
+                             "--nranks", "2", "--rank", "0", "--case", "abort-init"});
+  EXPECT_EQ(wait_for(alone), 0) << node0.log();
+  expect_all_pass(start_job(node0, 2, "nonblocking"), node0);
+}
+
 // Every collective, datatype and reduction across the nodes; a send is refused with the reason.
 TEST(NcclApi, ACommunicatorSpansTwoDaemonsAsTwoNodes) {
   expect_job_across_two_nodes(4, "ops-across-nodes");

@@ -1,5 +1,6 @@
-// The abort-race case of iris-test-nccl-rank: ncclCommAbort from one thread while another is
-// inside a call on the communicator, or holds an operation on it in an open group.
+// The abort cases of iris-test-nccl-rank: ncclCommAbort from one thread while another is inside a
+// call on the communicator, or holds an operation on it in an open group (abort-race); and
+// ncclCommAbort of a non-blocking init still waiting for other nodes' ranks (abort-init).
 #include <unistd.h>
 
 #include <atomic>
@@ -80,6 +81,23 @@ void check_abort_race(ncclComm_t comm, int rank, const std::string& stop_file) {
       "the group's end refuses the operation on the aborted communicator");
   std::FILE* f = std::fopen(stop_file.c_str(), "w");
   if (f != nullptr) std::fclose(f);
+}
+
+void check_abort_during_init(const ncclUniqueId& id, int nranks, int rank) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  expect(ncclCommInitRankConfig(&comm, nranks, id, rank, &config) == ncclInProgress,
+         "a non-blocking init returns ncclInProgress");
+  ncclResult_t state = ncclSuccess;
+  NCCL_OK(ncclCommGetAsyncError(comm, &state));
+  expect(state == ncclInProgress, "the init waits for ranks that never come");
+  const auto start = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommAbort(comm));
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  std::printf("ncclCommAbort of the waiting init returned after %.3f s\n", took.count());
+  // The meeting's own timeout is 5 minutes: an abort that waited the init out would take that.
+  expect(took < std::chrono::minutes(1), "ncclCommAbort ends the init's wait at the meeting point");
 }
 
 }  // namespace iris::nccl_test

@@ -10,8 +10,9 @@
 // staged (an all-gather in ncclMemAlloc memory, then in malloc memory, for the tallies),
 // group (operations mixed in one group), split, nonblocking, threads (every rank in this
 // process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
-// ncclRemoteError with irisd's reason), loops (checked all-reduces until --stop-file appears,
-// for a restart test), abort-race (ncclCommAbort while another thread waits inside an
+// ncclRemoteError with irisd's reason), abort-init (ncclCommAbort of a non-blocking init waiting
+// at the meeting point for ranks that never come), loops (checked all-reduces until --stop-file
+// appears, for a restart test), abort-race (ncclCommAbort while another thread waits inside an
 // all-reduce, and while another thread's open group holds an operation), refusals (bad calls: their
 // codes and reasons), fallback, fallback-strict and fallback-unusable (IRISD_NCCL_FALLBACK at
 // tests/nccl/nccl_stand_in.cpp, or at no NCCL).
@@ -458,6 +459,8 @@ int main(int argc, char** argv) {
     std::printf("fallback refused: %s\n", why.c_str());
     expect(r != ncclSuccess && why.find("IRISD_NCCL_FALLBACK") != std::string::npos,
            "an unusable fallback fails init with the reason");
+  } else if (name == "abort-init") {
+    check_abort_during_init(id, nranks, rank);
   } else if (name == "nonblocking") {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;

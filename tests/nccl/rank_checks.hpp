@@ -38,5 +38,8 @@ void check_fallback(ncclComm_t comm, bool strict);
 // ncclCommAbort racing calls of other threads (2 ranks; ends `comm`). Rank 0 creates
 // `stop_file` when done; rank 1 waits for it.
 void check_abort_race(ncclComm_t comm, int rank, const std::string& stop_file);
+// ncclCommAbort of a non-blocking init that waits at another node's meeting point for ranks that
+// never come (run as the only rank of `nranks` > 1, the id carrying a meeting point).
+void check_abort_during_init(const ncclUniqueId& id, int nranks, int rank);
 
 }  // namespace iris::nccl_test

@@ -21,6 +21,7 @@
 // destroyed. Not yet on HIP streams (refused at capture).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,12 +53,14 @@ struct NodeSet {
 // the meeting point its node (its client's node_address(), which starts UCX there) and gets every
 // rank's once all nranks have come; nodes are numbered by their lowest rank. The secret names
 // the job there and becomes the NodeSet's. Throws kTimeout after `timeout`, kUnavailable when the
-// meeting point cannot be reached or hangs up, and its refusals (kNranksMismatch, kAlreadyExists,
-// kLimitExceeded) with the reason.
+// meeting point cannot be reached or hangs up, its refusals (kNranksMismatch, kAlreadyExists,
+// kLimitExceeded) with the reason, and kCancelled within 10 ms of `*stop` becoming true (another
+// thread giving up on a rank that waits here).
 inline constexpr std::size_t kMeetingSecretBytes = 32;
 NodeSet meet_nodes(Client& client, const std::string& meeting_point, const std::string& secret,
                    uint32_t nranks, uint32_t rank,
-                   std::chrono::milliseconds timeout = std::chrono::minutes(5));
+                   std::chrono::milliseconds timeout = std::chrono::minutes(5),
+                   const std::atomic<bool>* stop = nullptr);
 
 // Where a communicator's copies wait while users share the node's copy engines (irisd hands
 // them the waiting copies latency work first, bulk fairly between users; docs/OPERATIONS.md):
@@ -86,10 +89,12 @@ class Communicator {
   static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank,
                            const CommOptions& options = {});
   // The same across nodes: returns once every node's irisd has a rank of it (kTimeout naming the
-  // nodes missing after nodes.join_timeout). Throws kInvalidArgument for a NodeSet this node's
-  // irisd is not in, or that disagrees with the one its other ranks passed.
+  // nodes missing after nodes.join_timeout; kCancelled within 20 ms of `*stop` becoming true).
+  // Throws kInvalidArgument for a NodeSet this node's irisd is not in, or that disagrees with the
+  // one its other ranks passed.
   static Communicator init(Client& client, const std::string& key, uint32_t nranks, uint32_t rank,
-                           const NodeSet& nodes, const CommOptions& options = {});
+                           const NodeSet& nodes, const CommOptions& options = {},
+                           const std::atomic<bool>* stop = nullptr);
 
   Communicator();
   Communicator(Communicator&&) noexcept;

@@ -70,6 +70,7 @@ class ErrorCode(enum.IntEnum):
     UNAVAILABLE = 15
     INTERNAL = 16
     ENGINE_ERROR = 17
+    CANCELLED = 18
 
 
 class IrisError(RuntimeError):

@@ -26,6 +26,7 @@ enum class ErrorCode : uint32_t {
   kUnavailable = 15,       // irisd cannot be reached
   kInternal = 16,          // a bug: please report with the daemon log
   kEngineError = 17,       // the copy engine failed a transfer
+  kCancelled = 18,         // the caller stopped a wait (its std::stop_token) before it ended
 };
 
 constexpr std::string_view to_string(ErrorCode code) {
@@ -66,10 +67,12 @@ constexpr std::string_view to_string(ErrorCode code) {
       return "internal";
     case ErrorCode::kEngineError:
       return "engine_error";
+    case ErrorCode::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
 
-constexpr uint32_t kErrorCodeCount = 18;
+constexpr uint32_t kErrorCodeCount = 19;
 
 }  // namespace iris
