@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "iris/client.hpp"
 #include "iris/communicator.hpp"
@@ -71,11 +72,13 @@ net::Fd connect_to(const Until& until) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (const int r = ::getaddrinfo(host.c_str(), point.c_str() + colon + 1, &hints, &found); r != 0)
+  addrinfo* list = nullptr;
+  if (const int r = ::getaddrinfo(host.c_str(), point.c_str() + colon + 1, &hints, &list); r != 0)
     unreachable(point, std::string("cannot be resolved: ") + ::gai_strerror(r));
+  // Freed however this returns: a stopped wait throws from inside the loop.
+  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> found(list, &::freeaddrinfo);
   std::string why = "has no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  for (addrinfo* a = found.get(); a != nullptr; a = a->ai_next) {
     net::Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!fd) continue;
     if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
@@ -93,10 +96,8 @@ net::Fd connect_to(const Until& until) {
       why = std::string("refused the connection: ") + std::strerror(error);
       continue;
     }
-    ::freeaddrinfo(found);
     return fd;
   }
-  ::freeaddrinfo(found);
   unreachable(point, why);
 }
 
