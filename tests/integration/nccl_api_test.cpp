@@ -89,18 +89,19 @@ TEST(NcclApi, EveryOperationDatatypeAndReductionMatchesItsReference) {
 }
 
 // Host memory irisd cannot see is staged by the host: the tally counts those copies as the host's.
-// Each rank all-gathers 1000 int32 (the rank program's kStagedCount) once in ncclMemAlloc memory
-// and once in malloc memory; staging the second copies the send in (4,000 bytes) and the receive
-// range in and back out (2 x 8,000 bytes).
+// Each of 2 ranks all-gathers kCount int32 once in ncclMemAlloc memory and once in malloc memory;
+// staging the second copies the send in (kBytes) and the receive range of both ranks
+// (2 x kBytes) in and back out.
 TEST(NcclApi, HostCopiesStagingMemoryIrisdCannotSeeCountAsTheHosts) {
   DaemonProcess daemon;
-  expect_all_pass(start_job(daemon, 2, "staged"), daemon);
+  constexpr uint64_t kCount = 1000, kBytes = kCount * sizeof(int32_t);
+  expect_all_pass(start_job(daemon, 2, "staged", {"--count", std::to_string(kCount)}), daemon);
   const auto rows = ctl_json(daemon, {"stats"})["api_operations"];
   const auto row = std::find_if(rows.begin(), rows.end(),
                                 [](const nlohmann::json& r) { return r["op"] == "all_gather"; });
   ASSERT_NE(row, rows.end()) << rows.dump();
   EXPECT_EQ((*row)["calls"], 4);
-  EXPECT_EQ((*row)["host_bytes"], 2 * (4000 + 2 * 8000));
+  EXPECT_EQ((*row)["host_bytes"], 2 * (kBytes + 2 * 2 * kBytes));
   EXPECT_EQ((*row)["sm_kernel_bytes"], 0);
   EXPECT_GT(uint64_t((*row)["irisd_bytes"]), 0u);
 }

@@ -4,10 +4,11 @@
 // "checks N" and exits 0, or prints what differs and exits 1.
 //
 //   iris-test-nccl-rank --socket S (--id HEX | --id-file F) --nranks N --rank R --case NAME
-//                       [--stop-file F]
+//                       [--stop-file F] [--count N]
 // Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory;
 // ops-across-nodes the same with sends refused),
-// staged (an all-gather in ncclMemAlloc memory, then in malloc memory, for the tallies),
+// staged (an all-gather of --count int32 a rank, default 1000, in ncclMemAlloc memory, then in
+// malloc memory, for the tallies),
 // group (operations mixed in one group), split, nonblocking, threads (every rank in this
 // process: ncclCommInitAll, and a thread per rank), survivor (rank 1 dies; the others see
 // ncclRemoteError with irisd's reason), abort-init (ncclCommAbort of a non-blocking init waiting
@@ -375,12 +376,10 @@ void check_sum(ncclComm_t comm, const char* what) {
 
 }  // namespace iris::nccl_test
 
-// The staged case's elements per rank (the integration test computes the staged bytes from it).
-constexpr size_t kStagedCount = 1000;
-
 int main(int argc, char** argv) {
   std::string socket, id_hex, id_file, name = "ops", stop_file;
   int nranks = 1, rank = 0;
+  size_t count = 1000;  // the staged case's elements per rank
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--socket")
@@ -397,6 +396,8 @@ int main(int argc, char** argv) {
       name = value;
     else if (flag == "--stop-file")
       stop_file = value;
+    else if (flag == "--count")
+      count = std::stoul(value);
   }
   ::setenv("IRIS_SOCKET", socket.c_str(), 1);
   const ncclUniqueId id = id_file.empty() ? parse_id(id_hex) : id_from_file(id_file, rank);
@@ -485,17 +486,17 @@ int main(int argc, char** argv) {
         check_moves(job, Memory{nccl_memory}, 4099);
       }
     } else if (name == "staged") {
-      // One out-of-place all-gather of kStagedCount int32 per rank in ncclMemAlloc memory, then one
+      // One out-of-place all-gather of `count` int32 per rank in ncclMemAlloc memory, then one
       // in malloc memory, which the host stages; the test compares irisd's tallies.
       for (bool nccl_memory : {true, false}) {
         Memory mem{nccl_memory};
-        auto* send = static_cast<int32_t*>(mem.get(kStagedCount * sizeof(int32_t)));
-        auto* recv = static_cast<int32_t*>(mem.get(kStagedCount * sizeof(int32_t) * nranks));
-        for (size_t i = 0; i < kStagedCount; ++i) send[i] = static_cast<int32_t>(rank * 7919 + i);
-        NCCL_OK(ncclAllGather(send, recv, kStagedCount, ncclInt32, comm, nullptr));
+        auto* send = static_cast<int32_t*>(mem.get(count * sizeof(int32_t)));
+        auto* recv = static_cast<int32_t*>(mem.get(count * sizeof(int32_t) * nranks));
+        for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(rank * 7919 + i);
+        NCCL_OK(ncclAllGather(send, recv, count, ncclInt32, comm, nullptr));
         for (int r = 0; r < nranks; ++r)
-          for (size_t i = 0; i < kStagedCount; ++i)
-            expect(recv[r * kStagedCount + i] == static_cast<int32_t>(r * 7919 + i),
+          for (size_t i = 0; i < count; ++i)
+            expect(recv[r * count + i] == static_cast<int32_t>(r * 7919 + i),
                    nccl_memory ? "AllGather in ncclMemAlloc memory" : "AllGather staged");
         mem.put(send);
         mem.put(recv);
