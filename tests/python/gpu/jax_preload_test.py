@@ -55,8 +55,12 @@ def rank_main(rank, nranks, port):
 
     try:
         from jax import shard_map
+        # jax.shard_map cannot infer that an all_gather's output is the same on every rank (its
+        # out_specs P() needs that); each rank checks its whole result below instead.
+        unchecked = {"check_vma": False}
     except ImportError:
         from jax.experimental.shard_map import shard_map
+        unchecked = {"check_rep": False}
 
     version = ctypes.c_int()
     ctypes.CDLL(None).ncclGetVersion(ctypes.byref(version))
@@ -76,7 +80,8 @@ def rank_main(rank, nranks, port):
                                                    (nranks, n))
 
         def run(body, out_spec, arg=x):
-            f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=out_spec))
+            f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=out_spec,
+                                  **unchecked))
             out = f(arg)
             return np.asarray(out.addressable_shards[0].data, dtype=np.float32)
 
