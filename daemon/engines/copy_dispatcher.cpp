@@ -33,6 +33,7 @@ CopyDispatcher::Slot& CopyDispatcher::take_slot(CopyRequest& copy) {
   slot.slices_out = 0;
   slot.in_flight_bytes = 0;
   slot.all_issued = false;
+  slot.unpaced = false;
   slot.error = ErrorCode::kOk;
   add_from_loop(stats_.devices[slot.device].copies_in_flight, 1);
   copy.cookie = (uint64_t{slot.generation} << 32) | index;
@@ -108,13 +109,17 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
     if (flow.cls == TrafficClass::kLatency) l.latency_until = now + kSharedHold;
     if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
-    if (pacing_.queue_bytes == 0 || (now >= l.shared_until && l.fair.empty())) {
+    slot.unpaced = pacing_.queue_bytes != 0 && !engine_.paced(c);
+    if (pacing_.queue_bytes == 0 || slot.unpaced || (now >= l.shared_until && l.fair.empty())) {
       slot.slices_out = 1;  // whole, straight to the engine
       slot.in_flight_bytes = c.bytes;
       slot.all_issued = true;
       if (l.in_flight == 0) l.busy_from = now;
       l.in_flight += c.bytes;
-      if (flow.cls == TrafficClass::kLatency) l.latency_in_flight += c.bytes;
+      if (slot.unpaced)
+        l.unpaced_in_flight += c.bytes;
+      else if (flow.cls == TrafficClass::kLatency)
+        l.latency_in_flight += c.bytes;
       batch_.push_back(c);
       continue;
     }
@@ -140,14 +145,15 @@ void CopyDispatcher::pump(std::size_t device) {
   batch_.clear();
   const auto now = now_();
   const uint64_t bound = pacing_.queue_bytes;
+  auto paced_in_flight = [&l] { return l.in_flight - l.unpaced_in_flight; };
   if (l.latency_engine) {
     while (l.latency_in_flight < bound && take(l, l.fair.next(TrafficClass::kLatency), now)) {
     }
-    while (l.in_flight - l.latency_in_flight < bound &&
+    while (paced_in_flight() - l.latency_in_flight < bound &&
            take(l, l.fair.next(TrafficClass::kBulk), now)) {
     }
   } else {
-    while (l.in_flight < bound && take(l, l.fair.next(), now)) {
+    while (paced_in_flight() < bound && take(l, l.fair.next(), now)) {
     }
   }
   if (batch_.empty()) return;
@@ -235,7 +241,9 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
       static_cast<uint64_t>(std::max<int64_t>(
           std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0)));
   l.in_flight -= std::min(bytes, l.in_flight);
-  if (slot->cls == TrafficClass::kLatency)
+  if (slot->unpaced)
+    l.unpaced_in_flight -= std::min(bytes, l.unpaced_in_flight);
+  else if (slot->cls == TrafficClass::kLatency)
     l.latency_in_flight -= std::min(bytes, l.latency_in_flight);
   if (slot->all_issued && slot->slices_out == 0) {
     const auto of = l.copies_of.find(slot->uid);

@@ -162,6 +162,11 @@ class Engine {
   // Whether copies of `device` (the engine's index) marked EngineQueue::kLatency run on a copy
   // engine that kBulk copies never queue on.
   virtual bool keeps_latency_engine(int device) const { return false; }
+  // Whether CopyDispatcher paces `copy` (slices it, counts it against the device's bound) while
+  // tenants share the device. The bound is worth a few hundred microseconds of a copy engine on
+  // PCIe; a copy the engine runs many times faster (a GPU's SMs copying within its memory) would
+  // spend more time waiting for irisd to hand over its next slice than copying.
+  virtual bool paced(const CopyRequest& copy) const { return true; }
   // Copies between host memory are cheaper to do on the calling thread at once than to hand over
   // (a memcpy of a small block costs less than waking a host-engine worker, or a copy engine's
   // round trip, and retiring the completion later), up to a budget per submission

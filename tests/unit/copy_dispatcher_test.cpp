@@ -148,6 +148,10 @@ class RecordingEngine final : public Engine {
   std::size_t poll(std::vector<CopyCompletion>&) override { return 0; }
   int completion_fd() const override { return -1; }
   bool keeps_latency_engine(int) const override { return latency_engine; }
+  // As CUDA's engine: a copy within one GPU is not paced (it runs on the GPU's SMs).
+  bool paced(const CopyRequest& c) const override {
+    return c.src_device != c.dst_device || c.src_device == kHostMemory;
+  }
   uint64_t at_engine() const {
     uint64_t bytes = 0;
     for (std::size_t i = completed; i < handed.size(); ++i) bytes += handed[i].bytes;
@@ -337,6 +341,44 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
     if (i != 4) complete(i);
   EXPECT_EQ(owner.done.size(), 11u);
   EXPECT_EQ(engine.handed.size(), 15u + 10u);
+  EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
+}
+
+// A copy the engine does not pace (within one GPU) goes whole at once, whatever is at the engine
+// or waiting, and counts against no bound: the paced copies beside it get their slices as before.
+TEST_F(Paced, ACopyTheEngineDoesNotPaceGoesWholeOutsideTheBound) {
+  copies.set_users(2);
+  auto copy = [&](uint64_t at, uint64_t bytes, int src_device) {
+    return CopyRequest{memory.data(), memory.data() + at, bytes, 0, src_device, 0};
+  };
+  CopyRequest over_pcie = copy(32 * kMiB, 20 * kMiB, kHostMemory);
+  copies.track(over_pcie, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&over_pcie, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 4u);
+  CopyRequest within_gpu = copy(8 * kMiB, 24 * kMiB, 0);
+  copies.track(within_gpu, owner, 2);
+  copies.submit(std::span<const CopyRequest>(&within_gpu, 1),
+                FlowKey{1001, 2, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 5u) << "the copy within the GPU waits for no room";
+  EXPECT_EQ(engine.handed[4].cookie, within_gpu.cookie);
+  EXPECT_EQ(engine.handed[4].bytes, within_gpu.bytes);
+  // Its bytes at the engine leave the paced copy's bound as it was: a slice's end makes room for
+  // the next slice.
+  complete_next();
+  ASSERT_EQ(engine.handed.size(), 6u);
+  EXPECT_EQ(engine.handed[5].cookie, over_pcie.cookie);
+  // The copy within the GPU ends, then every slice; each copy completes once.
+  copies.complete({within_gpu.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, 24 * kMiB});
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{2}, ErrorCode::kOk));
+  EXPECT_EQ(engine.handed.size(), 6u) << "its end frees no room for paced slices";
+  for (std::size_t i = 1; i < engine.handed.size(); ++i) {
+    if (i == 4) continue;
+    const CopyRequest& c = engine.handed[i];
+    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
+  }
+  EXPECT_EQ(owner.done.size(), 2u);
+  EXPECT_EQ(engine.handed.size(), 10u + 1u) << "ten 2 MiB slices and the whole copy";
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
 }
 

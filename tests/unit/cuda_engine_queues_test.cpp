@@ -1,6 +1,7 @@
 // Which copy-engine stream the cuda engine puts a copy on (EngineQueue), over a fake driver table
 // that records each copy's stream: latency copies on the device's last stream, bulk ones (split or
-// not) on the others, kAny on every stream in turn. No GPU needed.
+// not) on the others, kAny on every stream in turn; and which copies it lets irisd pace. No GPU
+// needed.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -85,6 +86,18 @@ TEST_F(CudaEngineQueues, AGpuWithOneCopyEngineKeepsNone) {
   engine = CudaEngine::create(driver, EngineOptions{}, "test", why);
   ASSERT_NE(engine, nullptr) << why;
   EXPECT_FALSE(engine->keeps_latency_engine(0));
+}
+
+// Copies within one GPU run on its SMs: irisd does not pace them (CopyDispatcher); copies over
+// PCIe are paced, either way.
+TEST_F(CudaEngineQueues, CopiesWithinOneGpuAreNotPacedThoseOverPcieAre) {
+  auto request = [&](int src_device, int dst_device) {
+    return CopyRequest{host.data(), host.data(), 4096, 0, src_device, dst_device};
+  };
+  EXPECT_FALSE(engine->paced(request(0, 0)));
+  EXPECT_TRUE(engine->paced(request(kHostMemory, 0)));
+  EXPECT_TRUE(engine->paced(request(0, kHostMemory)));
+  EXPECT_TRUE(engine->paced(request(kHostMemory, kHostMemory)));
 }
 
 }  // namespace

@@ -186,9 +186,8 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     const int device = copy.dst_device != kHostMemory   ? copy.dst_device
                        : copy.src_device != kHostMemory ? copy.src_device
                                                         : 0;
-    const TransferPath path = copy.src_device == copy.dst_device && copy.src_device != kHostMemory
-                                  ? TransferPath::kComputeUnits
-                                  : TransferPath::kCopyEngine;
+    const TransferPath path =
+        within_one_gpu(copy) ? TransferPath::kComputeUnits : TransferPath::kCopyEngine;
     Device& d = devices_[device];
     const CopyCompletion completion{copy.cookie, ErrorCode::kOk, path, copy.bytes};
     const CUdeviceptr dst = address_on(device, copy.dst, copy.dst_device);
