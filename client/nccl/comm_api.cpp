@@ -13,6 +13,7 @@
 
 #include "client/nccl/fallback_nccl.hpp"
 #include "client/nccl/gpu_context.hpp"
+#include "client/nccl/live_comms.hpp"
 #include "client/nccl/nccl_comm.hpp"
 #include "client/nccl/nccl_errors.hpp"
 #include "client/nccl/operation_runner.hpp"
@@ -156,6 +157,7 @@ void join(ncclComm& c) {
                : "") +
           "; the counts follow when it ends");
   c.ready = true;
+  iris::nccl::add_live_comm(&c);
 }
 
 // A communicator `key` as `rank` of `nranks`; joined now, or on a thread of its own for a
@@ -247,6 +249,7 @@ ncclResult_t answer(const char* function, const ncclComm* comm, int* out, const 
 // ncclRemoteError), frees it.
 void end_comm(ncclComm* comm, bool abort) {
   if (comm->init_thread.joinable()) comm->init_thread.join();
+  iris::nccl::remove_live_comm(comm);
   if (comm->fallback != nullptr) {
     const iris::nccl::FallbackNccl* fb = iris::nccl::fallback_nccl();
     if ((abort ? fb->CommAbort : fb->CommDestroy)(comm->fallback) != ncclSuccess)

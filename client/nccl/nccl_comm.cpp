@@ -216,6 +216,12 @@ void ncclComm::report_tally(bool now_anyway) {
   }
 }
 
+void ncclComm::report_at_exit() {
+  if (calls.load() != 0) return;
+  iris::nccl::debug_print(iris::nccl::DebugLevel::kInfo, tally_report() + " (the process exits)");
+  report_tally(true);
+}
+
 std::string ncclComm::tally_report() const {
   std::string report = "communicator " + key + " rank " + std::to_string(rank) + " ended:";
   bool any = false;

@@ -130,6 +130,10 @@ struct ncclComm {
   // Sends irisd what the tally gained since the last report (iris-ctl stats, /metrics): at most
   // once a second unless `now_anyway` (the communicator ends); a failure only costs the figures.
   void report_tally(bool now_anyway);
+  // The process exits with this communicator alive (live_comms.hpp): what report_tally has not
+  // sent yet goes now, and NCCL_DEBUG=INFO prints the counts, unless a call of another thread is
+  // inside it (its tally is that thread's then; exit does not wait for it).
+  void report_at_exit();
   // Submits the exchange of the ranks' GPUs (PCI bus ids; empty without one).
   void start_gpu_exchange(const std::string& bus_id);
   // Whether another rank uses this rank's GPU; waits for the exchange the first time.

@@ -106,6 +106,23 @@ TEST(NcclApi, HostCopiesStagingMemoryIrisdCannotSeeCountAsTheHosts) {
   EXPECT_GT(uint64_t((*row)["irisd_bytes"]), 0u);
 }
 
+// A process that exits without ending its communicator (JAX never does) still reports every
+// operation: without the report at exit, irisd heard of each rank's first all-gather only (the
+// counts go at most once a second while a communicator runs).
+TEST(NcclApi, AProcessExitingWithItsCommunicatorAliveReportsEveryOperation) {
+  DaemonProcess daemon;
+  constexpr uint64_t kCount = 1000, kBytes = kCount * sizeof(int32_t);
+  expect_all_pass(
+      start_job(daemon, 2, "staged", {"--count", std::to_string(kCount), "--keep-comm", "1"}),
+      daemon);
+  const auto rows = ctl_json(daemon, {"stats"})["api_operations"];
+  const auto row = std::find_if(rows.begin(), rows.end(),
+                                [](const nlohmann::json& r) { return r["op"] == "all_gather"; });
+  ASSERT_NE(row, rows.end()) << rows.dump();
+  EXPECT_EQ((*row)["calls"], 4);
+  EXPECT_EQ((*row)["host_bytes"], 2 * (kBytes + 2 * 2 * kBytes));
+}
+
 // The RCCL build (librccl.so.1, its GPU side over HIP) answers the same API: every operation,
 // datatype and reduction on host memory, and every refusal with its reason. (AMD GPUs: not run.)
 TEST(NcclApi, TheRcclBuildRunsEveryOperationAndRefusal) {

@@ -4,7 +4,7 @@
 // "checks N" and exits 0, or prints what differs and exits 1.
 //
 //   iris-test-nccl-rank --socket S (--id HEX | --id-file F) --nranks N --rank R --case NAME
-//                       [--stop-file F] [--count N]
+//                       [--stop-file F] [--count N] [--keep-comm 1]
 // Cases: ops (every operation, datatype and reduction, on ncclMemAlloc and on malloc memory;
 // ops-across-nodes the same with sends refused),
 // staged (an all-gather of --count int32 a rank, default 1000, in ncclMemAlloc memory, then in
@@ -16,7 +16,8 @@
 // appears, for a restart test), abort-race (ncclCommAbort while another thread waits inside an
 // all-reduce, and while another thread's open group holds an operation), refusals (bad calls: their
 // codes and reasons), fallback, fallback-strict and fallback-unusable (IRISD_NCCL_FALLBACK at
-// tests/nccl/nccl_stand_in.cpp, or at no NCCL).
+// tests/nccl/nccl_stand_in.cpp, or at no NCCL). --keep-comm 1: the process exits without
+// destroying its communicator, as JAX does.
 #include <unistd.h>
 
 #include <algorithm>
@@ -379,7 +380,8 @@ void check_sum(ncclComm_t comm, const char* what) {
 int main(int argc, char** argv) {
   std::string socket, id_hex, id_file, name = "ops", stop_file;
   int nranks = 1, rank = 0;
-  size_t count = 1000;  // the staged case's elements per rank
+  size_t count = 1000;     // the staged case's elements per rank
+  bool keep_comm = false;  // exit with the communicator alive (the cases that end it anyway aside)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--socket")
@@ -398,6 +400,8 @@ int main(int argc, char** argv) {
       stop_file = value;
     else if (flag == "--count")
       count = std::stoul(value);
+    else if (flag == "--keep-comm")
+      keep_comm = value == "1";
   }
   ::setenv("IRIS_SOCKET", socket.c_str(), 1);
   const ncclUniqueId id = id_file.empty() ? parse_id(id_hex) : id_from_file(id_file, rank);
@@ -572,7 +576,7 @@ int main(int argc, char** argv) {
       std::printf("unknown case %s\n", name.c_str());
       return 2;
     }
-    if (comm != nullptr) NCCL_OK(ncclCommDestroy(comm));
+    if (comm != nullptr && !keep_comm) NCCL_OK(ncclCommDestroy(comm));
   }
   std::printf("checks %ld failures %d\n", checks.load(), failures.load());
   return failures.load() == 0 ? 0 : 1;
