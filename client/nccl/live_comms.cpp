@@ -14,7 +14,7 @@ namespace {
 struct LiveComms {
   std::mutex mutex;
   std::set<ncclComm*> comms;
-  bool reported_at_exit = false;  // the exit handler is registered
+  bool exit_handler_registered = false;
 };
 
 LiveComms& live() {
@@ -35,7 +35,7 @@ void add_live_comm(ncclComm* comm) {
   LiveComms& l = live();
   std::lock_guard lock(l.mutex);
   l.comms.insert(comm);
-  if (!l.reported_at_exit) l.reported_at_exit = std::atexit(report_at_exit) == 0;
+  if (!l.exit_handler_registered) l.exit_handler_registered = std::atexit(report_at_exit) == 0;
 }
 
 void remove_live_comm(ncclComm* comm) {

@@ -55,6 +55,11 @@ struct CopyRequest {
   EngineQueue queue = EngineQueue::kAny;
 };
 
+// Whether a copy's source and destination are both in one GPU's memory.
+inline bool within_one_gpu(const CopyRequest& copy) {
+  return copy.src_device == copy.dst_device && copy.src_device != kHostMemory;
+}
+
 // A copy between host memory done on the caller's thread at once (Engine::copy_now): nothing
 // to complete or keep alive, so none of CopyRequest's cookie, devices or owners.
 struct HostCopy {

@@ -149,9 +149,7 @@ class RecordingEngine final : public Engine {
   int completion_fd() const override { return -1; }
   bool keeps_latency_engine(int) const override { return latency_engine; }
   // As CUDA's engine: a copy within one GPU is not paced (it runs on the GPU's SMs).
-  bool paced(const CopyRequest& c) const override {
-    return c.src_device != c.dst_device || c.src_device == kHostMemory;
-  }
+  bool paced(const CopyRequest& c) const override { return !within_one_gpu(c); }
   uint64_t at_engine() const {
     uint64_t bytes = 0;
     for (std::size_t i = completed; i < handed.size(); ++i) bytes += handed[i].bytes;
