@@ -14,6 +14,8 @@
 #     nccl        PyTorch's own nccl backend with irisd's libnccl.so.2 preloaded (tests, per-call
 #                 cost), and a C program on GPU streams through the API
 #     ncclbw      bandwidth through irisd's libnccl.so.2 against irisd's torch backend
+#     ncclpaths   a 4 KiB all-gather through the library by every way in (ProcessGroupNCCL, the
+#                 API on torch's memory and streams, ncclMemAlloc'd memory, ...), both wait modes
 #     jax         JAX's own collectives (XLA through NCCL's API) with irisd's libnccl.so.2
 #                 preloaded, 2 processes sharing the GPU; the NCCL symbols JAX's plugin imports
 #     p2p         pipelining, send/recv against broadcast, a GEMM beside sends and receives
@@ -22,7 +24,8 @@
 #     freed       jobs that freed registered GPU memory through a restart of irisd
 #     nodes       two irisd as two nodes, restarted one at a time under a job on CUDA tensors
 #     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
-#                 (TENANT_QUEUES: the --engine-queue-bytes values, default "auto 2097152 0";
+#                 (TENANT_QUEUES: the --engine-queue-bytes values, each BYTES or BYTES:SLICE with
+#                 SLICE the --engine-slice-bytes, default "auto 2097152:1048576 0";
 #                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1")
 #     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
@@ -30,13 +33,13 @@
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
 #     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,jax,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,ncclpaths,jax,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
 mkdir -p "$out"
 rm -f "$out/pytorch.txt" "$out/pipeline.txt" "$out/p2p_bench.md" "$out/nccl_bandwidth.md" \
-  "$out/nccl_c.txt"
+  "$out/nccl_c.txt" "$out/nccl_paths.md"
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export IRIS_BIN_DIR=$PWD/.gpu/bin
 # Never NVLink multicast (see the GPU host's rules).
@@ -176,21 +179,23 @@ if want nccl; then
     >"$out/nccl_call_overhead.txt" 2>&1
   "${ncclenv[@]}" timeout 120 python3 tests/bench/gpu/call_overhead.py \
     >>"$out/nccl_call_overhead.txt" 2>&1
-  # Ranks sharing the GPU waiting on the host (IRISD_NCCL_SHARED_GPU=host): the same checks.
-  "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=host timeout 300 python3 \
+  # Ranks sharing the GPU ordered on streams (IRISD_NCCL_SHARED_GPU=stream; the default waits on
+  # the host): the same checks.
+  "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=stream timeout 300 python3 \
     tests/python/gpu/nccl_preload_test.py --parts ops,fsdp,pipeline >>"$out/nccl.txt" 2>&1 ||
     nccl_rc=1
   # Eight ranks sharing the GPU: every op.
   "${ncclenv[@]}" NCCL_DEBUG=WARN timeout 300 python3 tests/python/gpu/nccl_preload_test.py \
     --parts ops --ranks 8 >>"$out/nccl.txt" 2>&1 || nccl_rc=1
   # A C program on GPU streams through the API (tests/gpu/nccl_stream_rank.cu): every operation
-  # with kernels before and after (2 and 3 ranks), ncclCommAbort releasing a waiting stream, and
-  # checked loops through three SIGKILLs and restarts of irisd.
+  # with kernels before and after (2 and 3 ranks, ordered on the streams and waiting on the
+  # host), ncclCommAbort releasing a waiting stream, and checked loops through three SIGKILLs and
+  # restarts of irisd.
   nccl_c_rc=0
   ncclrank 2 ops || nccl_c_rc=1
-  ncclrank 3 ops || nccl_c_rc=1
-  IRISD_NCCL_SHARED_GPU=host ncclrank 2 ops || nccl_c_rc=1
-  ncclrank 2 abort || nccl_c_rc=1
+  IRISD_NCCL_SHARED_GPU=stream ncclrank 2 ops || nccl_c_rc=1
+  IRISD_NCCL_SHARED_GPU=stream ncclrank 3 ops || nccl_c_rc=1
+  IRISD_NCCL_SHARED_GPU=stream ncclrank 2 abort || nccl_c_rc=1
   # The real NCCL as the fallback for the reductions (world size 1: NCCL refuses a shared GPU).
   IRISD_NCCL_FALLBACK=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib', 'libnccl.so.2'))") \
     NCCL_DEBUG=INFO ncclrank 1 ops || nccl_c_rc=1
@@ -215,6 +220,17 @@ if want ncclbw; then
       PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" \
       IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py \
       2>&1 | grep -E "^\|" >>"$out/nccl_bandwidth.md"
+  done
+fi
+if want ncclpaths; then
+  # Where a small collective's time goes through the library in a PyTorch job (each way in, the
+  # same job), with the ranks' stream waits and with host waits.
+  for mode in stream host; do
+    echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_paths.md"
+    env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" \
+      PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" \
+      IRISD_NCCL_SHARED_GPU=$mode timeout 240 python3 tests/bench/gpu/nccl_call_paths.py \
+      >>"$out/nccl_paths.md" 2>&1
   done
 fi
 jax_rc=skipped
@@ -294,11 +310,11 @@ if want tenants; then
   # users are attached), at 2 MiB, and not at all (0).
   tenants_rc=0
   for recv in ${TENANT_RECV:-1}; do
-  for queue in ${TENANT_QUEUES:-auto 2097152 0}; do
+  for pacing in ${TENANT_QUEUES:-auto 2097152:1048576 0}; do
     trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
     chmod 755 "$trun"
-    slice=()
-    [ "$queue" = 2097152 ] && slice=(--engine-slice-bytes 1048576)  # two slices in flight
+    queue=${pacing%%:*} slice=()
+    [[ $pacing == *:* ]] && slice=(--engine-slice-bytes "${pacing#*:}")
     "$bin/irisd" --socket "$trun/irisd.sock" --socket-mode 0666 --engine cuda \
       --engine-queue-bytes "$queue" "${slice[@]}" >"$trun/irisd.log" 2>&1 &
     tdaemon=$!
@@ -325,7 +341,7 @@ if want tenants; then
       sleep 0.5
     }
     big=$((256 << 20))
-    what="engine-queue-bytes $queue, host-recv $recv"
+    what="engine-queue-bytes $pacing, host-recv $recv"
     {
       echo "## $what: B alone"; tenant b-alone 65534 4096 1048576
       echo "## $what: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
@@ -474,6 +490,7 @@ if want nccl; then
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
 fi
 if want ncclbw; then echo "-- bandwidth through the library"; cat "$out/nccl_bandwidth.md"; fi
+if want ncclpaths; then echo "-- a 4 KiB all-gather by each way in"; grep -E "^(\||IRISD)|Error|rank [0-9]" "$out/nccl_paths.md"; fi
 if want jax; then
   echo "-- JAX on irisd's libnccl.so.2 (exit $jax_rc)"
   grep -E "imports|checks passed|JAX on|Error|error" "$out/jax.txt" | cut -c1-300 | head -8

@@ -33,7 +33,7 @@ struct Options {
   bool blocking = true;
   std::string name;
   iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
-  bool shared_gpu_waits_on_host = false;
+  bool shared_gpu_waits_on_host = true;
 };
 
 // IRISD_NCCL_TRAFFIC_CLASS (auto | latency | bulk): every communicator's class unless its config
@@ -47,13 +47,13 @@ iris::TrafficClass env_traffic_class() {
                   std::string("IRISD_NCCL_TRAFFIC_CLASS=") + v + ": auto, latency or bulk");
 }
 
-// IRISD_NCCL_SHARED_GPU (stream | host): how ranks that share a GPU wait (ncclComm).
+// IRISD_NCCL_SHARED_GPU (host | stream): how ranks that share a GPU wait (ncclComm).
 bool env_shared_gpu_waits_on_host() {
   const char* v = std::getenv("IRISD_NCCL_SHARED_GPU");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "stream") == 0) return false;
-  if (std::strcmp(v, "host") == 0) return true;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "host") == 0) return true;
+  if (std::strcmp(v, "stream") == 0) return false;
   throw NcclError(ncclInvalidArgument,
-                  std::string("IRISD_NCCL_SHARED_GPU=") + v + ": stream (the default) or host");
+                  std::string("IRISD_NCCL_SHARED_GPU=") + v + ": host (the default) or stream");
 }
 
 bool env_blocking() {
@@ -361,7 +361,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     ncclUniqueId id;
     iris::nccl::make_unique_id(id.internal, "");  // one process: one node
     const std::string key = read_id(id).key;
-    Options blocking;
+    Options blocking = read_config(nullptr);  // the environment's, always blocking
     blocking.blocking = true;
     for (int i = 0; i < ndev; ++i) {
       try {

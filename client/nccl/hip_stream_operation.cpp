@@ -6,8 +6,8 @@
 // libiris's HIP stream path (the stream writes a ready flag that irisd waits for, and waits for
 // the done flag irisd writes; docs/MI300.md), local copies are enqueued on the stream, and the
 // call returns at once; a failure reaches ncclCommGetAsyncError. The host waits instead on the
-// null stream (libiris orders on no legacy stream), and for ranks that share a GPU with
-// IRISD_NCCL_SHARED_GPU=host: the stream is synchronized before irisd is called (and again after
+// null stream (libiris orders on no legacy stream), and for ranks that share a GPU (unless
+// IRISD_NCCL_SHARED_GPU=stream): the stream is synchronized before irisd is called (and again after
 // a local copy whose output a later phase sends) and irisd's calls are waited for on the host.
 // The reductions run the kernels hiprtc compiles on the node (hip_reduce_kernels.hpp) on the
 // stream after irisd's copies, as on CUDA; with IRISD_NCCL_FALLBACK naming ROCm's librccl.so.1

@@ -72,8 +72,9 @@ struct ncclComm {
   int device = 0;  // the CUDA device current at init (0 without a GPU)
   bool blocking = true;
   iris::TrafficClass traffic_class = iris::TrafficClass::kAuto;
-  // Whether its ranks wait on the host when they share a GPU (IRISD_NCCL_SHARED_GPU=host).
-  bool shared_gpu_waits_on_host = false;
+  // Whether its ranks wait on the host when they share a GPU (IRISD_NCCL_SHARED_GPU; default
+  // host).
+  bool shared_gpu_waits_on_host = true;
   std::shared_ptr<iris::nccl::Lane> lane;
   iris::Communicator comm;
   // Where the ranks find each other: the meeting point and secret of the id (empty: through

@@ -1,20 +1,20 @@
 // An operation on a GPU stream: irisd's collectives ordered on the stream (copies start when the
 // stream reaches them, the stream goes on once they landed), the local steps enqueued between
 // them (a copy, a reduction kernel), the host never waiting. An operation on the legacy default
-// stream (a null cudaStream_t with device memory) runs on a stream of the communicator's that
+// stream (a null cudaStream_t with device memory) of ranks on GPUs of their own runs on a stream
+// of the communicator's that
 // waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
 // work on the legacy stream itself.
 //
-// Ranks that share a GPU (several processes on one device) may wait on the host instead
-// (IRISD_NCCL_SHARED_GPU=host): their contexts time-slice the GPU, so irisd's copies within it
-// (SM work in irisd's context) and the ranks' stream waits cost a context switch each; on the
-// H200 a 4 KiB all-gather of 2 such ranks took 455 us on streams, 37 us waiting on the host
-// through the C API, ~450 us either way through PyTorch (docs/PERFORMANCE.md). The call then
-// blocks its thread until the data moved, unlike NCCL's, so it is not the default. Then the
-// stream is synchronized before irisd is
-// called (and again after a local kernel whose output a later phase sends), irisd's calls are
-// waited for on the host, and the reduction kernels still go on the stream. A stream capturing a
-// CUDA graph is always ordered on the stream.
+// Ranks that share a GPU (several processes on one device) wait on the host unless told
+// otherwise (IRISD_NCCL_SHARED_GPU=stream): their contexts time-slice the GPU, so irisd's copies
+// within it (SM work in irisd's context) and the ranks' stream waits cost a context switch each.
+// On an H100 a 4 KiB all-gather of 2 such ranks took ~450 us on streams, waiting on the host
+// 36-68 us through the API and 63-111 through PyTorch (docs/PERFORMANCE.md). The call blocks its
+// thread until the data moved, as irisd's torch backend does for such ranks. The stream (the
+// legacy one too) is synchronized before irisd is called (and again after a local kernel whose
+// output a later phase sends), irisd's calls are waited for on the host, and the reduction
+// kernels still go on the stream. A stream capturing a CUDA graph is always ordered on the stream.
 //
 // Scratch memory is the communicator's, one area per stream: operations on one stream run in
 // order, so they may share it, and it never shrinks or moves, so CUDA graphs that captured an
@@ -132,12 +132,14 @@ class StreamOp final : public RunningOp {
     use_device(op.comm->device);
     GpuScratch& scratch = scratch_of<GpuScratch>(*op.comm);
     stream_ = reinterpret_cast<CUstream>(op.stream);
-    if (stream_ == nullptr) {
-      bridge_from_legacy(scratch);
-    } else if (op.comm->shared_gpu_waits_on_host && op.comm->shares_a_gpu() &&
-               !capturing(stream_)) {
+    if (op.comm->shared_gpu_waits_on_host && op.comm->shares_a_gpu() &&
+        (stream_ == nullptr || !capturing(stream_))) {
+      // The legacy stream too: PyTorch's blocking collectives come on the caller's current
+      // stream, which is the legacy one unless the script chose another.
       host_waits_ = true;
       gpu_dirty_ = true;  // what the stream holds before the call produces the send data
+    } else if (stream_ == nullptr) {
+      bridge_from_legacy(scratch);
     }
     bases_.send = const_cast<char*>(static_cast<const char*>(op.call.send));
     bases_.recv = static_cast<char*>(op.call.recv);
