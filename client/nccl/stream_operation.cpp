@@ -2,9 +2,8 @@
 // stream reaches them, the stream goes on once they landed), the local steps enqueued between
 // them (a copy, a reduction kernel), the host never waiting. An operation on the legacy default
 // stream (a null cudaStream_t with device memory) of ranks on GPUs of their own runs on a stream
-// of the communicator's that
-// waits for the legacy stream and that the legacy stream then waits for, since irisd orders no
-// work on the legacy stream itself.
+// of the communicator's that waits for the legacy stream and that the legacy stream then waits
+// for, since irisd orders no work on the legacy stream itself.
 //
 // Ranks that share a GPU (several processes on one device) wait on the host unless told
 // otherwise (IRISD_NCCL_SHARED_GPU=stream): their contexts time-slice the GPU, so irisd's copies
