@@ -9,7 +9,7 @@ rm -rf .gpu
 ../shared/tools/device-bundle .gpu build/daemon/irisd build/client/iris-ctl \
   build/tests/gpu/gpu_tests build/tests/gpu/iris-gpu-rank build/tests/gpu/iris-gpu-spin-proof \
   build/tests/gpu/iris-gpu-bench build/tests/gpu/iris-gpu-signal-probe \
-  build/tests/gpu/iris-gpu-nccl-rank \
+  build/tests/gpu/iris-gpu-nccl-rank build/tests/gpu/iris-gpu-copy-engine-probe \
   build/tests/bench/iris-bench-ring build/tests/bench/iris-collective-sweep \
   build/tests/bench/iris-bench-resume build/tests/bench/iris-bench-mpi \
   build/tests/bench/iris-bench-memcpy build/tests/bench/iris-scale-out-bench \

@@ -27,13 +27,15 @@
 #                 (TENANT_QUEUES: the --engine-queue-bytes values, each BYTES or BYTES:SLICE with
 #                 SLICE the --engine-slice-bytes, default "auto 2097152:1048576 0";
 #                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1")
+#     ceprobe     the copy engines without irisd (iris-gpu-copy-engine-probe): what slicing device-to-
+#                 host copies costs, and a 4 KiB copy's wait beside bulk slices in flight
 #     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
 #                 (the last landing's, when bundled), alternately, and the ratios
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
 #     compare     scripts/bench-compare.sh (CPU only) between .gpu-old, when there is one, and .gpu
 set -uo pipefail
-phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,ncclpaths,jax,p2p,resume,ncclresume,freed,nodes,tenants,hosttenants,sweep,cpu,compare},"
+phases=",${1:-tests,readme,bench,shared,probe,torch,pytorch,ncclcost,nccl,ncclbw,ncclpaths,jax,p2p,resume,ncclresume,freed,nodes,tenants,ceprobe,hosttenants,sweep,cpu,compare},"
 want() { [[ $phases == *",$1,"* ]]; }
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/iris-gpu-out}
@@ -306,7 +308,7 @@ if want tenants; then
   # Issue 50: two users on the cuda engine, receiving into host memory (device to host on the
   # copy engines). B (uid 65534) all-gathers 4 KiB-1 MiB alone, then beside A (root)
   # all-gathering 256 MiB back to back; A alone, then beside B all-gathering back to back; A and
-  # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 8 MiB while two
+  # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 4 MiB while two
   # users are attached), at 2 MiB, and not at all (0).
   tenants_rc=0
   for recv in ${TENANT_RECV:-1}; do
@@ -361,6 +363,9 @@ if want tenants; then
     kill "$tdaemon"; wait "$tdaemon"
   done
   done
+fi
+if want ceprobe; then
+  timeout 120 "$bin/iris-gpu-copy-engine-probe" >"$out/copy_engine_probe.md" 2>&1
 fi
 if want hosttenants; then
   BENCH_BUNDLE=.gpu timeout 500 scripts/bench-tenants.sh 4 >"$out/tenants_host.md" 2>&1
@@ -531,6 +536,7 @@ fi
 if want tenants; then
   echo "-- two users on the cuda engine (exit $tenants_rc)"; grep -E "^## |^\| (4096|65536|1048576|268435456) " "$out/tenants.md"
 fi
+if want ceprobe; then echo "-- the copy engines without irisd"; cat "$out/copy_engine_probe.md"; fi
 if want hosttenants; then echo "-- two users on the host engine"; cat "$out/tenants_host.md"; fi
 if want sweep; then echo "-- a single job's sweep, this irisd against the last landing's"; cat "$out/sweep.md"; fi
 if want nodes; then

@@ -66,10 +66,12 @@ struct Pacing {
   std::string latency_group;
 };
 
-// The bound auto picks: 8 MiB on GPU engines (a third of a millisecond of PCIe); none on the host
-// engine, whose copies are the CPU's: there slices cost the progress thread a wake-up each and
-// tenants' small collectives went no faster (docs/PERFORMANCE.md, "Copy engines shared between
-// tenants").
+// The bound auto picks: 4 MiB on GPU engines, with 2 MiB slices one on each copy engine that
+// bulk uses on an H100 (3 engines, one kept for latency work): a small copy then waited for about
+// half a slice, with a second slice queued on each for nearly all the bytes in flight, and
+// slices under 2 MiB cost the engines bandwidth themselves (docs/PERFORMANCE.md, "Copy engines
+// shared between tenants"). None on the host engine, whose copies are the CPU's: there slices
+// cost the progress thread a wake-up each and tenants' small collectives went no faster.
 uint64_t queue_bytes_for(const std::string& engine_name);
 
 class CopyDispatcher final : public Poller {

@@ -1,0 +1,243 @@
+// iris-gpu-copy-engine-probe: a benchmark (not a test) of what the GPU's copy engines allow the
+// pacing of issue 50 (copy engines shared fairly between tenants), with irisd out of the way. It
+// drives device-to-host copies the way irisd's cuda engine does: non-blocking streams, one per
+// copy engine, cuMemcpyDtoHAsync per slice and cuStreamWriteValue32 of a counter into pinned host
+// memory after each, one host thread polling the counters and issuing the next slice as one
+// retires. Two questions:
+//   slices   the bandwidth of 256 MiB moved in slices of S bytes over the bulk streams (all but
+//            the last stream) with at most W bytes issued and not retired (W = all: every slice
+//            queued at once), against the whole 256 MiB as one copy per bulk stream: what a
+//            bound on the bytes in flight costs a bulk tenant by itself.
+//   latency  a 4 KiB copy on the last stream (the one irisd keeps for latency work) issued every
+//            200 us while the bulk streams move slices of S under a bound of W: its time from
+//            issue to the host seeing its counter, p50 and p99. If the engines served the
+//            streams side by side it would not grow with W; if they serve the bytes queued
+//            before it first, it grows by W over the link's rate.
+// Prints markdown tables. Every wait is bounded (a copy not retired in 10 s fails the run).
+//   iris-gpu-copy-engine-probe [--device N]
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = "?";
+  cuGetErrorName(r, &name);
+  std::fprintf(stderr, "copy_engine_probe: %s failed: %s\n", what, name);
+  std::exit(1);
+}
+
+constexpr uint64_t kTotal = 256ull << 20;
+constexpr uint64_t kSmall = 4096;
+
+struct Stream {
+  CUstream handle = nullptr;
+  volatile uint32_t* retired = nullptr;  // pinned host word the stream writes
+  CUdeviceptr retired_device = 0;
+  uint32_t issued = 0;
+  std::vector<uint64_t> sizes;  // of the slices issued and not yet retired, oldest first
+  uint32_t seen = 0;
+};
+
+struct Probe {
+  CUdeviceptr src = 0;
+  char* dst = nullptr;
+  std::vector<Stream> streams;
+
+  // Issues `bytes` from `offset` on stream `s`, then its counter.
+  void issue(Stream& s, uint64_t offset, uint64_t bytes) {
+    check(cuMemcpyDtoHAsync(dst + offset, src + offset, bytes, s.handle), "cuMemcpyDtoHAsync");
+    check(cuStreamWriteValue32(s.handle, s.retired_device, ++s.issued, 0), "cuStreamWriteValue32");
+    s.sizes.push_back(bytes);
+  }
+  // Bytes of `s` retired since the last call.
+  uint64_t reap(Stream& s) {
+    uint64_t bytes = 0;
+    const uint32_t now = *s.retired;
+    while (s.seen != now && !s.sizes.empty()) {
+      ++s.seen;
+      bytes += s.sizes.front();
+      s.sizes.erase(s.sizes.begin());
+    }
+    return bytes;
+  }
+  std::size_t bulk_streams() const { return streams.size() > 1 ? streams.size() - 1 : 1; }
+};
+
+bool expired(Clock::time_point deadline) {
+  if (Clock::now() < deadline) return false;
+  std::fprintf(stderr, "copy_engine_probe: a copy did not retire within 10 s\n");
+  std::exit(1);
+}
+
+// GB/s of kTotal moved in slices of `slice` over the bulk streams, at most `window` in flight.
+double slices(Probe& p, uint64_t slice, uint64_t window) {
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::seconds(10);
+  uint64_t next = 0, in_flight = 0, done = 0;
+  std::size_t turn = 0;
+  while (done < kTotal) {
+    while (next < kTotal && in_flight + slice <= std::max(window, slice)) {
+      const uint64_t bytes = std::min(slice, kTotal - next);
+      p.issue(p.streams[turn++ % p.bulk_streams()], next, bytes);
+      next += bytes;
+      in_flight += bytes;
+    }
+    for (std::size_t i = 0; i < p.bulk_streams(); ++i) {
+      const uint64_t bytes = p.reap(p.streams[i]);
+      in_flight -= bytes;
+      done += bytes;
+    }
+    expired(deadline);
+  }
+  return static_cast<double>(kTotal) / std::chrono::duration<double>(Clock::now() - start).count() /
+         1e9;
+}
+
+struct Latency {
+  double p50_us, p99_us, bulk_gbps;
+};
+
+// A 4 KiB copy on the last stream every 200 us for 0.3 s while the bulk streams move slices of
+// `slice` under `window` bytes in flight (window 0: no bulk copies).
+Latency latency(Probe& p, uint64_t slice, uint64_t window) {
+  Stream& small = p.streams.back();
+  const uint64_t small_offset = kTotal - kSmall;  // the bulk copies stop short of it
+  const uint64_t bulk_end = kTotal - (1ull << 20);
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::milliseconds(300);
+  auto deadline = start + std::chrono::seconds(10);
+  uint64_t next = 0, in_flight = 0, moved = 0;
+  std::size_t turn = 0;
+  std::vector<double> waits;
+  Clock::time_point issued_at{}, next_small = start;
+  bool small_out = false;
+  while (Clock::now() < end || small_out) {
+    while (window > 0 && Clock::now() < end && in_flight + slice <= window) {
+      if (next + slice > bulk_end) next = 0;
+      p.issue(p.streams[turn++ % p.bulk_streams()], next, slice);
+      next += slice;
+      in_flight += slice;
+    }
+    for (std::size_t i = 0; i < p.bulk_streams(); ++i) {
+      const uint64_t bytes = p.reap(p.streams[i]);
+      in_flight -= bytes;
+      moved += bytes;
+    }
+    const auto now = Clock::now();
+    if (!small_out && now >= next_small && now < end) {
+      issued_at = Clock::now();
+      p.issue(small, small_offset, kSmall);
+      small_out = true;
+      deadline = issued_at + std::chrono::seconds(10);
+    }
+    if (small_out && p.reap(small) != 0) {
+      const auto seen = Clock::now();
+      waits.push_back(std::chrono::duration<double, std::micro>(seen - issued_at).count());
+      small_out = false;
+      next_small = seen + std::chrono::microseconds(200);
+    }
+    if (small_out) expired(deadline);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (std::size_t i = 0; i < p.bulk_streams(); ++i) {  // drain
+    const auto drain_deadline = Clock::now() + std::chrono::seconds(10);
+    while (!p.streams[i].sizes.empty()) {
+      p.reap(p.streams[i]);
+      expired(drain_deadline);
+    }
+  }
+  std::sort(waits.begin(), waits.end());
+  auto at = [&](double q) {
+    return waits.empty() ? 0.0 : waits[static_cast<std::size_t>(q * (waits.size() - 1))];
+  };
+  return {at(0.5), at(0.99), static_cast<double>(moved) / seconds / 1e9};
+}
+
+std::string mib(uint64_t bytes) {
+  if (bytes >= kTotal) return "all";
+  if (bytes >= (1ull << 20)) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes >> 10) + " KiB";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device_index = 0;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string(argv[i]) == "--device") device_index = std::atoi(argv[i + 1]);
+  check(cuInit(0), "cuInit");
+  CUdevice device;
+  check(cuDeviceGet(&device, device_index), "cuDeviceGet");
+  CUcontext context;
+  check(cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  int engines = 0;
+  check(cuDeviceGetAttribute(&engines, CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, device),
+        "cuDeviceGetAttribute");
+  char name[256] = {};
+  check(cuDeviceGetName(name, sizeof name, device), "cuDeviceGetName");
+
+  Probe p;
+  check(cuMemAlloc(&p.src, kTotal), "cuMemAlloc");
+  check(cuMemsetD8(p.src, 1, kTotal), "cuMemsetD8");
+  void* host = nullptr;
+  check(cuMemHostAlloc(&host, kTotal, 0), "cuMemHostAlloc");
+  p.dst = static_cast<char*>(host);
+  void* words = nullptr;
+  const int streams = std::max(engines, 2);
+  check(cuMemHostAlloc(&words, 64 * streams, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
+  p.streams.resize(streams);
+  for (int i = 0; i < streams; ++i) {
+    Stream& s = p.streams[i];
+    check(cuStreamCreate(&s.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    s.retired = reinterpret_cast<volatile uint32_t*>(static_cast<char*>(words) + 64 * i);
+    *s.retired = 0;
+    check(cuMemHostGetDevicePointer(&s.retired_device, const_cast<uint32_t*>(s.retired), 0),
+          "cuMemHostGetDevicePointer");
+  }
+  std::printf(
+      "copy engine probe: %s, %d copy engines, %zu bulk streams and one latency stream, "
+      "device to pinned host memory\n\n",
+      name, engines, p.bulk_streams());
+
+  slices(p, kTotal, kTotal);  // warm
+  std::printf("| slice | bytes in flight at most | GB/s | of one whole copy per stream |\n");
+  std::printf("| ---: | ---: | ---: | ---: |\n");
+  const double whole = slices(p, kTotal / p.bulk_streams(), kTotal);
+  std::printf("| whole | all | %.2f | 1.00 |\n", whole);
+  for (uint64_t slice : {256ull << 10, 512ull << 10, 1ull << 20, 2ull << 20, 4ull << 20}) {
+    for (uint64_t slices_in_flight : {2ull, 4ull, 0ull}) {
+      const uint64_t window = slices_in_flight == 0 ? kTotal : slice * slices_in_flight;
+      const double gbps = slices(p, slice, window);
+      std::printf("| %s | %s | %.2f | %.2f |\n", mib(slice).c_str(), mib(window).c_str(), gbps,
+                  gbps / whole);
+    }
+  }
+
+  std::printf(
+      "\n| bulk slice | bulk bytes in flight at most | 4 KiB copy p50 us | p99 us | "
+      "bulk GB/s |\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
+  struct Case {
+    uint64_t slice, window;
+  };
+  constexpr uint64_t MiB = 1ull << 20;
+  for (const Case c : {Case{0, 0}, Case{MiB / 2, MiB}, Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB},
+                       Case{4 * MiB, 8 * MiB}, Case{MiB, 4 * MiB}, Case{2 * MiB, 8 * MiB},
+                       Case{8 * MiB, 64 * MiB}}) {
+    const Latency l = latency(p, std::max<uint64_t>(c.slice, 1), c.window);
+    std::printf("| %s | %s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
+                c.window ? mib(c.window).c_str() : "none", l.p50_us, l.p99_us, l.bulk_gbps);
+  }
+  return 0;
+}
