@@ -12,7 +12,10 @@
 //            200 us while the bulk streams move slices of S under a bound of W: its time from
 //            issue to the host seeing its counter, p50 and p99. If the engines served the
 //            streams side by side it would not grow with W; if they serve the bytes queued
-//            before it first, it grows by W over the link's rate.
+//            before it first, it grows by W over the link's rate. Then 3 such copies at once
+//            (what irisd issues when the second of 2 ranks arrives at an all-gather), one
+//            cuMemcpyDtoHAsync each or one cuMemcpyBatchAsync (irisd's way): whether each copy
+//            waits its own turn.
 // Prints markdown tables. Every wait is bounded (a copy not retired in 10 s fails the run).
 //   iris-gpu-copy-engine-probe [--device N]
 #include <cuda.h>
@@ -56,6 +59,26 @@ struct Probe {
   // Issues `bytes` from `offset` on stream `s`, then its counter.
   void issue(Stream& s, uint64_t offset, uint64_t bytes) {
     check(cuMemcpyDtoHAsync(dst + offset, src + offset, bytes, s.handle), "cuMemcpyDtoHAsync");
+    retire_after(s, bytes);
+  }
+  // `count` copies of `bytes` back to back from `offset`, one batch, then one counter.
+  void issue_batch(Stream& s, uint64_t offset, uint64_t bytes, std::size_t count) {
+    std::vector<CUdeviceptr> dsts, srcs;
+    std::vector<size_t> sizes(count, bytes);
+    for (std::size_t i = 0; i < count; ++i) {
+      dsts.push_back(reinterpret_cast<CUdeviceptr>(dst + offset + i * bytes));
+      srcs.push_back(src + offset + i * bytes);
+    }
+    CUmemcpyAttributes attrs{};
+    attrs.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attrs.flags = CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE;
+    size_t first = 0;
+    check(cuMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), count, &attrs, &first, 1,
+                             s.handle),
+          "cuMemcpyBatchAsync");
+    retire_after(s, bytes * count);
+  }
+  void retire_after(Stream& s, uint64_t bytes) {
     check(cuStreamWriteValue32(s.handle, s.retired_device, ++s.issued, 0), "cuStreamWriteValue32");
     s.sizes.push_back(bytes);
   }
@@ -107,11 +130,14 @@ struct Latency {
   double p50_us, p99_us, bulk_gbps;
 };
 
-// A 4 KiB copy on the last stream every 200 us for 0.3 s while the bulk streams move slices of
-// `slice` under `window` bytes in flight (window 0: no bulk copies).
-Latency latency(Probe& p, uint64_t slice, uint64_t window) {
+// How the small copies go: one, or three separately, or three in one batch.
+enum class Small { kOne, kThree, kThreeBatched };
+
+// A 4 KiB copy (or three) on the last stream every 200 us for 0.3 s while the bulk streams move
+// slices of `slice` under `window` bytes in flight (window 0: no bulk copies).
+Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
   Stream& small = p.streams.back();
-  const uint64_t small_offset = kTotal - kSmall;  // the bulk copies stop short of it
+  const uint64_t small_offset = kTotal - 4 * kSmall;  // the bulk copies stop short of it
   const uint64_t bulk_end = kTotal - (1ull << 20);
   const auto start = Clock::now();
   const auto end = start + std::chrono::milliseconds(300);
@@ -136,7 +162,16 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window) {
     const auto now = Clock::now();
     if (!small_out && now >= next_small && now < end) {
       issued_at = Clock::now();
-      p.issue(small, small_offset, kSmall);
+      if (how == Small::kThreeBatched) {
+        p.issue_batch(small, small_offset, kSmall, 3);
+      } else {
+        for (int i = 0; i < (how == Small::kOne ? 1 : 3); ++i) {
+          check(cuMemcpyDtoHAsync(p.dst + small_offset + i * kSmall,
+                                  p.src + small_offset + i * kSmall, kSmall, small.handle),
+                "cuMemcpyDtoHAsync");
+        }
+        p.retire_after(small, (how == Small::kOne ? 1 : 3) * kSmall);
+      }
       small_out = true;
       deadline = issued_at + std::chrono::seconds(10);
     }
@@ -230,14 +265,20 @@ int main(int argc, char** argv) {
   std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
   struct Case {
     uint64_t slice, window;
+    Small how = Small::kOne;
   };
   constexpr uint64_t MiB = 1ull << 20;
-  for (const Case c : {Case{0, 0}, Case{MiB / 2, MiB}, Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB},
-                       Case{4 * MiB, 8 * MiB}, Case{MiB, 4 * MiB}, Case{2 * MiB, 8 * MiB},
-                       Case{8 * MiB, 64 * MiB}}) {
-    const Latency l = latency(p, std::max<uint64_t>(c.slice, 1), c.window);
-    std::printf("| %s | %s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
-                c.window ? mib(c.window).c_str() : "none", l.p50_us, l.p99_us, l.bulk_gbps);
+  for (const Case c :
+       {Case{0, 0}, Case{MiB / 2, MiB}, Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB},
+        Case{4 * MiB, 8 * MiB}, Case{MiB, 4 * MiB}, Case{2 * MiB, 8 * MiB}, Case{8 * MiB, 64 * MiB},
+        Case{0, 0, Small::kThree}, Case{0, 0, Small::kThreeBatched},
+        Case{2 * MiB, 4 * MiB, Small::kThree}, Case{2 * MiB, 4 * MiB, Small::kThreeBatched}}) {
+    const Latency l = latency(p, std::max<uint64_t>(c.slice, 1), c.window, c.how);
+    const char* how = c.how == Small::kOne     ? ""
+                      : c.how == Small::kThree ? " (3 copies)"
+                                               : " (3 copies, one batch)";
+    std::printf("| %s | %s%s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
+                c.window ? mib(c.window).c_str() : "none", how, l.p50_us, l.p99_us, l.bulk_gbps);
   }
   return 0;
 }
