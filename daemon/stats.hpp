@@ -104,10 +104,11 @@ struct ClassCounters {
 };
 
 // The engines' work by user: the uid whose communicator queued the copies, or irisd's own
-// (scale-out staging). Engine time: a device's engines are busy from when they get copies until
-// none is left, and each interval between two completions there goes to the copy that completed
-// at its end (copy engines run their queue in order). The first kUserSlots - 1 users seen have a
-// slot each; the others share the last.
+// (scale-out staging). Engine time: the engine's own account of each copy where it gives one
+// (CopyCompletion::engine_ns: host workers' memcpy time, a CUDA stream's service time); else a
+// device's engines are busy from when they get copies until none is left, and each interval
+// between two completions there goes to the copy that completed at its end. The first
+// kUserSlots - 1 users seen have a slot each; the others share the last.
 inline constexpr std::size_t kUserSlots = 64;
 struct UserEngineCounters {
   std::atomic<bool> used{false};  // set (release) once uid is written

@@ -234,12 +234,17 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   count_bytes(device, completion.code, completion.path, completion.bytes);
   Lane& l = lane(device);
   const auto now = now_();
+  // The engine's own account of its time where it has one; else the time since the device's
+  // last completion (or since it became busy).
   const auto busy = now - std::max(l.busy_from, l.last_done);
   l.last_done = now;
-  stats_.count_engine_work(
-      static_cast<std::size_t>(slot->cls), slot->user, completion.bytes,
-      static_cast<uint64_t>(std::max<int64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0)));
+  const uint64_t engine_ns =
+      completion.engine_ns != 0
+          ? completion.engine_ns
+          : static_cast<uint64_t>(std::max<int64_t>(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0));
+  stats_.count_engine_work(static_cast<std::size_t>(slot->cls), slot->user, completion.bytes,
+                           engine_ns);
   l.in_flight -= std::min(bytes, l.in_flight);
   if (slot->unpaced)
     l.unpaced_in_flight -= std::min(bytes, l.unpaced_in_flight);

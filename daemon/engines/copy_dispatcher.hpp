@@ -152,8 +152,9 @@ class CopyDispatcher final : public Poller {
     std::chrono::steady_clock::time_point latency_until{};
     std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
     std::chrono::steady_clock::time_point shared_until{};  // paced until then
-    // Engine time (Stats' UserEngineCounters): since when the engines have had copies, and the
-    // last completion.
+    // Engine time (Stats' UserEngineCounters) of completions whose engine gave none
+    // (CopyCompletion::engine_ns 0): since when the engines have had copies, and the last
+    // completion.
     std::chrono::steady_clock::time_point busy_from{}, last_done{};
   };
   static constexpr std::chrono::seconds kSharedHold{1};

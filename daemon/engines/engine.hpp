@@ -73,6 +73,10 @@ struct CopyCompletion {
   ErrorCode code;
   TransferPath path;
   uint64_t bytes;
+  // How long the engine spent serving the copy, where it knows (a host worker's memcpy, a CUDA
+  // stream's share of the time it was busy); 0: unknown, the dispatcher estimates it from the
+  // spacing of completions, which credits concurrent engines' time to whichever copy ends next.
+  uint64_t engine_ns = 0;
 };
 
 struct CopyEngineDescription {

@@ -30,6 +30,7 @@ class SplitCompletions {
     if (it == splits_.end()) return;
     Split& s = it->second;
     if (piece.code != ErrorCode::kOk) s.completion.code = piece.code;
+    s.completion.engine_ns += piece.engine_ns;  // the pieces' engines' time, summed
     if (--s.pieces_left != 0) return;
     out.push_back(s.completion);
     splits_.erase(it);

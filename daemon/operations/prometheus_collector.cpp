@@ -102,8 +102,8 @@ std::vector<MetricFamily> PrometheusCollector::Collect() const {
                             "went to the engine, by traffic class",
                             MetricType::Histogram);
   auto class_busy = family("iris_engine_class_busy_seconds_total",
-                           "time the engines were busy, by traffic class (each interval between "
-                           "two completions on a device counts for the copy completing at its end)",
+                           "time the engines were busy, by traffic class (each copy's time as its "
+                           "engine accounts it, summed over engines; docs/OPERATIONS.md)",
                            MetricType::Counter);
   for (const auto& c : s.traffic_classes()) {
     sample(class_bytes, {{"class", c.traffic_class()}}, static_cast<double>(c.bytes_total()));

@@ -434,6 +434,31 @@ TEST_F(Paced, EngineTimeAndBytesCountForTheUserWhoseCopyCompleted) {
   EXPECT_EQ(user(1000).busy_ns_total.load(), 23'000'000u);
 }
 
+// An engine that knows how long it served each copy (CopyCompletion::engine_ns) is believed over
+// the completions' spacing: two copies served side by side by two engines, ending 1 ms apart
+// after 20 ms each, are 20 ms of engine time each, not 20 and 1.
+TEST_F(Paced, EngineTimeTheEngineReportsIsTheUsersEvenWhenEnginesOverlap) {
+  using namespace std::chrono_literals;
+  auto busy_ns = [&](uint32_t uid) {
+    for (const auto& u : stats.users)
+      if (u.used.load() && u.uid.load() == uid) return u.busy_ns_total.load();
+    throw std::runtime_error("no slot for uid " + std::to_string(uid));
+  };
+  CopyRequest a{memory.data(), memory.data() + 32 * kMiB, 4096, 0};
+  CopyRequest b{memory.data(), memory.data() + 40 * kMiB, 4096, 0};
+  copies.track(a, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&a, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  copies.track(b, owner, 2);
+  copies.submit(std::span<const CopyRequest>(&b, 1), FlowKey{1001, 2, TrafficClass::kBulk});
+  test_now += 20ms;
+  copies.complete({a.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, a.bytes, 20'000'000});
+  test_now += 1ms;
+  copies.complete({b.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, b.bytes, 21'000'000});
+  EXPECT_EQ(busy_ns(1000), 20'000'000u);
+  EXPECT_EQ(busy_ns(1001), 21'000'000u);  // by spacing it would have been 1 ms
+  EXPECT_EQ(stats.classes[1].busy_ns_total.load(), 41'000'000u);
+}
+
 // Users past the slots share the last one; each slot is given once.
 TEST_F(Paced, UsersPastTheSlotsShareTheLastOne) {
   for (uint32_t uid = 0; uid < kUserSlots + 6; ++uid) {

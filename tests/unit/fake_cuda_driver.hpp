@@ -1,10 +1,14 @@
 // A CUDA driver table that needs no GPU: two devices with a given number of copy engines, streams
 // and pinned memory it counts, calls that fail where a test says, and the copies it was asked for
-// (which stream each went to). For tests of the cuda engine's own logic.
+// (which stream each went to), and the stream counter writes it holds back until a test lands
+// them (land_writes: the streams' copies have ended). For tests of the cuda engine's own logic.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "iris/shared/cuda_library.hpp"
@@ -27,8 +31,17 @@ struct FakeDriverState {
     size_t bytes;
   };
   std::vector<Copy> copies;
+  // cuStreamWriteValue32 calls not yet landed: the address (a pinned host word) and the value.
+  std::vector<std::pair<CUdeviceptr, cuuint32_t>> writes;
 };
 inline FakeDriverState fake;
+
+// The counter writes the streams were asked for land, as once the copies before them ended.
+inline void land_writes() {
+  for (const auto& [address, value] : fake.writes)
+    reinterpret_cast<std::atomic<uint32_t>*>(address)->store(value, std::memory_order_release);
+  fake.writes.clear();
+}
 
 inline cuda::Driver fake_driver() {
   cuda::Driver d;
@@ -113,7 +126,9 @@ inline cuda::Driver fake_driver() {
     fake.copies.push_back({s, bytes});
     return CUDA_SUCCESS;
   };
-  d.cuStreamWriteValue32 = [](CUstream, CUdeviceptr, cuuint32_t, unsigned) -> CUresult {
+  d.cuStreamWriteValue32 = [](CUstream, CUdeviceptr address, cuuint32_t value,
+                              unsigned) -> CUresult {
+    fake.writes.emplace_back(address, value);
     return CUDA_SUCCESS;
   };
   return d;

@@ -1,6 +1,7 @@
 // HostEngine: every copy lands and completes once, whether its worker was spinning or asleep; the
 // eventfd announces completions while the progress loop sleeps (armed), stays quiet while it is
-// awake, and arming with a completion already waiting refuses the sleep.
+// awake, and arming with a completion already waiting refuses the sleep; each completion carries
+// its workers' memcpy time.
 #include "daemon/engines/host/host_engine.hpp"
 
 #include <gtest/gtest.h>
@@ -117,6 +118,26 @@ TEST(HostEngine, EveryCopyCompletesOnceWhetherItsWorkersSpinOrSleep) {
     std::this_thread::sleep_for(round % 2 == 0 ? 20ms : 0ms);
   }
   EXPECT_EQ(seen.size(), 4 * buffers.size());
+}
+
+// A copy's engine time is its chunks' memcpy time, summed over the workers that did them: more
+// than nothing, less than the wall time from submit to completion times the workers (the time
+// queued or waiting for the next poll is nobody's).
+TEST(HostEngine, ACompletionCarriesItsWorkersCopyTime) {
+  constexpr uint32_t kWorkers = 2;
+  HostEngine engine(host_options(kWorkers), "test");
+  Buffers buffers(8 << 20);  // 2048 chunks of 4 KiB
+  const CopyRequest copy = buffers.copy(7);
+  const auto start = std::chrono::steady_clock::now();
+  engine.submit(std::span<const CopyRequest>(&copy, 1));
+  auto done = completions(engine, 1);
+  const auto wall = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(buffers.landed());
+  EXPECT_GT(done[0].engine_ns, 0u);
+  EXPECT_LE(done[0].engine_ns,
+            kWorkers * static_cast<uint64_t>(
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(wall).count()));
 }
 
 }  // namespace

@@ -214,6 +214,7 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
           {{copy.cookie, ErrorCode::kOk, path, bytes}, id});
     }
   }
+  const auto issued_at = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < used; ++i) {
     Group& g = groups_[i];
     use_device(g.device);
@@ -226,6 +227,7 @@ void CudaEngine::submit(std::span<const CopyRequest> copies) {
     }
     Stream& st = *g.stream;
     g.batch.number = ++st.issued;
+    g.batch.issued_at = issued_at;
     const CUresult r = cu_.cuStreamWriteValue32(st.handle, st.retired_device, g.batch.number,
                                                 CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r != CUDA_SUCCESS) {
@@ -282,13 +284,35 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
     failed_.clear();
   }
   if (in_flight_ == 0) return out.size() - before;
+  const auto now = std::chrono::steady_clock::now();
   for (Device& d : devices_) {
     for (Stream& st : d.streams) {
       if (st.batches.empty()) continue;
       const uint32_t retired = st.retired->load(std::memory_order_acquire);
-      while (!st.batches.empty() && shm::generation_reached(retired, st.batches.front().number)) {
+      // The batches retired since the last look share the time the stream served them, by bytes.
+      std::size_t ended = 0, ended_pieces = 0;
+      uint64_t ended_bytes = 0;
+      for (const Batch& b : st.batches) {
+        if (!shm::generation_reached(retired, b.number)) break;
+        ++ended;
+        ended_pieces += b.pieces.size();
+        for (const Piece& p : b.pieces) ended_bytes += p.completion.bytes;
+      }
+      if (ended == 0) continue;
+      const auto served_from = std::max(st.batches.front().issued_at, st.last_retired_at);
+      const auto served_ns = static_cast<uint64_t>(std::max<int64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - served_from).count(), 1));
+      st.last_retired_at = now;
+      for (; ended > 0; --ended) {
         std::vector<Piece>& pieces = st.batches.front().pieces;
-        for (const Piece& p : pieces) splits_.retire(p.split, p.completion, out);
+        for (Piece& p : pieces) {
+          const double share = ended_bytes == 0 ? 1.0 / static_cast<double>(ended_pieces)
+                                                : static_cast<double>(p.completion.bytes) /
+                                                      static_cast<double>(ended_bytes);
+          p.completion.engine_ns =
+              std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(served_ns) * share));
+          splits_.retire(p.split, p.completion, out);
+        }
         pieces.clear();
         spare_pieces_.push_back(std::move(pieces));
         st.batches.pop_front();

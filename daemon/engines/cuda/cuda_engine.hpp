@@ -1,7 +1,10 @@
 // CUDA engine: copies on daemon-owned non-blocking streams, one per copy engine of each device
 // (asyncEngineCount), issued with cuMemcpyAsync. Completion: after each submit's copies on a
 // stream, cuStreamWriteValue32 stores the stream's batch number into pinned host memory, and
-// poll() retires every batch up to the number it reads there. No host callback and no thread
+// poll() retires every batch up to the number it reads there; each completion carries the time
+// its stream served it (from its issue or the stream's previous retirement, whichever is later,
+// to the poll that saw it; batches retired together share that time by bytes), so engine time
+// per tenant is the engines' own, not the spacing of completions. No host callback and no thread
 // waits on the GPU (a host function per copy, in the first version, serialised the copies:
 // docs/PERFORMANCE-HISTORY.md); while batches are in flight, needs_polling() keeps the progress
 // loop polling.
@@ -27,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <string>
@@ -76,6 +80,7 @@ class CudaEngine final : public Engine {
   struct Batch {
     uint32_t number;
     std::vector<Piece> pieces;
+    std::chrono::steady_clock::time_point issued_at{};
   };
   struct Stream {
     CUstream handle = nullptr;
@@ -83,6 +88,9 @@ class CudaEngine final : public Engine {
     CUdeviceptr retired_device = 0;
     uint32_t issued = 0;
     std::deque<Batch> batches;
+    // When poll() last saw a batch of it retire: a stream serves its batches one after the
+    // other, so the next one's engine time starts there (or at its issue, if later).
+    std::chrono::steady_clock::time_point last_retired_at{};
   };
   // The pieces of one submit that go to one stream (see submit()).
   struct Group {

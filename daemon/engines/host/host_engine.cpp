@@ -29,6 +29,7 @@ struct HostEngine::Job {
   uint64_t cookie;
   uint64_t bytes;
   std::atomic<uint64_t> chunks_left;
+  std::atomic<uint64_t> engine_ns;  // the workers' memcpy time, summed over the chunks
 };
 
 HostEngine::HostEngine(const EngineOptions& options, std::string reason)
@@ -76,6 +77,7 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
       job->cookie = copy.cookie;
       job->bytes = copy.bytes;
       job->chunks_left.store(chunks, std::memory_order_relaxed);
+      job->engine_ns.store(0, std::memory_order_relaxed);
       for (uint64_t i = 0; i < chunks; ++i) {
         const uint64_t offset = i * options_.chunk_bytes;
         const uint64_t n = std::min(options_.chunk_bytes, copy.bytes - offset);
@@ -129,7 +131,12 @@ void HostEngine::worker_main() {
   // privilege, and a failure only leaves the worker at the default).
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWorkerNice);
   while (std::optional<Chunk> chunk = next_chunk()) {
+    const auto start = std::chrono::steady_clock::now();
     std::memcpy(chunk->dst, chunk->src, chunk->bytes);
+    const auto took = std::chrono::steady_clock::now() - start;
+    chunk->job->engine_ns.fetch_add(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(took).count()),
+        std::memory_order_relaxed);
     finish_chunk(chunk->job);
   }
 }
@@ -138,7 +145,8 @@ void HostEngine::finish_chunk(Job* job) {
   if (job->chunks_left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   {
     std::lock_guard lock(done_mutex_);
-    done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes});
+    done_.push_back({job->cookie, ErrorCode::kOk, TransferPath::kComputeUnits, job->bytes,
+                     std::max<uint64_t>(job->engine_ns.load(std::memory_order_relaxed), 1)});
     finished_jobs_.push_back(job);
   }
   // Stored, then the loop's flag loaded, both sequentially consistent; arm_completion_wakeup()
