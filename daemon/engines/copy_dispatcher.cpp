@@ -245,8 +245,6 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
                 std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count(), 0));
   stats_.count_engine_work(static_cast<std::size_t>(slot->cls), slot->user, completion.bytes,
                            engine_ns);
-  if (completion.engine_ns != 0 && completion.code == ErrorCode::kOk && completion.bytes != 0)
-    charge_engine_time(l, *slot, completion.bytes, engine_ns);
   l.in_flight -= std::min(bytes, l.in_flight);
   if (slot->unpaced)
     l.unpaced_in_flight -= std::min(bytes, l.unpaced_in_flight);
@@ -258,19 +256,6 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
     finish(static_cast<uint32_t>(completion.cookie & 0xffffffffu), completion);
   }
   if (!l.fair.empty()) pump(device);
-}
-
-void CopyDispatcher::charge_engine_time(Lane& l, const Slot& slot, uint64_t bytes,
-                                        uint64_t engine_ns) {
-  if (slot.unpaced) return;  // another speed altogether (CUDA's copies within a GPU, on its SMs)
-  double& speed = l.bytes_per_ns[static_cast<std::size_t>(slot.cls)];
-  if (speed > 0) {
-    const double worth = static_cast<double>(engine_ns) * speed;
-    l.fair.charge(FlowKey{slot.uid, 0, slot.cls},
-                  static_cast<int64_t>(worth) - static_cast<int64_t>(bytes));
-  }
-  const double this_copy = static_cast<double>(bytes) / static_cast<double>(engine_ns);
-  speed = speed > 0 ? speed + (this_copy - speed) / 16 : this_copy;
 }
 
 void CopyDispatcher::finish(uint32_t index, const CopyCompletion& last) {

@@ -156,10 +156,6 @@ class CopyDispatcher final : public Poller {
     // (CopyCompletion::engine_ns 0): since when the engines have had copies, and the last
     // completion.
     std::chrono::steady_clock::time_point busy_from{}, last_done{};
-    // The engines' usual speed here by class, bytes per engine nanosecond (a running average of
-    // the copies whose engine gave its time): a paced slice slower than that costs its uid the
-    // difference in FairShare (FairShare::charge), so uids share engine time, not bytes.
-    double bytes_per_ns[kTrafficClassCount] = {};
   };
   static constexpr std::chrono::seconds kSharedHold{1};
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
@@ -172,8 +168,6 @@ class CopyDispatcher final : public Poller {
   void pump(std::size_t device);
   // Adds slice `s` (none: false) of lane `l` to batch_.
   bool take(Lane& l, const std::optional<FairShare::Slice>& s, Clock::time_point now);
-  // Charges a paced slice's engine time beyond its bytes to its uid, and learns the lane's speed.
-  void charge_engine_time(Lane& l, const Slot& slot, uint64_t bytes, uint64_t engine_ns);
   // The copy in `slot` ended (`code`): its owner learns it, the slot is free again.
   void finish(uint32_t index, const CopyCompletion& completion);
   void count(std::size_t device, ErrorCode code, TransferPath path, uint64_t bytes, uint64_t copies,

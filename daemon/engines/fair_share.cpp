@@ -41,15 +41,6 @@ std::optional<FairShare::Slice> FairShare::next(TrafficClass cls) {
   return next_in(cls);
 }
 
-void FairShare::charge(const FlowKey& flow, int64_t extra) {
-  ClassQueue& c = classes_[static_cast<std::size_t>(flow.cls)];
-  const auto it = c.by_uid.find(flow.uid);
-  if (it == c.by_uid.end()) return;
-  const auto bound =
-      kMaxChargeSlices * static_cast<int64_t>(std::max<uint64_t>(options_.slice_bytes, 1));
-  it->second.deficit -= std::clamp(extra, -bound, bound);
-}
-
 std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
   ClassQueue& c = classes_[static_cast<std::size_t>(cls)];
   for (;;) {

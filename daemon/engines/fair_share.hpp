@@ -7,10 +7,7 @@
 //  - the class: latency first, but while bulk also waits it gets every `bulk_every`-th slice
 //    (a stream of latency work never starves bulk);
 //  - within a class, the uid by deficit round robin: each uid gets slices worth `weight` times
-//    slice_bytes per round, so over time engine bytes split in proportion to the weights; a
-//    slice that took its engine longer than its bytes at the device's usual rate costs its uid
-//    the difference (charge(), from the engine's own time), so that engine time, not bytes,
-//    splits by weight between uids whose copies run at different speeds;
+//    slice_bytes per round, so over time engine bytes split in proportion to the weights;
 //  - within a uid, its communicators in turn, one slice each.
 // Where a device keeps a copy engine for latency work, the caller takes each class's slices
 // apart (next(cls)), with a bound for each: the class rule above is then the engines' own.
@@ -68,12 +65,6 @@ class FairShare {
   std::optional<Slice> next();
   // The next slice of class `cls` (an engine kept for that class), or nullopt when none waits.
   std::optional<Slice> next(TrafficClass cls);
-  // A slice of `flow` cost `extra` bytes' worth of engine time more than its bytes (less, if
-  // negative): its uid's deficit in that class pays it, if the uid still waits there (an idle
-  // uid keeps no credit and no debt). At most kMaxChargeSlices slices' worth either way, so
-  // that one stalled copy does not shut its uid out for long.
-  void charge(const FlowKey& flow, int64_t extra);
-  static constexpr int64_t kMaxChargeSlices = 8;
   bool empty() const { return waiting_ == 0; }
   std::size_t waiting() const { return waiting_; }  // copies with slices not yet taken
 

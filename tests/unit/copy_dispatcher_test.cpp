@@ -459,34 +459,6 @@ TEST_F(Paced, EngineTimeTheEngineReportsIsTheUsersEvenWhenEnginesOverlap) {
   EXPECT_EQ(stats.classes[1].busy_ns_total.load(), 41'000'000u);
 }
 
-// Two bulk users on a paced device whose engine reports the time it took: the first's slices
-// take twice as long a byte (another path, a slower link); with equal weights the engines'
-// time splits evenly, so it gets about half the second's bytes, not the same bytes.
-TEST_F(Paced, UsersShareEngineTimeWhenTheirCopiesRunAtDifferentSpeeds) {
-  share_device();
-  // The recording engine moves nothing: the copies may be longer than the memory named.
-  CopyRequest slow{memory.data(), memory.data(), 1000 * kMiB, 0};
-  CopyRequest fast{memory.data(), memory.data(), 1000 * kMiB, 0};
-  copies.track(slow, owner, 1);
-  copies.submit(std::span<const CopyRequest>(&slow, 1), FlowKey{1000, 1, TrafficClass::kBulk});
-  copies.track(fast, owner, 2);
-  copies.submit(std::span<const CopyRequest>(&fast, 1), FlowKey{1001, 2, TrafficClass::kBulk});
-  std::map<uint64_t, uint64_t> bytes, time;
-  for (int i = 0; i < 300; ++i) {
-    const CopyRequest& c = engine.handed.at(engine.completed++);
-    const uint64_t ns = c.cookie == slow.cookie ? 2 * c.bytes : c.bytes;
-    bytes[c.cookie] += c.bytes;
-    time[c.cookie] += ns;
-    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes, ns});
-  }
-  const double bytes_ratio =
-      static_cast<double>(bytes[slow.cookie]) / static_cast<double>(bytes[fast.cookie]);
-  const double time_ratio =
-      static_cast<double>(time[slow.cookie]) / static_cast<double>(time[fast.cookie]);
-  EXPECT_NEAR(bytes_ratio, 0.5, 0.05);
-  EXPECT_NEAR(time_ratio, 1.0, 0.1);
-}
-
 // Users past the slots share the last one; each slot is given once.
 TEST_F(Paced, UsersPastTheSlotsShareTheLastOne) {
   for (uint32_t uid = 0; uid < kUserSlots + 6; ++uid) {

@@ -1,7 +1,6 @@
 // The choice of the next slice (daemon/engines/fair_share.hpp): slice bounds, latency first
-// without starving bulk, weighted shares between uids (of bytes, and of engine time once slices
-// are charged what their engine time was worth), communicators in turn, and over random traffic
-// every copy served whole, in order within its flow, exactly once.
+// without starving bulk, weighted shares between uids, communicators in turn, and over random
+// traffic every copy served whole, in order within its flow, exactly once.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -98,52 +97,6 @@ TEST(FairShare, TwoBulkTenantsOfEqualWeightShareTheBytesEvenly) {
     const double want = static_cast<double>(weight_a) / (weight_a + weight_b);
     EXPECT_NEAR(share_a, want, 0.01) << weight_a << ":" << weight_b;
   }
-}
-
-// A's slices take its engine twice as long per byte as B's (the dispatcher charges each the
-// bytes its engine time was worth at the usual speed): equal weights then split the engine time
-// evenly, so A moves a third of the bytes.
-TEST(FairShare, SlicesChargedForTheirEngineTimeSplitTheTimeNotTheBytes) {
-  FairShare fair({2 * kMiB, 8});
-  fair.push(kBulkA, 1, 100000 * kMiB);
-  fair.push(kBulkB, 2, 100000 * kMiB);
-  std::map<uint32_t, uint64_t> bytes, time;
-  for (int i = 0; i < 3000; ++i) {
-    const auto s = fair.next();
-    const uint64_t cost = s->flow.uid == kBulkA.uid ? 2 * s->bytes : s->bytes;
-    fair.charge(s->flow, static_cast<int64_t>(cost - s->bytes));
-    bytes[s->flow.uid] += s->bytes;
-    time[s->flow.uid] += cost;
-  }
-  const double bytes_a =
-      static_cast<double>(bytes[kBulkA.uid]) / (bytes[kBulkA.uid] + bytes[kBulkB.uid]);
-  const double time_a =
-      static_cast<double>(time[kBulkA.uid]) / (time[kBulkA.uid] + time[kBulkB.uid]);
-  EXPECT_NEAR(bytes_a, 1.0 / 3, 0.01);
-  EXPECT_NEAR(time_a, 0.5, 0.01);
-}
-
-// One stalled slice (its engine time worth a terabyte) costs its uid at most
-// kMaxChargeSlices slices' worth: it is served again within that many of the other's turns.
-TEST(FairShare, AChargeIsBoundedSoAStallDoesNotShutAUidOut) {
-  FairShare fair({2 * kMiB, 8});
-  fair.push(kBulkA, 1, 100000 * kMiB);
-  fair.push(kBulkB, 2, 100000 * kMiB);
-  const auto first = fair.next();
-  ASSERT_EQ(first->flow.uid, kBulkA.uid);
-  fair.charge(first->flow, int64_t{1} << 40);
-  int others = 0;
-  while (fair.next()->flow.uid != kBulkA.uid) ++others;
-  EXPECT_LE(others, FairShare::kMaxChargeSlices + 1);
-  EXPECT_GE(others, FairShare::kMaxChargeSlices - 1);
-  // A uid that does not wait is charged nothing: it keeps no debt for when it comes back.
-  FairShare idle({2 * kMiB, 8});
-  idle.push(kBulkB, 2, 100000 * kMiB);
-  idle.charge(kBulkA, int64_t{1} << 40);
-  idle.push(kBulkA, 3, 100000 * kMiB);
-  std::vector<uint32_t> turns;
-  for (int i = 0; i < 4; ++i) turns.push_back(idle.next()->flow.uid);
-  EXPECT_EQ(turns, (std::vector<uint32_t>{kBulkB.uid, kBulkA.uid, kBulkB.uid, kBulkA.uid}));
 }
 
 TEST(FairShare, AUidsCommunicatorsTakeTurns) {
