@@ -15,7 +15,9 @@
 //            before it first, it grows by W over the link's rate. Then 3 such copies at once
 //            (what irisd issues when the second of 2 ranks arrives at an all-gather), one
 //            cuMemcpyDtoHAsync each or one cuMemcpyBatchAsync (irisd's way): whether each copy
-//            waits its own turn.
+//            waits its own turn; and one copy, then three as one batch, each batch with its
+//            counter (what irisd issues for a 2-rank all-gather whose ranks arrive one after the
+//            other): whether two batches on the stream wait two turns.
 // Prints markdown tables. Every wait is bounded (a copy not retired in 10 s fails the run).
 //   iris-gpu-copy-engine-probe [--device N]
 #include <cuda.h>
@@ -130,8 +132,9 @@ struct Latency {
   double p50_us, p99_us, bulk_gbps;
 };
 
-// How the small copies go: one, or three separately, or three in one batch.
-enum class Small { kOne, kThree, kThreeBatched };
+// How the small copies go: one, or three separately, or three in one batch, or one and then a
+// batch of three.
+enum class Small { kOne, kThree, kThreeBatched, kOneThenThreeBatched };
 
 // A 4 KiB copy (or three) on the last stream every 200 us for 0.3 s while the bulk streams move
 // slices of `slice` under `window` bytes in flight (window 0: no bulk copies).
@@ -164,6 +167,9 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
       issued_at = Clock::now();
       if (how == Small::kThreeBatched) {
         p.issue_batch(small, small_offset, kSmall, 3);
+      } else if (how == Small::kOneThenThreeBatched) {
+        p.issue(small, small_offset, kSmall);
+        p.issue_batch(small, small_offset + kSmall, kSmall, 3);
       } else {
         for (int i = 0; i < (how == Small::kOne ? 1 : 3); ++i) {
           check(cuMemcpyDtoHAsync(p.dst + small_offset + i * kSmall,
@@ -175,7 +181,8 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
       small_out = true;
       deadline = issued_at + std::chrono::seconds(10);
     }
-    if (small_out && p.reap(small) != 0) {
+    if (small_out) p.reap(small);
+    if (small_out && small.sizes.empty()) {  // every batch of it retired
       const auto seen = Clock::now();
       waits.push_back(std::chrono::duration<double, std::micro>(seen - issued_at).count());
       small_out = false;
@@ -272,11 +279,14 @@ int main(int argc, char** argv) {
        {Case{0, 0}, Case{MiB / 2, MiB}, Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB},
         Case{4 * MiB, 8 * MiB}, Case{MiB, 4 * MiB}, Case{2 * MiB, 8 * MiB}, Case{8 * MiB, 64 * MiB},
         Case{0, 0, Small::kThree}, Case{0, 0, Small::kThreeBatched},
-        Case{2 * MiB, 4 * MiB, Small::kThree}, Case{2 * MiB, 4 * MiB, Small::kThreeBatched}}) {
+        Case{2 * MiB, 4 * MiB, Small::kThree}, Case{2 * MiB, 4 * MiB, Small::kThreeBatched},
+        Case{0, 0, Small::kOneThenThreeBatched},
+        Case{2 * MiB, 4 * MiB, Small::kOneThenThreeBatched}}) {
     const Latency l = latency(p, std::max<uint64_t>(c.slice, 1), c.window, c.how);
-    const char* how = c.how == Small::kOne     ? ""
-                      : c.how == Small::kThree ? " (3 copies)"
-                                               : " (3 copies, one batch)";
+    const char* how = c.how == Small::kOne            ? ""
+                      : c.how == Small::kThree        ? " (3 copies)"
+                      : c.how == Small::kThreeBatched ? " (3 copies, one batch)"
+                                                      : " (1 copy, then 3 as one batch)";
     std::printf("| %s | %s%s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
                 c.window ? mib(c.window).c_str() : "none", how, l.p50_us, l.p99_us, l.bulk_gbps);
   }
