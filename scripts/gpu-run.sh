@@ -168,10 +168,18 @@ if want ncclcost; then
   for mode in stream host; do IRISD_NCCL_SHARED_GPU=$mode ncclrank 2 latency; done
   RANKS=2 bench ncclcost --min-bytes 4096 --max-bytes 4096
 fi
+# PyTorch's nccl backend on irisd: the library preloaded, the scripts unchanged.
+ncclenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
+         PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2")
+# both_wait_modes SCRIPT TIMEOUT FILE: a Python benchmark under ncclenv, its ranks sharing the GPU
+# ordered on streams, then waiting on the host; its output appended to FILE under each mode.
+both_wait_modes() {
+  for mode in stream host; do
+    echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$3"
+    "${ncclenv[@]}" IRISD_NCCL_SHARED_GPU=$mode timeout "$2" python3 "$1" >>"$3" 2>&1
+  done
+}
 if want nccl; then
-  # PyTorch's nccl backend on irisd: the library preloaded, the scripts unchanged.
-  ncclenv=(env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0"
-           PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2")
   "${ncclenv[@]}" NCCL_DEBUG=WARN timeout 500 python3 tests/python/gpu/nccl_preload_test.py \
     --ranks 3 >"$out/nccl.txt" 2>&1
   nccl_rc=$?
@@ -216,24 +224,12 @@ if want nccl; then
 fi
 if want ncclbw; then
   # Bandwidth through the library against irisd's torch backend, ranks sharing the GPU.
-  for mode in stream host; do
-    echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_bandwidth.md"
-    env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" \
-      PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" \
-      IRISD_NCCL_SHARED_GPU=$mode timeout 300 python3 tests/bench/gpu/nccl_bandwidth.py \
-      2>&1 | grep -E "^\|" >>"$out/nccl_bandwidth.md"
-  done
+  both_wait_modes tests/bench/gpu/nccl_bandwidth.py 300 "$out/nccl_bandwidth.md"
 fi
 if want ncclpaths; then
   # Where a small collective's time goes through the library in a PyTorch job (each way in, the
   # same job), with the ranks' stream waits and with host waits.
-  for mode in stream host; do
-    echo "IRISD_NCCL_SHARED_GPU=$mode" >>"$out/nccl_paths.md"
-    env IRIS_SOCKET="$run/irisd.sock" IRIS_LIBRARY="$PWD/.gpu/lib/libiris.so.0" \
-      PYTHONPATH="$PWD/client/python" LD_PRELOAD="$PWD/.gpu/nccl/libnccl.so.2" \
-      IRISD_NCCL_SHARED_GPU=$mode timeout 240 python3 tests/bench/gpu/nccl_call_paths.py \
-      >>"$out/nccl_paths.md" 2>&1
-  done
+  both_wait_modes tests/bench/gpu/nccl_call_paths.py 240 "$out/nccl_paths.md"
 fi
 jax_rc=skipped
 if want jax; then
@@ -494,8 +490,10 @@ if want nccl; then
   grep -E "^nccl stream|bad elements|FAILED|error|runs .* on the GPU.s SMs" "$out/nccl_c.txt" | cut -c1-300 | head -12
   grep -E "backend nccl" "$out/nccl_call_overhead.txt"
 fi
-if want ncclbw; then echo "-- bandwidth through the library"; cat "$out/nccl_bandwidth.md"; fi
-if want ncclpaths; then echo "-- a 4 KiB all-gather by each way in"; grep -E "^(\||IRISD)|Error|rank [0-9]" "$out/nccl_paths.md"; fi
+# A benchmark's tables, its modes and what failed (both_wait_modes keeps the whole output).
+tables_of() { grep -E "^(\||IRISD)|Error|rank [0-9]" "$1"; }
+if want ncclbw; then echo "-- bandwidth through the library"; tables_of "$out/nccl_bandwidth.md"; fi
+if want ncclpaths; then echo "-- a 4 KiB all-gather by each way in"; tables_of "$out/nccl_paths.md"; fi
 if want jax; then
   echo "-- JAX on irisd's libnccl.so.2 (exit $jax_rc)"
   grep -E "imports|checks passed|JAX on|Error|error" "$out/jax.txt" | cut -c1-300 | head -8

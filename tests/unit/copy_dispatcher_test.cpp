@@ -192,6 +192,12 @@ class Paced : public ::testing::Test {
     complete_next();
     owner.done.clear();
   }
+  // `uid`'s engine counters (its slot in Stats::users).
+  const UserEngineCounters& user(uint32_t uid) const {
+    for (const auto& u : stats.users)
+      if (u.used.load() && u.uid.load() == uid) return u;
+    throw std::runtime_error("no slot for uid " + std::to_string(uid));
+  }
   Stats stats;
   RecordingEngine engine;
   CopyDispatcher copies;
@@ -402,11 +408,6 @@ TEST_F(Paced, AFailedSliceFailsItsCopyOnceAfterTheLastSlice) {
 // dispatcher reads the test's clock, which only the test moves.
 TEST_F(Paced, EngineTimeAndBytesCountForTheUserWhoseCopyCompleted) {
   using namespace std::chrono_literals;
-  auto user = [&](uint32_t uid) -> const UserEngineCounters& {
-    for (const auto& u : stats.users)
-      if (u.used.load() && u.uid.load() == uid) return u;
-    throw std::runtime_error("no slot for uid " + std::to_string(uid));
-  };
   CopyRequest a{memory.data(), memory.data() + 32 * kMiB, 4096, 0};
   CopyRequest b{memory.data(), memory.data() + 40 * kMiB, 8192, 0};
   copies.track(a, owner, 1);
@@ -439,11 +440,6 @@ TEST_F(Paced, EngineTimeAndBytesCountForTheUserWhoseCopyCompleted) {
 // after 20 ms each, are 20 ms of engine time each, not 20 and 1.
 TEST_F(Paced, EngineTimeTheEngineReportsIsTheUsersEvenWhenEnginesOverlap) {
   using namespace std::chrono_literals;
-  auto busy_ns = [&](uint32_t uid) {
-    for (const auto& u : stats.users)
-      if (u.used.load() && u.uid.load() == uid) return u.busy_ns_total.load();
-    throw std::runtime_error("no slot for uid " + std::to_string(uid));
-  };
   CopyRequest a{memory.data(), memory.data() + 32 * kMiB, 4096, 0};
   CopyRequest b{memory.data(), memory.data() + 40 * kMiB, 4096, 0};
   copies.track(a, owner, 1);
@@ -454,8 +450,8 @@ TEST_F(Paced, EngineTimeTheEngineReportsIsTheUsersEvenWhenEnginesOverlap) {
   copies.complete({a.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, a.bytes, 20'000'000});
   test_now += 1ms;
   copies.complete({b.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, b.bytes, 21'000'000});
-  EXPECT_EQ(busy_ns(1000), 20'000'000u);
-  EXPECT_EQ(busy_ns(1001), 21'000'000u);  // by spacing it would have been 1 ms
+  EXPECT_EQ(user(1000).busy_ns_total.load(), 20'000'000u);
+  EXPECT_EQ(user(1001).busy_ns_total.load(), 21'000'000u);  // by spacing it would have been 1 ms
   EXPECT_EQ(stats.classes[1].busy_ns_total.load(), 41'000'000u);
 }
 

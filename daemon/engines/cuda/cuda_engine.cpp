@@ -284,43 +284,43 @@ std::size_t CudaEngine::poll(std::vector<CopyCompletion>& out) {
     failed_.clear();
   }
   if (in_flight_ == 0) return out.size() - before;
-  const auto now = std::chrono::steady_clock::now();
-  for (Device& d : devices_) {
-    for (Stream& st : d.streams) {
-      if (st.batches.empty()) continue;
-      const uint32_t retired = st.retired->load(std::memory_order_acquire);
-      // The batches retired since the last look share the time the stream served them, by bytes.
-      std::size_t ended = 0, ended_pieces = 0;
-      uint64_t ended_bytes = 0;
-      for (const Batch& b : st.batches) {
-        if (!shm::generation_reached(retired, b.number)) break;
-        ++ended;
-        ended_pieces += b.pieces.size();
-        for (const Piece& p : b.pieces) ended_bytes += p.completion.bytes;
-      }
-      if (ended == 0) continue;
-      const auto served_from = std::max(st.batches.front().issued_at, st.last_retired_at);
-      const auto served_ns = static_cast<uint64_t>(std::max<int64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(now - served_from).count(), 1));
-      st.last_retired_at = now;
-      for (; ended > 0; --ended) {
-        std::vector<Piece>& pieces = st.batches.front().pieces;
-        for (Piece& p : pieces) {
-          const double share = ended_bytes == 0 ? 1.0 / static_cast<double>(ended_pieces)
-                                                : static_cast<double>(p.completion.bytes) /
-                                                      static_cast<double>(ended_bytes);
-          p.completion.engine_ns =
-              std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(served_ns) * share));
-          splits_.retire(p.split, p.completion, out);
-        }
-        pieces.clear();
-        spare_pieces_.push_back(std::move(pieces));
-        st.batches.pop_front();
-        --in_flight_;
-      }
-    }
-  }
+  for (Device& d : devices_)
+    for (Stream& st : d.streams)
+      if (!st.batches.empty()) retire(st, out);
   return out.size() - before;
+}
+
+void CudaEngine::retire(Stream& st, std::vector<CopyCompletion>& out) {
+  const uint32_t retired = st.retired->load(std::memory_order_acquire);
+  std::size_t ended = 0, ended_pieces = 0;
+  uint64_t ended_bytes = 0;
+  for (const Batch& b : st.batches) {
+    if (!shm::generation_reached(retired, b.number)) break;
+    ++ended;
+    ended_pieces += b.pieces.size();
+    for (const Piece& p : b.pieces) ended_bytes += p.completion.bytes;
+  }
+  if (ended == 0) return;
+  // The clock only when something ended: the loop polls here constantly while copies run.
+  const auto now = std::chrono::steady_clock::now();
+  const auto served_from = std::max(st.batches.front().issued_at, st.last_retired_at);
+  const auto served_ns = static_cast<double>(std::max<int64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - served_from).count(), 1));
+  st.last_retired_at = now;
+  for (; ended > 0; --ended) {
+    std::vector<Piece>& pieces = st.batches.front().pieces;
+    for (Piece& p : pieces) {
+      const double share = ended_bytes == 0 ? 1.0 / static_cast<double>(ended_pieces)
+                                            : static_cast<double>(p.completion.bytes) /
+                                                  static_cast<double>(ended_bytes);
+      p.completion.engine_ns = std::max<uint64_t>(1, static_cast<uint64_t>(served_ns * share));
+      splits_.retire(p.split, p.completion, out);
+    }
+    pieces.clear();
+    spare_pieces_.push_back(std::move(pieces));
+    st.batches.pop_front();
+    --in_flight_;
+  }
 }
 
 void CudaEngine::write_device_word(int device, std::byte* address, uint32_t value) {

@@ -131,6 +131,9 @@ class CudaEngine final : public Engine {
   // Enqueues the copies on `stream`; false (after logging) when the driver refused them.
   bool issue(CUstream stream, int device, std::vector<CUdeviceptr>& dsts,
              std::vector<CUdeviceptr>& srcs, std::vector<size_t>& sizes);
+  // Completes the batches of `st` that retired since the last look, each piece with its share
+  // (by bytes) of the time the stream served them.
+  void retire(Stream& st, std::vector<CopyCompletion>& out);
   // A non-blocking stream on `device`, destroyed (after it drained) by releases_.
   void create_stream(int device, CUstream& stream);
   // Makes a device's primary context current on the calling thread.

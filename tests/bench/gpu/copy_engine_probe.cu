@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,7 @@ struct Stream {
   volatile uint32_t* retired = nullptr;  // pinned host word the stream writes
   CUdeviceptr retired_device = 0;
   uint32_t issued = 0;
-  std::vector<uint64_t> sizes;  // of the slices issued and not yet retired, oldest first
+  std::deque<uint64_t> sizes;  // of the batches issued and not yet retired, oldest first
   uint32_t seen = 0;
 };
 
@@ -58,10 +59,13 @@ struct Probe {
   char* dst = nullptr;
   std::vector<Stream> streams;
 
-  // Issues `bytes` from `offset` on stream `s`, then its counter.
-  void issue(Stream& s, uint64_t offset, uint64_t bytes) {
-    check(cuMemcpyDtoHAsync(dst + offset, src + offset, bytes, s.handle), "cuMemcpyDtoHAsync");
-    retire_after(s, bytes);
+  // `count` copies of `bytes` back to back from `offset` on stream `s`, one cuMemcpyDtoHAsync
+  // each, then one counter.
+  void issue(Stream& s, uint64_t offset, uint64_t bytes, std::size_t count = 1) {
+    for (std::size_t i = 0; i < count; ++i)
+      check(cuMemcpyDtoHAsync(dst + offset + i * bytes, src + offset + i * bytes, bytes, s.handle),
+            "cuMemcpyDtoHAsync");
+    retire_after(s, bytes * count);
   }
   // `count` copies of `bytes` back to back from `offset`, one batch, then one counter.
   void issue_batch(Stream& s, uint64_t offset, uint64_t bytes, std::size_t count) {
@@ -91,15 +95,21 @@ struct Probe {
     while (s.seen != now && !s.sizes.empty()) {
       ++s.seen;
       bytes += s.sizes.front();
-      s.sizes.erase(s.sizes.begin());
+      s.sizes.pop_front();
     }
+    return bytes;
+  }
+  // Bytes of the bulk streams retired since the last call.
+  uint64_t reap_bulk() {
+    uint64_t bytes = 0;
+    for (std::size_t i = 0; i < bulk_streams(); ++i) bytes += reap(streams[i]);
     return bytes;
   }
   std::size_t bulk_streams() const { return streams.size() > 1 ? streams.size() - 1 : 1; }
 };
 
-bool expired(Clock::time_point deadline) {
-  if (Clock::now() < deadline) return false;
+void fail_if_past(Clock::time_point deadline) {
+  if (Clock::now() < deadline) return;
   std::fprintf(stderr, "copy_engine_probe: a copy did not retire within 10 s\n");
   std::exit(1);
 }
@@ -117,12 +127,10 @@ double slices(Probe& p, uint64_t slice, uint64_t window) {
       next += bytes;
       in_flight += bytes;
     }
-    for (std::size_t i = 0; i < p.bulk_streams(); ++i) {
-      const uint64_t bytes = p.reap(p.streams[i]);
-      in_flight -= bytes;
-      done += bytes;
-    }
-    expired(deadline);
+    const uint64_t retired = p.reap_bulk();
+    in_flight -= retired;
+    done += retired;
+    fail_if_past(deadline);
   }
   return static_cast<double>(kTotal) / std::chrono::duration<double>(Clock::now() - start).count() /
          1e9;
@@ -157,26 +165,26 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
       next += slice;
       in_flight += slice;
     }
-    for (std::size_t i = 0; i < p.bulk_streams(); ++i) {
-      const uint64_t bytes = p.reap(p.streams[i]);
-      in_flight -= bytes;
-      moved += bytes;
-    }
+    const uint64_t retired = p.reap_bulk();
+    in_flight -= retired;
+    moved += retired;
     const auto now = Clock::now();
     if (!small_out && now >= next_small && now < end) {
       issued_at = Clock::now();
-      if (how == Small::kThreeBatched) {
-        p.issue_batch(small, small_offset, kSmall, 3);
-      } else if (how == Small::kOneThenThreeBatched) {
-        p.issue(small, small_offset, kSmall);
-        p.issue_batch(small, small_offset + kSmall, kSmall, 3);
-      } else {
-        for (int i = 0; i < (how == Small::kOne ? 1 : 3); ++i) {
-          check(cuMemcpyDtoHAsync(p.dst + small_offset + i * kSmall,
-                                  p.src + small_offset + i * kSmall, kSmall, small.handle),
-                "cuMemcpyDtoHAsync");
-        }
-        p.retire_after(small, (how == Small::kOne ? 1 : 3) * kSmall);
+      switch (how) {
+        case Small::kOne:
+          p.issue(small, small_offset, kSmall);
+          break;
+        case Small::kThree:
+          p.issue(small, small_offset, kSmall, 3);
+          break;
+        case Small::kThreeBatched:
+          p.issue_batch(small, small_offset, kSmall, 3);
+          break;
+        case Small::kOneThenThreeBatched:
+          p.issue(small, small_offset, kSmall);
+          p.issue_batch(small, small_offset + kSmall, kSmall, 3);
+          break;
       }
       small_out = true;
       deadline = issued_at + std::chrono::seconds(10);
@@ -188,14 +196,14 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
       small_out = false;
       next_small = seen + std::chrono::microseconds(200);
     }
-    if (small_out) expired(deadline);
+    if (small_out) fail_if_past(deadline);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (std::size_t i = 0; i < p.bulk_streams(); ++i) {  // drain
     const auto drain_deadline = Clock::now() + std::chrono::seconds(10);
     while (!p.streams[i].sizes.empty()) {
       p.reap(p.streams[i]);
-      expired(drain_deadline);
+      fail_if_past(drain_deadline);
     }
   }
   std::sort(waits.begin(), waits.end());
