@@ -305,15 +305,17 @@ if want tenants; then
   # copy engines). B (uid 65534) all-gathers 4 KiB-1 MiB alone, then beside A (root)
   # all-gathering 256 MiB back to back; A alone, then beside B all-gathering back to back; A and
   # C (uid 65534) both at 256 MiB at once. irisd paced at its default (auto: 4 MiB while two
-  # users are attached), at 2 MiB, and not at all (0).
+  # users are attached), at 2 MiB, and not at all (0). TENANT_DAEMONS: the irisd builds in bin/
+  # to compare (irisd-landed: gpu-bundle.sh's LANDED_IRISD).
   tenants_rc=0
+  for daemon in ${TENANT_DAEMONS:-irisd}; do
   for recv in ${TENANT_RECV:-1}; do
   for pacing in ${TENANT_QUEUES:-auto 2097152:1048576 0}; do
     trun=$(mktemp -d /tmp/irisd-tenants-XXXXXX)
     chmod 755 "$trun"
     queue=${pacing%%:*} slice=()
     [[ $pacing == *:* ]] && slice=(--engine-slice-bytes "${pacing#*:}")
-    "$bin/irisd" --socket "$trun/irisd.sock" --socket-mode 0666 --engine cuda \
+    "$bin/$daemon" --socket "$trun/irisd.sock" --socket-mode 0666 --engine cuda \
       --engine-queue-bytes "$queue" "${slice[@]}" >"$trun/irisd.log" 2>&1 &
     tdaemon=$!
     for _ in $(seq 100); do [ -S "$trun/irisd.sock.attach" ] && break; sleep 0.1; done
@@ -339,14 +341,14 @@ if want tenants; then
       sleep 0.5
     }
     big=$((256 << 20))
-    what="engine-queue-bytes $pacing, host-recv $recv"
+    what="$daemon, engine-queue-bytes $pacing, host-recv $recv"
     {
       echo "## $what: B alone"; tenant b-alone 65534 4096 1048576
       echo "## $what: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
       echo "## $what: A alone"; tenant a-alone 0 "$big" "$big"
       echo "## $what: A beside B"; beside 65534 4096 1048576 a-beside 0 "$big" "$big"
     } >>"$out/tenants.md"
-    if [ "$queue" = auto ] && [ "$recv" = 1 ]; then
+    if [ "$queue" = auto ] && [ "$recv" = 1 ] && [ "$daemon" = irisd ]; then
       tenant bulk-a 0 "$big" "$big" >"$trun/bulk-a.md" &
       bulk_a=$!
       tenant bulk-c 65534 "$big" "$big" >"$trun/bulk-c.md"
@@ -357,6 +359,7 @@ if want tenants; then
     fi
     timeout 30 "$bin/iris-ctl" --socket "$trun/irisd.sock" stats >>"$out/tenants.md"
     kill "$tdaemon"; wait "$tdaemon"
+  done
   done
   done
 fi

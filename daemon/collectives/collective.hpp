@@ -22,12 +22,18 @@ struct Collective {
   // The first rank that arrived with a valid request: every later one must agree with it.
   std::optional<uint32_t> reference_rank;
   uint32_t delivered_count = 0;
+  // Arrival records (ArrivedRanks keeps them in arrival order) whose copies have been planned
+  // and started; the records after these wait (CollectiveScheduler::starts_later).
+  uint32_t started_records = 0;
   uint64_t total_in_flight = 0;
   std::chrono::steady_clock::time_point started;
 
   uint32_t arrived() const { return ranks.size(); }
-  // Every rank has arrived, or the collective failed: before that no rank is delivered.
-  bool settled() const { return error != ErrorCode::kOk || arrived() == nranks; }
+  // Every rank has arrived and every copy has started, or the collective failed: before that
+  // no rank is delivered.
+  bool settled() const {
+    return error != ErrorCode::kOk || (arrived() == nranks && started_records == nranks);
+  }
   const RankArgs* reference() const {
     return reference_rank ? &ranks.at(*reference_rank).request->args : nullptr;
   }

@@ -1,5 +1,7 @@
 #include "daemon/collectives/collective_scheduler.hpp"
 
+#include <span>
+
 #include <spdlog/spdlog.h>
 
 namespace iris::daemon {
@@ -74,6 +76,9 @@ void CollectiveScheduler::resumed_rank(Communicator& comm, uint32_t rank) {
     if (comm.done_before_restart(rank, seq) && !c.ranks.contains(rank)) before.push_back(&c);
   for (Collective* c : before) {
     add_resumed_ranks(comm, *c);
+    // This rank may have been the last one a latency collective waited for (starts_later).
+    if (c->error == ErrorCode::kOk && c->arrived() == comm.nranks)
+      if (auto bad = start_copies(comm, *c)) fail(*c, bad->code, bad->message);
     deliver_all(*c);
     retire_if_done(comm, *c);
   }
@@ -150,7 +155,7 @@ void CollectiveScheduler::admit(Communicator& comm, Collective& c, uint32_t rank
       bad = check_agreement(*reference, *c.reference_rank, args, rank);
     else
       c.reference_rank = rank;
-    if (!bad) bad = start_copies(comm, c, rank);
+    if (!bad && !starts_later(comm, c, args)) bad = start_copies(comm, c);
     if (bad) {
       comm_warn(comm, "seq {} ({}): {}; failing the collective on every rank", c.seq,
                 shm::opcode_name(args.kind), bad->message);
@@ -203,8 +208,11 @@ bool CollectiveScheduler::plan_copy(const Communicator& comm, uint32_t src, Arri
   return true;
 }
 
-bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, uint32_t rank,
-                                       ArrivedRank& arrived, std::optional<PlanError>& bad) {
+bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, uint32_t record,
+                                       std::optional<PlanError>& bad) {
+  const std::span<ArrivedRank> so_far(c.ranks.begin(), record + 1);
+  ArrivedRank& arrived = so_far.back();
+  const uint32_t rank = arrived.rank;
   // Only pairs whose sides the collective's shape makes significant can move a block, so a
   // rooted collective's other ranks pair with the root alone and a barrier with nobody: an
   // arrival costs what its copies need, not n pairs each way (57 of a 64 B broadcast's 64 pair
@@ -228,18 +236,27 @@ bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, 
                           (!rank_receives || shape->send.on == shm::On::kRoot);
   if (root_alone) {
     ArrivedRank* root = c.ranks.find(args.root);
-    return root == nullptr || pair_with(*root);
+    const bool root_before = root != nullptr && root <= &arrived;
+    return !root_before || pair_with(*root);
   }
-  for (ArrivedRank& other : c.ranks)
+  for (ArrivedRank& other : so_far)
     if (!pair_with(other)) return false;
   return true;
 }
 
-std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c,
-                                                           uint32_t rank) {
+bool CollectiveScheduler::starts_later(const Communicator& comm, const Collective& c,
+                                       const RankArgs& args) const {
+  return c.arrived() < comm.nranks && copies_.pacing_now() &&
+         copies_.class_of(block_bytes(args), comm.traffic_class, comm.latency_granted) ==
+             TrafficClass::kLatency;
+}
+
+std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c) {
   planned_.clear();
   std::optional<PlanError> bad;
-  plan_arrival(comm, c, rank, c.ranks.at(rank), bad);
+  // Records without a request (ranks done before a restart) move nothing.
+  for (; c.started_records < c.arrived() && !bad; ++c.started_records)
+    if (c.ranks.begin()[c.started_records].request) plan_arrival(comm, c, c.started_records, bad);
   // Copies already planned run (and complete) even when a later pair disagreed.
   uint64_t total = 0, largest = 0;
   for (const PairCopy& p : planned_) {
@@ -272,8 +289,8 @@ std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, C
   }
   // The engine's share first, so that its workers start while this thread copies its own.
   if (!batch_.empty() || !now_.empty())
-    trace(comm, "seq {}: rank {} starts {} copies, {} of them at once", c.seq, rank,
-          batch_.size() + now_.size(), now_.size());
+    trace(comm, "seq {}: {} copies start after {} of {} arrivals, {} of them at once", c.seq,
+          batch_.size() + now_.size(), c.arrived(), comm.nranks, now_.size());
   const FlowKey flow{comm.uid, comm.id,
                      copies_.class_of(largest, comm.traffic_class, comm.latency_granted)};
   if (!batch_.empty()) {

@@ -1,7 +1,10 @@
 // Executes collective plans: matches requests across ranks by (communicator, seq) and issues
 // each copy of the plan (plan.hpp) as soon as both its ends have arrived: when rank r arrives,
 // the copies between r and every rank already there start at once, so no barrier waits for the
-// last rank. A rank completes once every rank has arrived and no copy reads or writes its
+// last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then a
+// latency collective's copies start together once its last rank arrived, since each batch waits
+// its own turn at an engine behind the other users' slices, and a batch per arrival waited one
+// turn per arrival (starts_later). A rank completes once every rank has arrived and no copy reads or writes its
 // buffers any more, so it may reuse them the moment its wait returns. A failure (ranks that
 // disagree, a bad request from one rank, an engine error, a lost peer) fails the collective for
 // every rank, each rank's error written only after the engine has finished every copy into or
@@ -115,14 +118,19 @@ class CollectiveScheduler final : CopyOwner, NetworkHoldOwner {
   Collective* find_or_create(Communicator& comm, uint64_t seq, bool& over_limit);
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
-  // Issues the copies between `rank` and every rank already arrived; the first disagreement
+  // Whether the arrival of a rank with `args` leaves `c`'s copies to a later arrival: a latency
+  // collective not yet complete while users share the engines.
+  bool starts_later(const Communicator& comm, const Collective& c, const RankArgs& args) const;
+  // Issues the copies of the arrivals not started yet (Collective::started_records), each
+  // between its rank and the ranks arrived before it, as one submission; the first disagreement
   // found instead, after issuing what came before it. Copies between host memory within the
-  // engine's copy_now_share of the arrival are done before it returns, untracked; the others
-  // complete through poll().
-  std::optional<PlanError> start_copies(Communicator& comm, Collective& c, uint32_t rank);
-  // Plans into planned_ the copies between `rank` and the ranks arrived before it, both ways;
-  // false with `bad` set at the first disagreement, after planning what came before it.
-  bool plan_arrival(const Communicator& comm, Collective& c, uint32_t rank, ArrivedRank& arrived,
+  // engine's copy_now_share are done before it returns, untracked; the others complete through
+  // poll().
+  std::optional<PlanError> start_copies(Communicator& comm, Collective& c);
+  // Plans into planned_ the copies between the rank of arrival record `record` and the ranks of
+  // the records before it, both ways; false with `bad` set at the first disagreement, after
+  // planning what came before it.
+  bool plan_arrival(const Communicator& comm, Collective& c, uint32_t record,
                     std::optional<PlanError>& bad);
   // Adds the copy from `src`'s send buffer to `dst`'s receive buffer, if any, to planned_; false
   // with `bad` set when the two ranks' arguments disagree.
@@ -177,7 +185,7 @@ class CollectiveScheduler final : CopyOwner, NetworkHoldOwner {
     uint32_t src_rank, dst_rank;
     ArrivedRank *from, *to;
   };
-  std::vector<PairCopy> planned_;   // an arrival's copies, before they are split
+  std::vector<PairCopy> planned_;   // arrivals' copies, before they are split
   std::vector<CopyRequest> batch_;  // start_copies' copies for the engine
   std::vector<HostCopy> now_;       // and those it copies at once (Engine::copy_now)
 };

@@ -67,6 +67,14 @@ TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requ
   return largest_copy <= pacing_.latency_max_bytes ? TrafficClass::kLatency : TrafficClass::kBulk;
 }
 
+bool CopyDispatcher::pacing_now() const {
+  if (pacing_.queue_bytes == 0) return false;
+  if (users_ > 1) return true;
+  const auto now = now_();
+  return std::any_of(lanes_.begin(), lanes_.end(),
+                     [now](const auto& l) { return l && now < l->shared_until; });
+}
+
 std::size_t CopyDispatcher::user_slot(uint32_t uid) {
   const auto found = user_slots_.find(uid);
   if (found != user_slots_.end()) return found->second;

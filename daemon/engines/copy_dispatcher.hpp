@@ -98,6 +98,9 @@ class CopyDispatcher final : public Poller {
   // by size.
   TrafficClass class_of(uint64_t largest_copy, RequestedClass requested, bool granted) const;
   const Pacing& pacing() const { return pacing_; }
+  // Whether copies are paced now: irisd paces, and users share the node (sessions of two uids
+  // attached, or copies of two uids on a device within kSharedHold).
+  bool pacing_now() const;
   uint64_t latency_max_bytes() const { return pacing_.latency_max_bytes; }
   // One copy outside any plan, tracked and queued: `done` runs with its result.
   void submit_one(CopyRequest copy, std::function<void(ErrorCode)> done);

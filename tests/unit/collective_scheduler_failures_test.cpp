@@ -154,32 +154,45 @@ TEST_F(Scheduler, CopiesThatKeepFailingMakeIrisdUnhealthyUntilOneSucceeds) {
 // caller's again, so a copy from them now would move whatever the caller wrote since. The ranks
 // that had not completed copy between themselves again and complete, once each.
 TEST_F(Scheduler, AfterARestartOnlyRanksThatHadNotCompletedCopyAgain) {
-  comm.resumed = true;
-  comm.resumed_from = {0, 1, 1};  // rank 0 is not back yet; ranks 1 and 2 resubmit seq 1
-  comm.resumed_done.resize(kRanks);
-  const uint64_t bytes = 10000;
-  for (uint32_t r = 1; r < kRanks; ++r) {
-    // The first run had landed rank 0's block in ranks 1 and 2 before irisd died.
-    for (uint64_t i = 0; i < bytes; ++i) recv[r][i] = std::byte(0 * 37 + i);
+  // While users share the node a latency collective starts its copies once its last rank is
+  // there: a rank coming back done can be that rank.
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "users share the node" : "alone on the node");
+    Pacing pacing;
+    pacing.queue_bytes = shared ? 4 << 20 : 0;
+    schedule_on(*engine, pacing);
+    copies->set_users(shared ? 2 : 1);
+    completions.clear();
+    comm = test_communicator(kRanks);
+    comm.resumed = true;
+    comm.resumed_from = {0, 1, 1};  // rank 0 is not back yet; ranks 1 and 2 resubmit seq 1
+    comm.resumed_done.resize(kRanks);
+    const uint64_t bytes = 10000;
+    for (uint32_t r = 1; r < kRanks; ++r) {
+      std::fill(recv[r].begin(), recv[r].end(), std::byte{0xEE});  // the last loop's gone
+      // The first run had landed rank 0's block in ranks 1 and 2 before irisd died.
+      for (uint64_t i = 0; i < bytes; ++i) recv[r][i] = std::byte(0 * 37 + i);
+    }
+    std::fill(send[0].begin(), send[0].end(), std::byte{0x5A});  // rank 0's caller moved on
+    std::fill(recv[0].begin(), recv[0].end(), std::byte{0x11});
+    arrive(1, 1, bytes);
+    arrive(2, 1, bytes);
+    drain_until(0);
+    EXPECT_TRUE(completions.empty()) << "rank 0 is not back: it may still be unfinished";
+    EXPECT_EQ(comm.in_flight.at(1).started_records, shared ? 0u : 2u);
+    comm.resumed_from[0] = 2;  // back: it had completed seq 1
+    scheduler->resumed_rank(comm, 0);
+    drain_until(2);
+    ASSERT_EQ(completions.size(), 2u);
+    for (uint32_t r = 1; r < kRanks; ++r) {
+      EXPECT_EQ(completions[r], ErrorCode::kOk);
+      expect_gathered(r, bytes);  // block 0 still the first run's, not the scribble
+    }
+    EXPECT_EQ(completions.count(0), 0u) << "rank 0 had its completion from the previous irisd";
+    EXPECT_TRUE(std::all_of(recv[0].begin(), recv[0].end(),
+                            [](std::byte b) { return b == std::byte{0x11}; }));
+    EXPECT_TRUE(comm.in_flight.empty());
   }
-  std::fill(send[0].begin(), send[0].end(), std::byte{0x5A});  // rank 0's caller moved on
-  std::fill(recv[0].begin(), recv[0].end(), std::byte{0x11});
-  arrive(1, 1, bytes);
-  arrive(2, 1, bytes);
-  drain_until(0);
-  EXPECT_TRUE(completions.empty()) << "rank 0 is not back: it may still be unfinished";
-  comm.resumed_from[0] = 2;  // back: it had completed seq 1
-  scheduler->resumed_rank(comm, 0);
-  drain_until(2);
-  ASSERT_EQ(completions.size(), 2u);
-  for (uint32_t r = 1; r < kRanks; ++r) {
-    EXPECT_EQ(completions[r], ErrorCode::kOk);
-    expect_gathered(r, bytes);  // block 0 still the first run's, not the scribble
-  }
-  EXPECT_EQ(completions.count(0), 0u) << "rank 0 had its completion from the previous irisd";
-  EXPECT_TRUE(std::all_of(recv[0].begin(), recv[0].end(),
-                          [](std::byte b) { return b == std::byte{0x11}; }));
-  EXPECT_TRUE(comm.in_flight.empty());
 }
 
 // Completions out of order: a rank back at seq 1 that had also completed seq 2 skips it (its next

@@ -48,10 +48,11 @@ class Scheduler : public ::testing::Test {
     }
   }
 
-  // A scheduler over `e` that records each rank's completion code and reason.
-  void schedule_on(Engine& e) {
+  // A scheduler over `e`, paced as `pacing` says, that records each rank's completion code and
+  // reason.
+  void schedule_on(Engine& e, Pacing pacing = {}) {
     scheduler.reset();
-    copies = std::make_unique<CopyDispatcher>(e, stats);
+    copies = std::make_unique<CopyDispatcher>(e, stats, pacing);
     scheduler = std::make_unique<CollectiveScheduler>(
         *copies, stats, log,
         [this](const CompletionTarget& t, ErrorCode c, const std::string& why) {
