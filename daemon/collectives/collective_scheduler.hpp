@@ -4,11 +4,11 @@
 // last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then a
 // latency collective's copies start together once its last rank arrived, since each batch waits
 // its own turn at an engine behind the other users' slices, and a batch per arrival waited one
-// turn per arrival (starts_later). A rank completes once every rank has arrived and no copy reads or writes its
-// buffers any more, so it may reuse them the moment its wait returns. A failure (ranks that
-// disagree, a bad request from one rank, an engine error, a lost peer) fails the collective for
-// every rank, each rank's error written only after the engine has finished every copy into or
-// out of its buffers.
+// turn per arrival (starts_later). A rank completes once every rank has arrived and no copy reads
+// or writes its buffers any more, so it may reuse them the moment its wait returns. A failure
+// (ranks that disagree, a bad request from one rank, an engine error, a lost peer) fails the
+// collective for every rank, each rank's error written only after the engine has finished every
+// copy into or out of its buffers.
 #pragma once
 
 #include <functional>

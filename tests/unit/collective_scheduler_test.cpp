@@ -172,7 +172,8 @@ TEST_F(Scheduler, ArrivalsIssueExactlyThePlansCopiesInAnyOrder) {
     for (const CopyRequest& c : stepped.queued)
       issued.emplace(static_cast<const std::byte*>(c.src), static_cast<std::byte*>(c.dst), c.bytes);
     EXPECT_EQ(issued, expected) << shm::opcode_name(kind) << ", " << n << " ranks, root "
-                                << args[0].root << ", trial " << trial << (shared ? ", shared" : "");
+                                << args[0].root << ", trial " << trial
+                                << (shared ? ", shared" : "");
     run_all(stepped);
     ASSERT_EQ(completions.size(), n) << shm::opcode_name(kind) << ", trial " << trial;
     for (const auto& [rank, code] : completions) EXPECT_EQ(code, ErrorCode::kOk) << reasons[rank];
@@ -291,8 +292,7 @@ TEST_F(Scheduler, AStaleOrUnknownCookieCountsForNoCopy) {
   ASSERT_EQ(stepped.queued.size(), first.size());
   const uint64_t copies_before = stats.devices[0].copies_total.load();
   for (const auto& c : first) copies->complete(c);  // reported again: stale
-  copies->complete(
-      {0x7fff'ffff'0000'0001, ErrorCode::kOk, TransferPath::kComputeUnits, 64});
+  copies->complete({0x7fff'ffff'0000'0001, ErrorCode::kOk, TransferPath::kComputeUnits, 64});
   copies->complete({0, ErrorCode::kEngineError, TransferPath::kComputeUnits, 0});
   EXPECT_TRUE(completions.empty()) << "a stale completion finished a copy of seq 2";
   EXPECT_EQ(stats.devices[0].copies_total.load(), copies_before);
