@@ -246,7 +246,9 @@ bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, 
 
 bool CollectiveScheduler::starts_later(const Communicator& comm, const Collective& c,
                                        const RankArgs& args) const {
-  return c.arrived() < comm.nranks && copies_.pacing_now() &&
+  // Not across nodes: the last rank is often another node's, and waiting for its data would
+  // hold the local copies through the network's latency.
+  return !comm.layout && c.arrived() < comm.nranks && copies_.pacing_now() &&
          copies_.class_of(block_bytes(args), comm.traffic_class, comm.latency_granted) ==
              TrafficClass::kLatency;
 }

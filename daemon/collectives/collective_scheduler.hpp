@@ -1,14 +1,14 @@
 // Executes collective plans: matches requests across ranks by (communicator, seq) and issues
 // each copy of the plan (plan.hpp) as soon as both its ends have arrived: when rank r arrives,
 // the copies between r and every rank already there start at once, so no barrier waits for the
-// last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then a
-// latency collective's copies start together once its last rank arrived, since each batch waits
-// its own turn at an engine behind the other users' slices, and a batch per arrival waited one
-// turn per arrival (starts_later). A rank completes once every rank has arrived and no copy reads
-// or writes its buffers any more, so it may reuse them the moment its wait returns. A failure
-// (ranks that disagree, a bad request from one rank, an engine error, a lost peer) fails the
-// collective for every rank, each rank's error written only after the engine has finished every
-// copy into or out of its buffers.
+// last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then the
+// copies of a latency collective within this node start together once its last rank arrived,
+// since each submission waits its own turn at an engine behind the other users' slices and one
+// per arrival waited a turn per arrival (starts_later). A rank completes once every rank has
+// arrived and no copy reads or writes its buffers any more, so it may reuse them the moment its
+// wait returns. A failure (ranks that disagree, a bad request from one rank, an engine error, a
+// lost peer) fails the collective for every rank, each rank's error written only after the
+// engine has finished every copy into or out of its buffers.
 #pragma once
 
 #include <functional>
@@ -119,7 +119,7 @@ class CollectiveScheduler final : CopyOwner, NetworkHoldOwner {
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Whether the arrival of a rank with `args` leaves `c`'s copies to a later arrival: a latency
-  // collective not yet complete while users share the engines.
+  // collective of one node's ranks, not yet complete, while users share the engines.
   bool starts_later(const Communicator& comm, const Collective& c, const RankArgs& args) const;
   // Issues the copies of the arrivals not started yet (Collective::started_records), each
   // between its rank and the ranks arrived before it, as one submission; the first disagreement

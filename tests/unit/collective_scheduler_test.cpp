@@ -181,6 +181,42 @@ TEST_F(Scheduler, ArrivalsIssueExactlyThePlansCopiesInAnyOrder) {
   }
 }
 
+// While users share the node, a latency collective of this node's ranks waits for its last
+// rank; one spanning nodes does not wait for the other node's ranks (their data comes over the
+// network), and a bulk collective never waits: their local copies start per arrival.
+TEST_F(Scheduler, OnlyALatencyCollectiveWithinTheNodeWaitsForItsLastRankToStart) {
+  SteppedEngine stepped;
+  schedule_on(stepped);
+  copies->set_users(2);
+  arrive(0, 1, 64);
+  arrive(1, 1, 64);
+  EXPECT_TRUE(stepped.queued.empty()) << "a 64-byte all-gather within the node: latency";
+  arrive(2, 1, 64);
+  EXPECT_EQ(stepped.queued.size(), kRanks * kRanks) << "every copy at the last arrival";
+  run_all(stepped);
+  expect_every_rank_gathered(64);
+
+  const uint64_t bulk = copies->latency_max_bytes() + 1;
+  send.assign(kRanks, std::vector<std::byte>(bulk));
+  recv.assign(kRanks, std::vector<std::byte>(kRanks * bulk));
+  completions.clear();
+  arrive(0, 2, bulk);
+  arrive(1, 2, bulk);
+  EXPECT_FALSE(stepped.queued.empty()) << "bulk copies start as their ranks arrive";
+  arrive(2, 2, bulk);
+  run_all(stepped);
+  expect_every_rank_gathered(bulk);
+
+  auto layout = std::make_shared<NodeLayout>();
+  layout->addresses = {"this", "other"};
+  layout->node_of_rank = {0, 0, 1};  // rank 2 lives on the other node
+  comm = test_communicator(kRanks);
+  comm.layout = layout;
+  arrive(0, 1, 64);
+  arrive(1, 1, 64);
+  EXPECT_EQ(stepped.queued.size(), 4u) << "across nodes the local copies start per arrival";
+}
+
 // A submission within the budget is copied at once whole; a larger one leaves the caller an
 // equal share beside the engine's helpers, never more than the budget.
 TEST(CopyNowShare, AllWithinTheBudgetThenAnEqualShareBesideTheHelpers) {
