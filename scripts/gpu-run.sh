@@ -26,9 +26,11 @@
 #     tenants     two users on the cuda engine, irisd's pacing at its default, 2 MiB and off
 #                 (TENANT_QUEUES: the --engine-queue-bytes values, each BYTES or BYTES:SLICE with
 #                 SLICE the --engine-slice-bytes, default "auto 2097152:1048576 0";
-#                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1")
+#                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1";
+#                 TENANT_DAEMONS: the irisd builds of bin/ to run, default "irisd")
 #     ceprobe     the copy engines without irisd (iris-gpu-copy-engine-probe): what slicing device-to-
-#                 host copies costs, and a 4 KiB copy's wait beside bulk slices in flight
+#                 host copies costs, a 4 KiB copy's wait beside bulk slices in flight, and
+#                 which streams share a copy engine
 #     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
 #                 (the last landing's, when bundled), alternately, and the ratios

@@ -18,6 +18,13 @@
 //            waits its own turn; and one copy, then three as one batch, each batch with its
 //            counter (what irisd issues for a 2-rank all-gather whose ranks arrive one after the
 //            other): whether two batches on the stream wait two turns.
+//   sharing  which streams share a copy engine: for each ordered pair of streams (the probe's,
+//            then as many again created after them, in creation order), one 64 MiB copy on the
+//            first and 4 KiB copies on the second one after the other until it ends. A stream
+//            served by another engine gets many small copies through at a few us each; one
+//            queued on the same engine gets one, after the whole 64 MiB. Whether the stream
+//            irisd keeps for latency work is an engine of its own decides what keeping it can
+//            give.
 // Prints markdown tables. Every wait is bounded (a copy not retired in 10 s fails the run).
 //   iris-gpu-copy-engine-probe [--device N]
 #include <cuda.h>
@@ -213,6 +220,32 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
   return {at(0.5), at(0.99), static_cast<double>(moved) / seconds / 1e9};
 }
 
+struct PairWait {
+  std::size_t small_copies;
+  double p50_us, max_us;
+};
+
+// One 64 MiB copy on `bulk`, and 4 KiB copies on `small` one after the other until it retired.
+PairWait pair_wait(Probe& p, Stream& bulk, Stream& small) {
+  constexpr uint64_t kBig = 64ull << 20;
+  const uint64_t small_offset = kTotal - 4 * kSmall;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  p.issue(bulk, 0, kBig);
+  std::vector<double> waits;
+  while (!bulk.sizes.empty()) {
+    const auto issued_at = Clock::now();
+    p.issue(small, small_offset, kSmall);
+    while (!small.sizes.empty()) {
+      p.reap(small);
+      fail_if_past(deadline);
+    }
+    waits.push_back(std::chrono::duration<double, std::micro>(Clock::now() - issued_at).count());
+    p.reap(bulk);
+  }
+  std::sort(waits.begin(), waits.end());
+  return {waits.size(), waits[waits.size() / 2], waits.back()};
+}
+
 std::string mib(uint64_t bytes) {
   if (bytes >= kTotal) return "all";
   if (bytes >= (1ull << 20)) return std::to_string(bytes >> 20) + " MiB";
@@ -245,10 +278,15 @@ int main(int argc, char** argv) {
   p.dst = static_cast<char*>(host);
   void* words = nullptr;
   const int streams = std::max(engines, 2);
-  check(cuMemHostAlloc(&words, 64 * streams, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
+  check(cuMemHostAlloc(&words, 64 * 2 * streams, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
+  // The probe's streams, then as many again for the sharing table only.
   p.streams.resize(streams);
-  for (int i = 0; i < streams; ++i) {
-    Stream& s = p.streams[i];
+  std::vector<Stream> extra(streams);
+  std::vector<Stream*> all;
+  for (Stream& s : p.streams) all.push_back(&s);
+  for (Stream& s : extra) all.push_back(&s);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    Stream& s = *all[i];
     check(cuStreamCreate(&s.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
     s.retired = reinterpret_cast<volatile uint32_t*>(static_cast<char*>(words) + 64 * i);
     *s.retired = 0;
@@ -297,6 +335,21 @@ int main(int argc, char** argv) {
                                                       : " (1 copy, then 3 as one batch)";
     std::printf("| %s | %s%s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
                 c.window ? mib(c.window).c_str() : "none", how, l.p50_us, l.p99_us, l.bulk_gbps);
+  }
+
+  std::printf(
+      "\n| 64 MiB on stream | 4 KiB copies on stream | 4 KiB copies during it | p50 us | max us "
+      "|\n");
+  std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
+  for (std::size_t bulk = 0; bulk < all.size(); ++bulk) {
+    for (std::size_t small = 0; small < all.size(); ++small) {
+      if (small == bulk) continue;
+      const PairWait w = pair_wait(p, *all[bulk], *all[small]);
+      std::printf("| %zu%s | %zu%s | %zu | %.1f | %.1f |\n", bulk,
+                  bulk + 1 == p.streams.size() ? " (latency)" : "", small,
+                  small + 1 == p.streams.size() ? " (latency)" : "", w.small_copies, w.p50_us,
+                  w.max_us);
+    }
   }
   return 0;
 }
