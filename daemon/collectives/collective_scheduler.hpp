@@ -17,7 +17,7 @@
 
 #include "daemon/collectives/communicator.hpp"
 #include "daemon/collectives/network_hold.hpp"
-#include "daemon/collectives/node_spares.hpp"
+#include "daemon/node_spares.hpp"
 #include "daemon/engines/copy_dispatcher.hpp"
 #include "daemon/engines/engine.hpp"
 #include "daemon/operations/tenant_log.hpp"

@@ -114,7 +114,13 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     slot.user = user;
     slot.bytes = c.bytes;
     Lane& l = lane(slot.device);
-    if (flow.uid != kDaemonUid) ++l.copies_of[flow.uid];  // irisd's staging shares with its job
+    if (flow.uid != kDaemonUid) {  // irisd's staging shares with its job
+      const auto of = l.copies_of.find(flow.uid);
+      if (of != l.copies_of.end())
+        ++of->second;
+      else
+        l.copies_of_spares.put(l.copies_of, flow.uid) = 1;
+    }
     if (flow.cls == TrafficClass::kLatency) l.latency_until = now + kSharedHold;
     if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
     slot.unpaced = pacing_.queue_bytes != 0 && !engine_.paced(c);
@@ -260,7 +266,7 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
     l.latency_in_flight -= std::min(bytes, l.latency_in_flight);
   if (slot->all_issued && slot->slices_out == 0) {
     const auto of = l.copies_of.find(slot->uid);
-    if (of != l.copies_of.end() && --of->second == 0) l.copies_of.erase(of);
+    if (of != l.copies_of.end() && --of->second == 0) l.copies_of_spares.erase(l.copies_of, of);
     finish(static_cast<uint32_t>(completion.cookie & 0xffffffffu), completion);
   }
   if (!l.fair.empty()) pump(device);

@@ -36,6 +36,7 @@
 
 #include "daemon/engines/engine.hpp"
 #include "daemon/engines/fair_share.hpp"
+#include "daemon/node_spares.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/stats.hpp"
 
@@ -153,7 +154,8 @@ class CopyDispatcher final : public Poller {
     // attached, or only moves bulk, keeps every engine.
     bool latency_engine = false;
     std::chrono::steady_clock::time_point latency_until{};
-    std::map<uint32_t, uint32_t> copies_of;                // unfinished copies by uid
+    std::map<uint32_t, uint32_t> copies_of;  // unfinished copies by uid
+    NodeSpares<std::map<uint32_t, uint32_t>> copies_of_spares{8};
     std::chrono::steady_clock::time_point shared_until{};  // paced until then
     // Engine time (Stats' UserEngineCounters) of completions whose engine gave none
     // (CopyCompletion::engine_ns 0): since when the engines have had copies, and the last

@@ -14,13 +14,14 @@ uint64_t FairShare::quantum(uint32_t uid) const {
 
 void FairShare::push(const FlowKey& flow, uint64_t item, uint64_t bytes) {
   ClassQueue& c = classes_[static_cast<std::size_t>(flow.cls)];
-  auto [uid, new_uid] = c.by_uid.try_emplace(flow.uid);
-  if (new_uid || uid->second.comms.empty()) {
-    if (std::find(c.uids.begin(), c.uids.end(), flow.uid) == c.uids.end())
-      c.uids.push_back(flow.uid);
-  }
-  auto& waiting = uid->second.by_comm[flow.comm];
-  if (waiting.empty()) uid->second.comms.push_back(flow.comm);
+  const auto found_uid = c.by_uid.find(flow.uid);
+  UidQueue& u =
+      found_uid != c.by_uid.end() ? found_uid->second : uid_spares_.put(c.by_uid, flow.uid);
+  if (u.comms.empty() && !c.uids.contains(flow.uid)) c.uids.push_back(flow.uid);
+  const auto found_comm = u.by_comm.find(flow.comm);
+  Fifo<Pending>& waiting =
+      found_comm != u.by_comm.end() ? found_comm->second : comm_spares_.put(u.by_comm, flow.comm);
+  if (waiting.empty()) u.comms.push_back(flow.comm);
   waiting.push_back({item, 0, bytes});
   ++waiting_;
 }
@@ -47,7 +48,7 @@ std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
     const uint32_t uid = c.uids.front();
     UidQueue& u = c.by_uid.at(uid);
     const uint64_t comm = u.comms.front();
-    std::deque<Pending>& waiting = u.by_comm.at(comm);
+    Fifo<Pending>& waiting = u.by_comm.at(comm);
     Pending& p = waiting.front();
     const uint64_t bytes = std::min(p.bytes - p.offset, options_.slice_bytes);
     if (u.deficit < static_cast<int64_t>(bytes)) {
@@ -69,11 +70,11 @@ std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
     if (!waiting.empty()) {
       u.comms.push_back(comm);
     } else {
-      u.by_comm.erase(comm);
+      comm_spares_.erase(u.by_comm, u.by_comm.find(comm));
     }
     if (u.comms.empty()) {
       c.uids.pop_front();
-      c.by_uid.erase(uid);  // an idle uid keeps no credit
+      uid_spares_.erase(c.by_uid, c.by_uid.find(uid));  // an idle uid keeps no credit
     }
     return s;
   }

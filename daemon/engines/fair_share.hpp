@@ -11,14 +11,18 @@
 //  - within a uid, its communicators in turn, one slice each.
 // Where a device keeps a copy engine for latency work, the caller takes each class's slices
 // apart (next(cls)), with a bound for each: the class rule above is then the engines' own.
-// Pure (no engine, no clock): tests/unit/fair_share_test.cpp checks the rules.
+// Pure (no engine, no clock): tests/unit/fair_share_test.cpp checks the rules. Its queues and
+// map nodes are kept from use to use (Fifo, NodeSpares): while users share the node every copy
+// passes through here, and steady traffic allocates nothing.
 #pragma once
 
 #include <compare>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <optional>
+
+#include "daemon/fifo.hpp"
+#include "daemon/node_spares.hpp"
 
 namespace iris::daemon {
 
@@ -74,14 +78,21 @@ class FairShare {
     uint64_t offset;
     uint64_t bytes;
   };
+  using CommQueues = std::map<uint64_t, Fifo<Pending>>;  // waiting copies by comm, in order
   struct UidQueue {
     int64_t deficit = 0;
-    std::deque<uint64_t> comms;                       // in turn; each has work
-    std::map<uint64_t, std::deque<Pending>> by_comm;  // waiting copies, in order
+    Fifo<uint64_t> comms;  // in turn; each has work
+    CommQueues by_comm;
+    void clear() {
+      deficit = 0;
+      comms.clear();
+      by_comm.clear();
+    }
   };
+  using UidQueues = std::map<uint32_t, UidQueue>;
   struct ClassQueue {
-    std::deque<uint32_t> uids;  // in turn; each has work
-    std::map<uint32_t, UidQueue> by_uid;
+    Fifo<uint32_t> uids;  // in turn; each has work
+    UidQueues by_uid;
   };
 
   std::optional<Slice> next_in(TrafficClass cls);
@@ -90,6 +101,8 @@ class FairShare {
   Options options_;
   ClassQueue classes_[kTrafficClassCount];
   std::map<uint32_t, uint32_t> weights_;
+  NodeSpares<UidQueues> uid_spares_{64};
+  NodeSpares<CommQueues> comm_spares_{256};
   uint32_t latency_in_a_row_ = 0;
   std::size_t waiting_ = 0;
 };

@@ -1,6 +1,6 @@
 // NodeSpares: erased entries' nodes serve later insertions, their values reset at once, no more
 // kept than the cap.
-#include "daemon/collectives/node_spares.hpp"
+#include "daemon/node_spares.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,8 @@
 // Nodes of a std::map kept from erased entries for later insertions into maps of that type. The
-// scheduler makes a map entry per collective and erases it when the collective retires: with the
-// nodes kept, steady traffic allocates and frees nothing per collective (glibc's malloc and free
-// were about an eighth of the progress thread's instructions for a 2-rank 64 B all-gather). A kept
+// scheduler makes a map entry per collective and erases it when the collective retires, and the
+// fair share one per waiting user and communicator, erased as their copies leave: with the nodes
+// kept, steady traffic allocates and frees nothing per collective (glibc's malloc and free were
+// about an eighth of the progress thread's instructions for a 2-rank 64 B all-gather). A kept
 // node's value is reset at once, so that it holds nothing (no buffer mapping) while it waits; at
 // most `cap` nodes are kept, so a burst of collectives does not keep its memory for good. A value
 // with a clear() member is reset by it, so that it may keep memory of its own for the next use (a
