@@ -247,9 +247,16 @@ bool CollectiveScheduler::plan_arrival(const Communicator& comm, Collective& c, 
 bool CollectiveScheduler::starts_later(const Communicator& comm, const Collective& c,
                                        const RankArgs& args) const {
   // Not across nodes: the last rank is often another node's, and waiting for its data would
-  // hold the local copies through the network's latency.
-  return !comm.layout && c.arrived() < comm.nranks && copies_.pacing_now() &&
-         copies_.class_of(block_bytes(args), comm.traffic_class, comm.latency_granted) ==
+  // hold the local copies through the network's latency. Only copies that together fit in one
+  // slice (n x n blocks, every pair: a bound for the rooted collectives), which wait one turn:
+  // holding them back costs at most that slice's time, where a larger collective's early copies
+  // had better run while its last ranks come.
+  const uint64_t pairs = uint64_t{comm.nranks} * comm.nranks;
+  const uint64_t block = block_bytes(args);
+  return !comm.layout && c.arrived() < comm.nranks &&
+         block <= copies_.pacing().slice_bytes / std::max<uint64_t>(pairs, 1) &&
+         copies_.pacing_now() &&
+         copies_.class_of(block, comm.traffic_class, comm.latency_granted) ==
              TrafficClass::kLatency;
 }
 

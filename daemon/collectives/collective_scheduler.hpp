@@ -2,7 +2,7 @@
 // each copy of the plan (plan.hpp) as soon as both its ends have arrived: when rank r arrives,
 // the copies between r and every rank already there start at once, so no barrier waits for the
 // last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then the
-// copies of a latency collective within this node start together once its last rank arrived,
+// copies of a small latency collective within this node start together once its last rank arrived,
 // since each submission waits its own turn at an engine behind the other users' slices and one
 // per arrival waited a turn per arrival (starts_later). A rank completes once every rank has
 // arrived and no copy reads or writes its buffers any more, so it may reuse them the moment its
@@ -17,9 +17,9 @@
 
 #include "daemon/collectives/communicator.hpp"
 #include "daemon/collectives/network_hold.hpp"
-#include "daemon/node_spares.hpp"
 #include "daemon/engines/copy_dispatcher.hpp"
 #include "daemon/engines/engine.hpp"
+#include "daemon/node_spares.hpp"
 #include "daemon/operations/tenant_log.hpp"
 #include "daemon/progress_loop.hpp"
 #include "daemon/stats.hpp"
@@ -119,7 +119,8 @@ class CollectiveScheduler final : CopyOwner, NetworkHoldOwner {
   // Ranks that completed `c` under the previous irisd (resumed_rank) enter it as done.
   void add_resumed_ranks(const Communicator& comm, Collective& c);
   // Whether the arrival of a rank with `args` leaves `c`'s copies to a later arrival: a latency
-  // collective of one node's ranks, not yet complete, while users share the engines.
+  // collective of one node's ranks whose copies fit in one slice, not yet complete, while users
+  // share the engines.
   bool starts_later(const Communicator& comm, const Collective& c, const RankArgs& args) const;
   // Issues the copies of the arrivals not started yet (Collective::started_records), each
   // between its rank and the ranks arrived before it, as one submission; the first disagreement

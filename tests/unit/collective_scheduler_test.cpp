@@ -181,10 +181,11 @@ TEST_F(Scheduler, ArrivalsIssueExactlyThePlansCopiesInAnyOrder) {
   }
 }
 
-// While users share the node, a latency collective of this node's ranks waits for its last
-// rank; one spanning nodes does not wait for the other node's ranks (their data comes over the
-// network), and a bulk collective never waits: their local copies start per arrival.
-TEST_F(Scheduler, OnlyALatencyCollectiveWithinTheNodeWaitsForItsLastRankToStart) {
+// While users share the node, a latency collective of this node's ranks whose copies fit in a
+// slice waits for its last rank; one spanning nodes does not wait for the other node's ranks
+// (their data comes over the network), and neither a larger latency collective nor a bulk one
+// waits: their local copies start per arrival.
+TEST_F(Scheduler, OnlyASmallLatencyCollectiveWithinTheNodeWaitsForItsLastRankToStart) {
   SteppedEngine stepped;
   schedule_on(stepped);
   copies->set_users(2);
@@ -196,16 +197,23 @@ TEST_F(Scheduler, OnlyALatencyCollectiveWithinTheNodeWaitsForItsLastRankToStart)
   run_all(stepped);
   expect_every_rank_gathered(64);
 
+  // 3 x 3 blocks of a ninth of a slice and one byte: latency work, but more than a slice.
+  const uint64_t over_a_slice = copies->pacing().slice_bytes / (kRanks * kRanks) + 1;
   const uint64_t bulk = copies->latency_max_bytes() + 1;
-  send.assign(kRanks, std::vector<std::byte>(bulk));
-  recv.assign(kRanks, std::vector<std::byte>(kRanks * bulk));
-  completions.clear();
-  arrive(0, 2, bulk);
-  arrive(1, 2, bulk);
-  EXPECT_FALSE(stepped.queued.empty()) << "bulk copies start as their ranks arrive";
-  arrive(2, 2, bulk);
-  run_all(stepped);
-  expect_every_rank_gathered(bulk);
+  uint64_t seq = 1;
+  for (uint64_t bytes : {over_a_slice, bulk}) {
+    SCOPED_TRACE(bytes == bulk ? "bulk" : "latency, more than a slice");
+    send.assign(kRanks, std::vector<std::byte>(bytes));
+    recv.assign(kRanks, std::vector<std::byte>(kRanks * bytes));
+    completions.clear();
+    ++seq;
+    arrive(0, seq, bytes);
+    arrive(1, seq, bytes);
+    EXPECT_FALSE(stepped.queued.empty()) << "copies start as their ranks arrive";
+    arrive(2, seq, bytes);
+    run_all(stepped);
+    expect_every_rank_gathered(bytes);
+  }
 
   auto layout = std::make_shared<NodeLayout>();
   layout->addresses = {"this", "other"};
