@@ -2,12 +2,12 @@
 // each copy of the plan (plan.hpp) as soon as both its ends have arrived: when rank r arrives,
 // the copies between r and every rank already there start at once, so no barrier waits for the
 // last rank. Except while users share the node's engines (CopyDispatcher::pacing_now): then the
-// copies of a small latency collective within this node start together once its last rank arrived,
-// since each submission waits its own turn at an engine behind the other users' slices and one
-// per arrival waited a turn per arrival (starts_later). A rank completes once every rank has
-// arrived and no copy reads or writes its buffers any more, so it may reuse them the moment its
-// wait returns. A failure (ranks that disagree, a bad request from one rank, an engine error, a
-// lost peer) fails the collective for every rank, each rank's error written only after the
+// copies of a small latency collective within this node start together once its last rank
+// arrived, since each submission waits its own turn at an engine behind the other users' slices
+// and one per arrival waited a turn per arrival (starts_later). A rank completes once every rank
+// has arrived and no copy reads or writes its buffers any more, so it may reuse them the moment
+// its wait returns. A failure (ranks that disagree, a bad request from one rank, an engine error,
+// a lost peer) fails the collective for every rank, each rank's error written only after the
 // engine has finished every copy into or out of its buffers.
 #pragma once
 
