@@ -13,7 +13,9 @@
 // apart (next(cls)), with a bound for each: the class rule above is then the engines' own.
 // Pure (no engine, no clock): tests/unit/fair_share_test.cpp checks the rules. Its queues and
 // map nodes are kept from use to use (Fifo, NodeSpares): while users share the node every copy
-// passes through here, and steady traffic allocates nothing.
+// passes through here, and steady traffic allocates nothing. At most 64 nodes of each kind are
+// kept, each queue with room for at most Fifo::kKeptRoom entries: a tenant's burst of
+// communicators leaves at most a few hundred KiB behind per device.
 #pragma once
 
 #include <compare>
@@ -102,7 +104,7 @@ class FairShare {
   ClassQueue classes_[kTrafficClassCount];
   std::map<uint32_t, uint32_t> weights_;
   NodeSpares<UidQueues> uid_spares_{64};
-  NodeSpares<CommQueues> comm_spares_{256};
+  NodeSpares<CommQueues> comm_spares_{64};
   uint32_t latency_in_a_row_ = 0;
   std::size_t waiting_ = 0;
 };
