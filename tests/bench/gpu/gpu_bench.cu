@@ -41,6 +41,9 @@ struct Options {
   bool host_recv = false;
   double gemm_seconds = 2.0;
   std::string collective = "all_gather";  // sweep: or all_to_all
+  // sweep: rank 0 times the ceiling (its own copies, outside irisd); 0 for a background load,
+  // whose bytes must all go through irisd (scripts/gpu-run.sh's tenants).
+  bool ceiling = true;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -237,8 +240,8 @@ void sweep(const Options& o) {
       return moved / (ms_runs[2] * 1e6);
     };
     if (o.rank == 0) {
-      const double ceiling = ceiling_of(1);
-      const double burst_ceiling = ceiling_of(kBurst);
+      const double ceiling = o.ceiling ? ceiling_of(1) : 0;
+      const double burst_ceiling = o.ceiling ? ceiling_of(kBurst) : 0;
       const double burst_us = percentile(burst, 0.5);
       const double burst_gbps = moved / (burst_us * 1e3);
       const double p50 = percentile(blocking, 0.5);
@@ -469,6 +472,8 @@ int main(int argc, char** argv) {
       o.gemm_seconds = std::stod(v);
     else if (a == "--collective")
       o.collective = v;
+    else if (a == "--ceiling")
+      o.ceiling = v == "1";
   }
   try {
     if (o.mode == "gemm") {
