@@ -16,8 +16,9 @@
 // ones complete, so a copy that becomes ready waits behind about queue_bytes, not behind a tenant's
 // whole transfer (a GPU's copy engines run their queue first in, first out). Where the engine keeps
 // a copy engine of the device for latency work, latency slices go there with a bound of their own
-// and, while latency work comes, bulk slices to the others: a small collective then waits behind
-// no bulk slice at all. A copy completes for its owner once its last slice did. A user alone on the
+// and, while latency work comes, bulk slices to the others; where the engines still serve them in
+// order (an H100's device-to-host copies, whatever the stream), the bound is what limits a small
+// collective's wait. A copy completes for its owner once its last slice did. A user alone on the
 // node hands the engine each copy whole, as without pacing: a single job pays nothing for it. So
 // does a copy the engine runs far faster than the bound's link (Engine::paced: CUDA's copies
 // within one GPU, on its SMs at the memory's speed), outside the bound: paced, 2 MiB slices of it

@@ -14,7 +14,10 @@
 //
 // Classes (EngineQueue): a copy marked kLatency runs on the device's last stream, and one marked
 // kBulk on the others (split over those), so that while tenants share a device a small collective
-// never queues behind bulk slices on the same copy engine; kAny uses every stream in turn.
+// does not queue behind bulk slices on the same stream; kAny uses every stream in turn. It does
+// not keep it from waiting behind them: on an H100 CUDA ran one context's device-to-host copies
+// in order whatever their streams (iris-gpu-copy-engine-probe), so there the dispatcher's bound on
+// bytes in flight is what bounds the wait.
 //
 // Multi-GPU: peer access is enabled between every pair of GPUs that can reach each other, and a
 // copy runs on a stream of its destination GPU (the destination's engines pull the bytes). An
