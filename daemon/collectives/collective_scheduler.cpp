@@ -255,9 +255,9 @@ bool CollectiveScheduler::starts_later(const Communicator& comm, const Collectiv
   const uint64_t block = block_bytes(args);
   return !comm.layout && c.arrived() < comm.nranks &&
          block <= copies_.pacing().slice_bytes / std::max<uint64_t>(pairs, 1) &&
-         copies_.pacing_now() &&
          copies_.class_of(block, comm.traffic_class, comm.latency_granted) ==
-             TrafficClass::kLatency;
+             TrafficClass::kLatency &&
+         copies_.pacing_now();
 }
 
 std::optional<PlanError> CollectiveScheduler::start_copies(Communicator& comm, Collective& c) {

@@ -70,9 +70,8 @@ TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requ
 bool CopyDispatcher::pacing_now() const {
   if (pacing_.queue_bytes == 0) return false;
   if (users_ > 1) return true;
-  const auto now = now_();
-  return std::any_of(lanes_.begin(), lanes_.end(),
-                     [now](const auto& l) { return l && now < l->shared_until; });
+  // A node never shared reads no clock (asked on every arrival of a small collective).
+  return shared_until_ != Clock::time_point{} && now_() < shared_until_;
 }
 
 std::size_t CopyDispatcher::user_slot(uint32_t uid) {
@@ -122,7 +121,7 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
         l.copies_of_spares.put(l.copies_of, flow.uid) = 1;
     }
     if (flow.cls == TrafficClass::kLatency) l.latency_until = now + kSharedHold;
-    if (l.copies_of.size() > 1 || users_ > 1) l.shared_until = now + kSharedHold;
+    if (l.copies_of.size() > 1 || users_ > 1) shared_until_ = l.shared_until = now + kSharedHold;
     slot.unpaced = pacing_.queue_bytes != 0 && !engine_.paced(c);
     if (pacing_.queue_bytes == 0 || slot.unpaced || (now >= l.shared_until && l.fair.empty())) {
       slot.slices_out = 1;  // whole, straight to the engine

@@ -191,6 +191,7 @@ class CopyDispatcher final : public Poller {
   std::vector<CopyRequest> batch_;
   std::vector<std::size_t> paced_lanes_;
   std::size_t users_ = 0;
+  Clock::time_point shared_until_{};  // the latest of the lanes' shared_until (pacing_now)
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<CopyCompletion> completions_;
