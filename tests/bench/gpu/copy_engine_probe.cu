@@ -25,6 +25,9 @@
 //            queued on the same engine gets one, after the whole 64 MiB. Whether the stream
 //            irisd keeps for latency work is an engine of its own decides what keeping it can
 //            give.
+//   escape   the same wait for 4 KiB copies on stream 1 against three ways a small copy might
+//            pass a bulk one queued before it: a stream of the greatest priority, the other
+//            direction (host to device), and a stream of a second context of the same GPU.
 // Prints markdown tables. Every wait is bounded (a copy not retired in 10 s fails the run).
 //   iris-gpu-copy-engine-probe [--device N]
 #include <cuda.h>
@@ -225,16 +228,17 @@ struct PairWait {
   double p50_us, max_us;
 };
 
-// One 64 MiB copy on `bulk`, and 4 KiB copies on `small` one after the other until it retired.
-PairWait pair_wait(Probe& p, Stream& bulk, Stream& small) {
+// One 64 MiB copy on `bulk`, and small copies (`issue_small` queues one on `small`) one after
+// the other until it retired.
+template <typename IssueSmall>
+PairWait pair_wait(Probe& p, Stream& bulk, Stream& small, IssueSmall issue_small) {
   constexpr uint64_t kBig = 64ull << 20;
-  const uint64_t small_offset = kTotal - 4 * kSmall;
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   p.issue(bulk, 0, kBig);
   std::vector<double> waits;
   while (!bulk.sizes.empty()) {
     const auto issued_at = Clock::now();
-    p.issue(small, small_offset, kSmall);
+    issue_small();
     while (!small.sizes.empty()) {
       p.reap(small);
       fail_if_past(deadline);
@@ -244,6 +248,10 @@ PairWait pair_wait(Probe& p, Stream& bulk, Stream& small) {
   }
   std::sort(waits.begin(), waits.end());
   return {waits.size(), waits[waits.size() / 2], waits.back()};
+}
+
+PairWait pair_wait(Probe& p, Stream& bulk, Stream& small) {
+  return pair_wait(p, bulk, small, [&] { p.issue(small, kTotal - 4 * kSmall, kSmall); });
 }
 
 std::string mib(uint64_t bytes) {
@@ -274,11 +282,12 @@ int main(int argc, char** argv) {
   check(cuMemAlloc(&p.src, kTotal), "cuMemAlloc");
   check(cuMemsetD8(p.src, 1, kTotal), "cuMemsetD8");
   void* host = nullptr;
-  check(cuMemHostAlloc(&host, kTotal, 0), "cuMemHostAlloc");
+  check(cuMemHostAlloc(&host, kTotal, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
   p.dst = static_cast<char*>(host);
   void* words = nullptr;
   const int streams = std::max(engines, 2);
-  check(cuMemHostAlloc(&words, 64 * 2 * streams, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
+  check(cuMemHostAlloc(&words, 64 * (2 * streams + 1), CU_MEMHOSTALLOC_DEVICEMAP),
+        "cuMemHostAlloc");
   // The probe's streams, then as many again for the sharing table only.
   p.streams.resize(streams);
   std::vector<Stream> extra(streams);
@@ -351,5 +360,55 @@ int main(int argc, char** argv) {
                   w.max_us);
     }
   }
+
+  // What might let a small copy pass a bulk one queued before it: a stream of the greatest
+  // priority, the other direction, a second context of the same GPU (its own channels and
+  // time slices on the engines).
+  std::printf(
+      "\n| beside 64 MiB device to host on stream 0, 4 KiB copies | 4 KiB copies during it | "
+      "p50 us | max us |\n");
+  std::printf("| --- | ---: | ---: | ---: |\n");
+  auto row = [](const char* what, const PairWait& w) {
+    std::printf("| %s | %zu | %.1f | %.1f |\n", what, w.small_copies, w.p50_us, w.max_us);
+  };
+  row("device to host on stream 1", pair_wait(p, p.streams[0], p.streams[1]));
+  int least = 0, greatest = 0;
+  check(cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange");
+  Stream urgent;
+  check(cuStreamCreateWithPriority(&urgent.handle, CU_STREAM_NON_BLOCKING, greatest),
+        "cuStreamCreateWithPriority");
+  urgent.retired =
+      reinterpret_cast<volatile uint32_t*>(static_cast<char*>(words) + 64 * 2 * streams);
+  *urgent.retired = 0;
+  check(cuMemHostGetDevicePointer(&urgent.retired_device, const_cast<uint32_t*>(urgent.retired), 0),
+        "cuMemHostGetDevicePointer");
+  row("device to host on a stream of the greatest priority", pair_wait(p, p.streams[0], urgent));
+  row("host to device on stream 1", pair_wait(p, p.streams[0], p.streams[1], [&] {
+        check(cuMemcpyHtoDAsync(p.src + kTotal - kSmall, p.dst + kTotal - kSmall, kSmall,
+                                p.streams[1].handle),
+              "cuMemcpyHtoDAsync");
+        p.retire_after(p.streams[1], kSmall);
+      }));
+  CUcontext second;
+  CUctxCreateParams params{};
+  check(cuCtxCreate(&second, &params, 0, device), "cuCtxCreate");
+  Stream other;
+  CUdeviceptr other_src = 0;
+  void* other_word = nullptr;
+  check(cuStreamCreate(&other.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuMemAlloc(&other_src, kSmall), "cuMemAlloc");
+  check(cuMemHostAlloc(&other_word, 64, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
+  other.retired = static_cast<volatile uint32_t*>(other_word);
+  *other.retired = 0;
+  check(cuMemHostGetDevicePointer(&other.retired_device, other_word, 0),
+        "cuMemHostGetDevicePointer");
+  check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+  row("device to host on a stream of a second context", pair_wait(p, p.streams[0], other, [&] {
+        check(cuCtxSetCurrent(second), "cuCtxSetCurrent");
+        check(cuMemcpyDtoHAsync(p.dst + kTotal - kSmall, other_src, kSmall, other.handle),
+              "cuMemcpyDtoHAsync");
+        p.retire_after(other, kSmall);
+        check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
+      }));
   return 0;
 }
