@@ -4,7 +4,8 @@
 # 65534, through setpriv) all-gathers small blocks with 2 ranks. B's p50/p99 alone and beside A,
 # A's bandwidth alone and beside B, with irisd's pacing on (--engine-queue-bytes 8 MiB; the GPU
 # engines' default is 4 MiB, the host engine's auto is off) and off
-# (0: every copy straight to the engine, as before) in the same run. Needs root. Prints markdown.
+# (0: every copy straight to the engine, as before) in the same run (BENCH_QUEUES: the
+# --engine-queue-bytes values, default "8388608 0"). Needs root. Prints markdown.
 # With BENCH_BUNDLE=DIR it runs a bundle's binaries (scripts/gpu-bundle.sh's .gpu on the GPU host).
 #   scripts/bench-tenants.sh [engine workers, default 2]
 set -euo pipefail
@@ -45,7 +46,7 @@ echo "## Two tenants on the host engine ($workers workers; $(nproc) cores, $("$d
 echo
 echo "| pacing | B block | B alone p50 / p99 us | B beside A p50 / p99 us | p99 ratio | A alone GB/s | A beside B GB/s | ratio |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
-for mode in 8388608 0; do
+for mode in ${BENCH_QUEUES:-8388608 0}; do
   for small in $((4 << 10)) $((64 << 10)) $((1 << 20)); do
     "$daemon_bin" --socket "$run/irisd.sock" --socket-mode 0666 --engine host \
       --engine-workers "$workers" --engine-queue-bytes "$mode" --log-level warn >"$run/irisd.log" 2>&1 &
@@ -54,7 +55,8 @@ for mode in 8388608 0; do
     b_alone=$(tenant b 65534 "$small" 300)
     a_alone=$(tenant a 0 "$big" 8)
     # A back to back in the background; B measured beside it; then A measured beside B's loop.
-    tenant a-loop 0 "$big" 40 >/dev/null &
+    # A runs until B is done: a loop of fixed length ended before B's slow rows did.
+    (while true; do tenant a-loop 0 "$big" 40 >/dev/null; done) &
     loop_a=$!
     sleep 1
     b_beside=$(tenant b 65534 "$small" 300)
@@ -67,7 +69,7 @@ for mode in 8388608 0; do
     pkill -f "key b-loop " 2>/dev/null || true
     kill "$daemon"; wait "$daemon" 2>/dev/null || true
     printf "| %s | %s | %s / %s | %s / %s | %.1fx | %s | %s | %.2f |\n" \
-      "$([ "$mode" = 0 ] && echo off || echo on)" "$small" \
+      "$([ "$mode" = 0 ] && echo off || echo "$mode")" "$small" \
       "$(col "$b_alone" 4)" "$(col "$b_alone" 5)" "$(col "$b_beside" 4)" "$(col "$b_beside" 5)" \
       "$(ratio "$(col "$b_beside" 5)" "$(col "$b_alone" 5)")" \
       "$(col "$a_alone" 6)" "$(col "$a_beside" 6)" \
