@@ -321,13 +321,14 @@ if want tenants; then
       --engine-queue-bytes "$queue" "${slice[@]}" >"$trun/irisd.log" 2>&1 &
     tdaemon=$!
     for _ in $(seq 100); do [ -S "$trun/irisd.sock.attach" ] && break; sleep 0.1; done
-    tenant() {  # tenant KEY UID MIN MAX [CEILING]: 2 ranks of iris-gpu-bench; rank 0's tables
-      local key=$1 uid=$2 min=$3 max=$4 ceiling=${5:-1} pids=() as=()
+    tenant() {  # tenant KEY UID MIN MAX [ARGS...]: 2 ranks of iris-gpu-bench; rank 0's tables
+      local key=$1 uid=$2 min=$3 max=$4 pids=() as=()
+      shift 4
       [ "$uid" != 0 ] && as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
       for r in 1 0; do
         timeout 200 "${as[@]}" "$bin/iris-gpu-bench" --socket "$trun/irisd.sock" --key "$key" \
           --nranks 2 --rank $r --min-bytes "$min" --max-bytes "$max" --host-recv "$recv" \
-          --ceiling "$ceiling" >"$trun/$key.$r" 2>&1 &
+          "$@" >"$trun/$key.$r" 2>&1 &
         pids+=($!)
       done
       for p in "${pids[@]}"; do wait "$p" || tenants_rc=1; done
@@ -336,9 +337,14 @@ if want tenants; then
     # beside LOAD_UID LOAD_MIN LOAD_MAX KEY UID MIN MAX: KEY measured beside a load, which runs
     # until KEY is done and moves its bytes only through irisd (no ceiling: until 100ea5b the
     # load's rank 0 timed its own unpaced copies for about 40% of its time, and a measured
-    # tenant's collectives waited ~1 ms for them whenever they ran).
+    # tenant's collectives waited ~1 ms for them whenever they ran), back to back in one
+    # process pair (--load-calls: a new pair for each of its sweeps left the GPU idle while it
+    # started, and a measured row could fall in that gap).
     beside() {
-      (for k in $(seq 100); do tenant "load-$4-$k" "$1" "$2" "$3" 0 >/dev/null; done) &
+      local calls=$(( $3 >= (64 << 20) ? 5000 : 500000 ))
+      (for k in $(seq 100); do
+        tenant "load-$4-$k" "$1" "$2" "$3" --ceiling 0 --load-calls "$calls" >/dev/null
+      done) &
       local load=$!
       sleep 2
       tenant "$4" "$5" "$6" "$7"

@@ -16,13 +16,18 @@
 // ones complete, so a copy that becomes ready waits behind about queue_bytes, not behind a tenant's
 // whole transfer (a GPU's copy engines run their queue first in, first out). Where the engine keeps
 // a copy engine of the device for latency work, latency slices go there with a bound of their own
-// and, while latency work comes, bulk slices to the others; where the engines still serve them in
-// order (an H100's device-to-host copies, whatever the stream), the bound is what limits a small
-// collective's wait. A copy completes for its owner once its last slice did. A user alone on the
-// node hands the engine each copy whole, as without pacing: a single job pays nothing for it. So
-// does a copy the engine runs far faster than the bound's link (Engine::paced: CUDA's copies
-// within one GPU, on its SMs at the memory's speed), outside the bound: paced, 2 MiB slices of it
-// went to the engine no faster than irisd saw each end, a fifth of its speed on an H100.
+// and, while latency work comes, bulk slices to the others, with half the bound in half slices:
+// where the engines still serve them in order (an H100's device-to-host copies, whatever the
+// stream or context), a small collective waits for the bulk bytes in flight ahead of it, and each
+// slice costs the engines about 3 us of its own, so the bound trades one against the other. On an
+// H100, 2 MiB in 1 MiB slices beside a small all-gather's tenant gave its p99 1.9-2.4x of alone
+// against 2.7-4.0x at 4 MiB in 2 MiB slices, for 0.85-0.86 of the bulk tenant's bandwidth against
+// 0.81-0.91; without latency work, bulk keeps the whole bound (0.91 each for two bulk tenants). A
+// copy completes for its owner once its last slice did. A user alone on the node hands the engine
+// each copy whole, as without pacing: a single job pays nothing for it. So does a copy the engine
+// runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its SMs at
+// the memory's speed), outside the bound: paced, 2 MiB slices of it went to the engine no faster
+// than irisd saw each end, a fifth of its speed on an H100.
 #pragma once
 
 #include <chrono>

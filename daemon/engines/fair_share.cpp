@@ -31,18 +31,18 @@ std::optional<FairShare::Slice> FairShare::next() {
   if (!latency && !bulk) return std::nullopt;
   if (latency && (!bulk || latency_in_a_row_ + 1 < options_.bulk_every)) {
     latency_in_a_row_ = bulk ? latency_in_a_row_ + 1 : 0;
-    return next_in(TrafficClass::kLatency);
+    return next_in(TrafficClass::kLatency, options_.slice_bytes);
   }
   latency_in_a_row_ = 0;
-  return next_in(TrafficClass::kBulk);
+  return next_in(TrafficClass::kBulk, options_.slice_bytes);
 }
 
-std::optional<FairShare::Slice> FairShare::next(TrafficClass cls) {
+std::optional<FairShare::Slice> FairShare::next(TrafficClass cls, uint64_t slice_bytes) {
   if (classes_[static_cast<std::size_t>(cls)].uids.empty()) return std::nullopt;
-  return next_in(cls);
+  return next_in(cls, std::max<uint64_t>(std::min(slice_bytes, options_.slice_bytes), 1));
 }
 
-std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
+std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls, uint64_t slice_bytes) {
   ClassQueue& c = classes_[static_cast<std::size_t>(cls)];
   for (;;) {
     const uint32_t uid = c.uids.front();
@@ -50,7 +50,7 @@ std::optional<FairShare::Slice> FairShare::next_in(TrafficClass cls) {
     const uint64_t comm = u.comms.front();
     Fifo<Pending>& waiting = u.by_comm.at(comm);
     Pending& p = waiting.front();
-    const uint64_t bytes = std::min(p.bytes - p.offset, options_.slice_bytes);
+    const uint64_t bytes = std::min(p.bytes - p.offset, slice_bytes);
     if (u.deficit < static_cast<int64_t>(bytes)) {
       // Its turn is spent: a quantum for the next round, and the next uid's turn.
       u.deficit += static_cast<int64_t>(quantum(uid));

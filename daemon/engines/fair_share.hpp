@@ -69,8 +69,9 @@ class FairShare {
   void push(const FlowKey& flow, uint64_t item, uint64_t bytes);
   // The next slice to start, or nullopt when nothing waits.
   std::optional<Slice> next();
-  // The next slice of class `cls` (an engine kept for that class), or nullopt when none waits.
-  std::optional<Slice> next(TrafficClass cls);
+  // The next slice of class `cls` (an engine kept for that class), of at most `slice_bytes`
+  // (and Options::slice_bytes), or nullopt when none waits.
+  std::optional<Slice> next(TrafficClass cls, uint64_t slice_bytes = UINT64_MAX);
   bool empty() const { return waiting_ == 0; }
   std::size_t waiting() const { return waiting_; }  // copies with slices not yet taken
 
@@ -97,7 +98,7 @@ class FairShare {
     UidQueues by_uid;
   };
 
-  std::optional<Slice> next_in(TrafficClass cls);
+  std::optional<Slice> next_in(TrafficClass cls, uint64_t slice_bytes);
   uint64_t quantum(uint32_t uid) const;
 
   Options options_;

@@ -296,7 +296,8 @@ TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
 
 // A GPU whose engine keeps a copy engine for latency work: latency copies go there at once,
 // whatever bulk has at the engine, with a bound of their own; bulk slices go to the other engines
-// while latency work comes (before any, and a second after the last, they may use every engine).
+// while latency work comes, with half the bound in half slices (before any, and a second after
+// the last, they have the whole bound and may use every engine).
 TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   engine.latency_engine = true;
   copies.set_users(2);
@@ -324,27 +325,39 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
     const CopyRequest& c = engine.handed.at(i);
     copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
   };
-  // A bulk slice's end makes room for bulk only; a latency copy's for latency only.
-  complete(0);
-  ASSERT_EQ(engine.handed.size(), 13u);
-  EXPECT_EQ(engine.handed[12].cookie, bulk.cookie);
-  EXPECT_EQ(engine.handed[12].queue, EngineQueue::kBulk);
+  // A latency copy's end makes room for latency only.
   complete(4);
-  ASSERT_EQ(engine.handed.size(), 14u);
-  EXPECT_EQ(engine.handed[13].cookie, small[8].cookie);
-  EXPECT_EQ(engine.handed[13].queue, EngineQueue::kLatency);
+  ASSERT_EQ(engine.handed.size(), 13u);
+  EXPECT_EQ(engine.handed[12].cookie, small[8].cookie);
+  EXPECT_EQ(engine.handed[12].queue, EngineQueue::kLatency);
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0].first, 10u);
-  // A second after the last latency copy, bulk may use every engine again.
-  test_now += std::chrono::seconds(2);
+  // Beside latency work bulk gets half the bound (4 MiB) in half slices (1 MiB), on the other
+  // engines: its end makes room for bulk only once less than that is at the engine.
+  complete(0);
   complete(1);
+  EXPECT_EQ(engine.handed.size(), 13u) << "4 MiB of bulk at the engine: half the bound";
+  complete(2);
   ASSERT_EQ(engine.handed.size(), 15u);
-  EXPECT_EQ(engine.handed[14].queue, EngineQueue::kAny);
+  for (std::size_t i : {13u, 14u}) {
+    EXPECT_EQ(engine.handed[i].cookie, bulk.cookie);
+    EXPECT_EQ(engine.handed[i].bytes, kMiB);
+    EXPECT_EQ(engine.handed[i].queue, EngineQueue::kBulk);
+  }
+  EXPECT_EQ(engine.handed[14].src, bulk.src + 9 * kMiB);
+  // A second after the last latency copy, bulk has the whole bound, whole slices and every
+  // engine again.
+  test_now += std::chrono::seconds(2);
+  complete(3);
+  ASSERT_EQ(engine.handed.size(), 18u);
+  for (std::size_t i : {15u, 16u, 17u}) {
+    EXPECT_EQ(engine.handed[i].bytes, 2 * kMiB);
+    EXPECT_EQ(engine.handed[i].queue, EngineQueue::kAny);
+  }
   // Everything ends (what completing hands the engine is completed in turn), each copy once.
-  for (std::size_t i = 2; i < engine.handed.size(); ++i)
-    if (i != 4) complete(i);
+  for (std::size_t i = 5; i < engine.handed.size(); ++i) complete(i);
   EXPECT_EQ(owner.done.size(), 11u);
-  EXPECT_EQ(engine.handed.size(), 15u + 10u);
+  EXPECT_EQ(engine.handed.size(), 4u + 2u + 10u + 10u);  // bulk's slices, then latency's copies
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
 }
 

@@ -62,6 +62,29 @@ TEST(FairShare, EachClassCanBeTakenApart) {
   EXPECT_TRUE(fair.empty());
 }
 
+// A caller may ask for smaller slices than the bound (bulk beside latency work), never larger.
+TEST(FairShare, ASliceCanBeAskedSmallerThanTheBound) {
+  FairShare fair({2 * kMiB, 8});
+  fair.push(kBulkA, 1, 5 * kMiB);
+  const auto half = fair.next(TrafficClass::kBulk, kMiB);
+  ASSERT_TRUE(half);
+  EXPECT_EQ(half->offset, 0u);
+  EXPECT_EQ(half->bytes, kMiB);
+  const auto over = fair.next(TrafficClass::kBulk, 64 * kMiB);
+  ASSERT_TRUE(over);
+  EXPECT_EQ(over->offset, kMiB);
+  EXPECT_EQ(over->bytes, 2 * kMiB);
+  const auto zero = fair.next(TrafficClass::kBulk, 0);
+  ASSERT_TRUE(zero);
+  EXPECT_EQ(zero->bytes, 1u) << "a slice is never empty";
+  const auto rest = fair.next(TrafficClass::kBulk);
+  ASSERT_TRUE(rest);
+  EXPECT_EQ(rest->offset, 3 * kMiB + 1);
+  EXPECT_EQ(rest->bytes, 2 * kMiB - 1);
+  EXPECT_TRUE(rest->last);
+  EXPECT_TRUE(fair.empty());
+}
+
 TEST(FairShare, AStreamOfLatencyWorkNeverStarvesBulk) {
   FairShare fair({2 * kMiB, 8});
   fair.push(kBulkA, 1, 1024 * kMiB);

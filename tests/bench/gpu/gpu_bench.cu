@@ -5,6 +5,8 @@
 //          (cudaMemcpyAsync of the nranks x nranks blocks by one process) measured in the run;
 //          then throughput back to back (kBurst collectives submitted before waiting, as
 //          nccl-tests times its iterations) against the ceiling for kBurst batches of copies.
+//          With --load-calls N, no tables: N blocking collectives back to back, the sizes in
+//          turn, as another tenant's background load.
 //   graph: per size, an all-gather issued stream-ordered (kGraphCalls back to back on one
 //          stream, then one synchronize) against the same all-gather captured into a CUDA graph
 //          and replayed kGraphCalls times: time per call / per replay (the slowest rank's).
@@ -44,6 +46,9 @@ struct Options {
   // sweep: rank 0 times the ceiling (its own copies, outside irisd); 0 for a background load,
   // whose bytes must all go through irisd (scripts/gpu-run.sh's tenants).
   bool ceiling = true;
+  // sweep: more than 0, no tables: this many blocking collectives back to back, the sizes from
+  // min to max in turn (a background load, as long as the caller lets it run).
+  uint64_t load_calls = 0;
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -136,6 +141,12 @@ void sweep(const Options& o) {
   } else {
     CUDA_CHECK(cudaMalloc(&recv, o.max_bytes * o.nranks));
     recv_buf = rank.client.register_cuda_buffer(recv, o.max_bytes * o.nranks);
+  }
+  if (o.load_calls > 0) {
+    std::vector<uint64_t> sizes;
+    for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) sizes.push_back(bytes);
+    for (uint64_t i = 0; i < o.load_calls; ++i) collective(sizes[i % sizes.size()]).wait();
+    return;
   }
   cudaStream_t st;
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -474,6 +485,8 @@ int main(int argc, char** argv) {
       o.collective = v;
     else if (a == "--ceiling")
       o.ceiling = v == "1";
+    else if (a == "--load-calls")
+      o.load_calls = std::stoull(v);
   }
   try {
     if (o.mode == "gemm") {
