@@ -57,7 +57,7 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "every engine: bytes of copies irisd hands a device's engines at once; the rest "
                  "wait in irisd and leave in slices, latency work first, bulk fairly between "
                  "users, so a small collective waits behind about that much; only while two "
-                 "users share the node (auto: 4 MiB on GPU engines, 0 on the host engine; 0: "
+                 "users share the node (auto: 4 MiB on GPU engines, 8 MiB on the host engine; 0: "
                  "every copy straight to the engine, first come first served)")
       ->check([](const std::string& v) -> std::string {
         if (v == "auto") return "";

@@ -7,7 +7,7 @@
 namespace iris::daemon {
 
 uint64_t queue_bytes_for(const std::string& engine_name) {
-  return engine_name == "host" ? 0 : 4ull << 20;
+  return engine_name == "host" ? 8ull << 20 : 4ull << 20;
 }
 
 CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing,

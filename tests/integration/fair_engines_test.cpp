@@ -1,7 +1,7 @@
 // Two users sharing the engines (daemon/engines/fair_share.hpp): one user's small collectives
 // complete while another's 1 GiB all-gather is still in flight, instead of queueing behind all of
-// it. The assertion is the order of completion, not a time. The host engine does not pace unless
-// told (--engine-queue-bytes; auto is off there), so the test sets the GPU engines' default.
+// it. The assertion is the order of completion, not a time. irisd runs at its default bound
+// (auto: 8 MiB on the host engine).
 #include <gtest/gtest.h>
 
 #include <grp.h>
@@ -27,8 +27,7 @@ TEST(FairEngines, ATenantsSmallCollectivesCompleteWhileAnothersGigabyteTransferI
   if (::getuid() != 0) GTEST_SKIP() << "needs root to run the second tenant as uid " << kNobody;
   // One host-engine worker: A's transfer takes long enough that B's jobs could only queue behind
   // it, were the engines first come, first served.
-  DaemonProcess daemon(
-      {"--socket-mode", "0666", "--engine-workers", "1", "--engine-queue-bytes", "8388608"});
+  DaemonProcess daemon({"--socket-mode", "0666", "--engine-workers", "1"});
   // B is on the node before A starts (a session of its user attached), as tenants sharing a
   // node are: irisd paces the engines while two users are attached.
   const std::string idle = rank_program_path() + " --socket " + daemon.socket() +
