@@ -27,7 +27,9 @@
 #                 (TENANT_QUEUES: the --engine-queue-bytes values, each BYTES or BYTES:SLICE with
 #                 SLICE the --engine-slice-bytes, default "auto 2097152:1048576 0";
 #                 TENANT_RECV: 1 receives into host memory, 0 into GPU memory; default "1";
-#                 TENANT_DAEMONS: the irisd builds of bin/ to run, default "irisd")
+#                 TENANT_DAEMONS: the irisd builds of bin/ to run, default "irisd";
+#                 TENANT_B_LOAD: MIN:MAX of B's all-gathers beside which A is measured, default
+#                 4096:1048576)
 #     ceprobe     the copy engines without irisd (iris-gpu-copy-engine-probe): what slicing device-to-
 #                 host copies costs, a 4 KiB copy's wait beside bulk slices in flight, and
 #                 which streams share a copy engine
@@ -353,12 +355,13 @@ if want tenants; then
       sleep 0.5
     }
     big=$((256 << 20))
+    b_load=${TENANT_B_LOAD:-4096:1048576}
     what="$daemon, engine-queue-bytes $pacing, host-recv $recv"
     {
       echo "## $what: B alone"; tenant b-alone 65534 4096 1048576
       echo "## $what: B beside A"; beside 0 "$big" "$big" b-beside 65534 4096 1048576
       echo "## $what: A alone"; tenant a-alone 0 "$big" "$big"
-      echo "## $what: A beside B"; beside 65534 4096 1048576 a-beside 0 "$big" "$big"
+      echo "## $what: A beside B ($b_load)"; beside 65534 "${b_load%%:*}" "${b_load#*:}" a-beside 0 "$big" "$big"
     } >>"$out/tenants.md"
     if [ "$queue" = auto ] && [ "$recv" = 1 ] && [ "$daemon" = irisd ]; then
       tenant bulk-a 0 "$big" "$big" >"$trun/bulk-a.md" &

@@ -20,9 +20,10 @@
 // where the engines still serve them in order (an H100's device-to-host copies, whatever the
 // stream or context), a small collective waits for the bulk bytes in flight ahead of it, and each
 // slice costs the engines about 3 us of its own, so the bound trades one against the other. On an
-// H100, 2 MiB in 1 MiB slices beside a small all-gather's tenant gave its p99 1.9-2.4x of alone
-// against 2.7-4.0x at 4 MiB in 2 MiB slices, for 0.85-0.86 of the bulk tenant's bandwidth against
-// 0.81-0.91; without latency work, bulk keeps the whole bound (0.91 each for two bulk tenants). A
+// H100, 2 MiB in 1 MiB slices gave a small all-gather's tenant beside a bulk one a p99 1.6-2.8x
+// of alone against 2.1-4.1x at 4 MiB in 2 MiB slices, and the bulk tenant 0.75 of its bandwidth
+// alone beside back-to-back 4 KiB all-gathers against 0.85; without latency work, bulk keeps the
+// whole bound (two bulk tenants: 0.91 of half the link each). A
 // copy completes for its owner once its last slice did. A user alone on the node hands the engine
 // each copy whole, as without pacing: a single job pays nothing for it. So does a copy the engine
 // runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its SMs at
@@ -79,8 +80,8 @@ struct Pacing {
 // slices under 2 MiB cost the engines bandwidth themselves (docs/PERFORMANCE.md, "Copy engines
 // shared between tenants"). 8 MiB on the host engine, whose workers copy one slice each: on a
 // 16-core host, unpaced, a tenant's 1 MiB all-gathers waited for the other's 256 MiB copies (p99
-// 233-244x of alone, two runs), paced 3.0-4.0x, for 0.74-1.03 of the bulk tenant's bandwidth; on
-// 2 cores the scheduler's time slices decided the wait either way.
+// 233-377x of alone, three runs), paced 3.0-4.0x, for 0.74-1.03 of the bulk tenant's bandwidth;
+// on 2 cores the scheduler's time slices decided the wait either way.
 uint64_t queue_bytes_for(const std::string& engine_name);
 
 class CopyDispatcher final : public Poller {
