@@ -164,7 +164,7 @@ void CopyDispatcher::pump(std::size_t device) {
     }
     // Beside latency work bulk gets half the bound, in half slices (the header says why).
     const bool beside_latency = now < l.latency_until;
-    const uint64_t bulk_bound = beside_latency ? bound / 2 : bound;
+    const uint64_t bulk_bound = beside_latency ? std::max<uint64_t>(bound / 2, 1) : bound;
     const uint64_t bulk_slice = beside_latency ? pacing_.slice_bytes / 2 : pacing_.slice_bytes;
     while (paced_in_flight() - l.latency_in_flight < bulk_bound &&
            take(l, l.fair.next(TrafficClass::kBulk, bulk_slice), now)) {

@@ -23,12 +23,12 @@
 // H100, 2 MiB in 1 MiB slices gave a small all-gather's tenant beside a bulk one a p99 1.6-2.8x
 // of alone against 2.1-4.1x at 4 MiB in 2 MiB slices, and the bulk tenant 0.75 of its bandwidth
 // alone beside back-to-back 4 KiB all-gathers against 0.85; without latency work, bulk keeps the
-// whole bound (two bulk tenants: 0.91 of half the link each). A
-// copy completes for its owner once its last slice did. A user alone on the node hands the engine
-// each copy whole, as without pacing: a single job pays nothing for it. So does a copy the engine
-// runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its SMs at
-// the memory's speed), outside the bound: paced, 2 MiB slices of it went to the engine no faster
-// than irisd saw each end, a fifth of its speed on an H100.
+// whole bound (two bulk tenants: 0.91 of half the link each).
+// A copy completes for its owner once its last slice did. A user alone on the node hands the
+// engine each copy whole, as without pacing: a single job pays nothing for it. So does a copy the
+// engine runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its
+// SMs at the memory's speed), outside the bound: paced, 2 MiB slices of it went to the engine no
+// faster than irisd saw each end, a fifth of its speed on an H100.
 #pragma once
 
 #include <chrono>

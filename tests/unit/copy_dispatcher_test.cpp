@@ -361,6 +361,33 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
 }
 
+// However small the bound, half of it beside latency work still lets bulk through: a stream of
+// small collectives must never stop a transfer.
+TEST_F(Paced, BesideLatencyWorkBulkMovesUnderTheSmallestBound) {
+  engine.latency_engine = true;
+  CopyDispatcher tiny(engine, stats, Pacing{2 * kMiB, 1, 8, kMiB, {}, ""}, &read_test_now);
+  tiny.set_users(2);
+  CopyRequest bulk{memory.data(), memory.data() + 32 * kMiB, 4 * kMiB, 0, kHostMemory, 0};
+  tiny.track(bulk, owner, 1);
+  tiny.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 1u);
+  CopyRequest small{memory.data(), memory.data() + 8, 4096, 0, kHostMemory, 0};
+  tiny.track(small, owner, 2);
+  tiny.submit(std::span<const CopyRequest>(&small, 1), FlowKey{1001, 2, TrafficClass::kLatency});
+  ASSERT_EQ(engine.handed.size(), 2u);
+  EXPECT_EQ(engine.handed[1].cookie, small.cookie);
+  auto complete = [&](std::size_t i) {
+    const CopyRequest& c = engine.handed.at(i);
+    tiny.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
+  };
+  complete(0);
+  ASSERT_EQ(engine.handed.size(), 3u) << "bulk stopped while latency work comes";
+  EXPECT_EQ(engine.handed[2].cookie, bulk.cookie);
+  EXPECT_EQ(engine.handed[2].bytes, kMiB);
+  for (std::size_t i = 1; i < engine.handed.size(); ++i) complete(i);
+  EXPECT_EQ(owner.done.size(), 2u);
+}
+
 // A copy the engine does not pace (within one GPU) goes whole at once, whatever is at the engine
 // or waiting, and counts against no bound: the paced copies beside it get their slices as before.
 TEST_F(Paced, ACopyTheEngineDoesNotPaceGoesWholeOutsideTheBound) {
