@@ -2,8 +2,8 @@
 # Benchmark (not a test): two tenants on one irisd's host engine, as issue 50 measures them on
 # the GPU: tenant A (root) all-gathers 256 MiB blocks back to back with 2 ranks, tenant B (uid
 # 65534, through setpriv) all-gathers small blocks with 2 ranks. B's p50/p99 alone and beside A,
-# A's bandwidth alone and beside B, with irisd's pacing on (--engine-queue-bytes 8 MiB; the GPU
-# engines' default is 4 MiB, the host engine's auto is off) and off
+# A's bandwidth alone and beside B, with irisd's pacing on (--engine-queue-bytes 8 MiB, the host
+# engine's auto; the GPU engines' is 4 MiB) and off
 # (0: every copy straight to the engine, as before) in the same run (BENCH_QUEUES: the
 # --engine-queue-bytes values, default "8388608 0"). Needs root. Prints markdown.
 # With BENCH_BUNDLE=DIR it runs a bundle's binaries (scripts/gpu-bundle.sh's .gpu on the GPU host).

@@ -94,6 +94,12 @@ struct Probe {
           "cuMemcpyBatchAsync");
     retire_after(s, bytes * count);
   }
+  // Gives `s` the pinned host word `word` its retire counter goes to (in the current context).
+  static void count_into(Stream& s, void* word) {
+    s.retired = static_cast<volatile uint32_t*>(word);
+    *s.retired = 0;
+    check(cuMemHostGetDevicePointer(&s.retired_device, word, 0), "cuMemHostGetDevicePointer");
+  }
   void retire_after(Stream& s, uint64_t bytes) {
     check(cuStreamWriteValue32(s.handle, s.retired_device, ++s.issued, 0), "cuStreamWriteValue32");
     s.sizes.push_back(bytes);
@@ -297,10 +303,7 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     Stream& s = *all[i];
     check(cuStreamCreate(&s.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-    s.retired = reinterpret_cast<volatile uint32_t*>(static_cast<char*>(words) + 64 * i);
-    *s.retired = 0;
-    check(cuMemHostGetDevicePointer(&s.retired_device, const_cast<uint32_t*>(s.retired), 0),
-          "cuMemHostGetDevicePointer");
+    Probe::count_into(s, static_cast<char*>(words) + 64 * i);
   }
   std::printf(
       "copy engine probe: %s, %d copy engines, %zu bulk streams and one latency stream, "
@@ -378,11 +381,7 @@ int main(int argc, char** argv) {
   Stream urgent;
   check(cuStreamCreateWithPriority(&urgent.handle, CU_STREAM_NON_BLOCKING, greatest),
         "cuStreamCreateWithPriority");
-  urgent.retired =
-      reinterpret_cast<volatile uint32_t*>(static_cast<char*>(words) + 64 * 2 * streams);
-  *urgent.retired = 0;
-  check(cuMemHostGetDevicePointer(&urgent.retired_device, const_cast<uint32_t*>(urgent.retired), 0),
-        "cuMemHostGetDevicePointer");
+  Probe::count_into(urgent, static_cast<char*>(words) + 64 * 2 * streams);
   row("device to host on a stream of the greatest priority", pair_wait(p, p.streams[0], urgent));
   row("host to device on stream 1", pair_wait(p, p.streams[0], p.streams[1], [&] {
         check(cuMemcpyHtoDAsync(p.src + kTotal - kSmall, p.dst + kTotal - kSmall, kSmall,
@@ -399,10 +398,7 @@ int main(int argc, char** argv) {
   check(cuStreamCreate(&other.handle, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   check(cuMemAlloc(&other_src, kSmall), "cuMemAlloc");
   check(cuMemHostAlloc(&other_word, 64, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
-  other.retired = static_cast<volatile uint32_t*>(other_word);
-  *other.retired = 0;
-  check(cuMemHostGetDevicePointer(&other.retired_device, other_word, 0),
-        "cuMemHostGetDevicePointer");
+  Probe::count_into(other, other_word);
   check(cuCtxSetCurrent(context), "cuCtxSetCurrent");
   row("device to host on a stream of a second context", pair_wait(p, p.streams[0], other, [&] {
         check(cuCtxSetCurrent(second), "cuCtxSetCurrent");
