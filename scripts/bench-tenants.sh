@@ -6,7 +6,8 @@
 # engine's auto; the GPU engines' is 4 MiB) and off
 # (0: every copy straight to the engine, as before) in the same run (BENCH_QUEUES: the
 # --engine-queue-bytes values, default "8388608 0"). Needs root. Prints markdown.
-# With BENCH_BUNDLE=DIR it runs a bundle's binaries (scripts/gpu-bundle.sh's .gpu on the GPU host).
+# With BENCH_BUNDLE=DIR it runs a bundle's binaries (scripts/gpu-bundle.sh's .gpu on the GPU host);
+# BENCH_DAEMON=PATH runs that irisd instead (another build, for an A/B in one run).
 #   scripts/bench-tenants.sh [engine workers, default 2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,11 +15,11 @@ workers=${1:-2}
 [ "$(id -u)" = 0 ] || { echo "bench-tenants.sh: needs root (tenant B runs as uid 65534)" >&2; exit 1; }
 if [ -n "${BENCH_BUNDLE:-}" ]; then
   sweep=$(realpath "$BENCH_BUNDLE")/bin/iris-collective-sweep
-  daemon_bin=$(realpath "$BENCH_BUNDLE")/bin/irisd
+  daemon_bin=${BENCH_DAEMON:-$(realpath "$BENCH_BUNDLE")/bin/irisd}
   export LD_LIBRARY_PATH=$(realpath "$BENCH_BUNDLE")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
   sweep=build/tests/bench/iris-collective-sweep
-  daemon_bin=build/daemon/irisd
+  daemon_bin=${BENCH_DAEMON:-build/daemon/irisd}
 fi
 big=$((256 << 20))
 run=$(mktemp -d /tmp/irisd-tenants-XXXXXX)

@@ -33,7 +33,8 @@
 #     ceprobe     the copy engines without irisd (iris-gpu-copy-engine-probe): what slicing device-to-
 #                 host copies costs, a 4 KiB copy's wait beside bulk slices in flight, and
 #                 which streams share a copy engine
-#     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers)
+#     hosttenants scripts/bench-tenants.sh: the same two users on the host engine (4 workers), for
+#                 each irisd of TENANT_DAEMONS (BENCH_QUEUES: its bounds)
 #     sweep       a single job's 8-rank all-gather sweep on this irisd and on .gpu/bin/irisd-landed
 #                 (the last landing's, when bundled), alternately, and the ratios
 #     cpu         scripts/bench.sh and scripts/bench-scale-out.sh on this host's CPUs
@@ -382,7 +383,12 @@ if want ceprobe; then
   timeout 120 "$bin/iris-gpu-copy-engine-probe" >"$out/copy_engine_probe.md" 2>&1
 fi
 if want hosttenants; then
-  BENCH_BUNDLE=.gpu timeout 500 scripts/bench-tenants.sh 4 >"$out/tenants_host.md" 2>&1
+  rm -f "$out/tenants_host.md"
+  for daemon_bin in ${TENANT_DAEMONS:-irisd}; do
+    echo "### $daemon_bin" >>"$out/tenants_host.md"
+    BENCH_BUNDLE=.gpu BENCH_DAEMON=$PWD/$bin/$daemon_bin timeout 500 scripts/bench-tenants.sh 4 \
+      >>"$out/tenants_host.md" 2>&1
+  done
 fi
 if want sweep && [ -x "$bin/irisd-landed" ]; then
   # Issue 50: a user alone must not lose bandwidth to pacing. The same 8-rank sweep (device

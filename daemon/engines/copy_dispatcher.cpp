@@ -55,6 +55,7 @@ CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
     // Slot 0 is host memory; the last slot also counts the devices past the slots.
     l->latency_engine = device > 0 && device + 1 < kDeviceSlots &&
                         engine_.keeps_latency_engine(static_cast<int>(device) - 1);
+    l->latency_bound = l->latency_engine || engine_.serves_latency_first();
     for (const auto& [uid, weight] : weights_) l->fair.set_weight(uid, weight);
   }
   return *l;
@@ -159,11 +160,12 @@ void CopyDispatcher::pump(std::size_t device) {
   const auto now = now_();
   const uint64_t bound = pacing_.queue_bytes;
   auto paced_in_flight = [&l] { return l.in_flight - l.unpaced_in_flight; };
-  if (l.latency_engine) {
+  if (l.latency_bound) {
     while (l.latency_in_flight < bound && take(l, l.fair.next(TrafficClass::kLatency), now)) {
     }
-    // Beside latency work bulk gets half the bound, in half slices (the header says why).
-    const bool beside_latency = now < l.latency_until;
+    // Beside latency work on a GPU's kept copy engine bulk gets half the bound, in half slices (the
+    // header says why); an engine that serves latency first needs no such room.
+    const bool beside_latency = l.latency_engine && now < l.latency_until;
     const uint64_t bulk_bound = beside_latency ? std::max<uint64_t>(bound / 2, 1) : bound;
     const uint64_t bulk_slice = beside_latency ? pacing_.slice_bytes / 2 : pacing_.slice_bytes;
     while (paced_in_flight() - l.latency_in_flight < bulk_bound &&
@@ -193,10 +195,9 @@ bool CopyDispatcher::take(Lane& l, const std::optional<FairShare::Slice>& s,
   piece.dst += s->offset;
   piece.bytes = s->bytes;
   const bool latency = slot.cls == TrafficClass::kLatency;
-  piece.queue = !l.latency_engine       ? EngineQueue::kAny
-                : latency               ? EngineQueue::kLatency
-                : now < l.latency_until ? EngineQueue::kBulk
-                                        : EngineQueue::kAny;
+  piece.queue = latency ? (l.latency_bound ? EngineQueue::kLatency : EngineQueue::kAny)
+                : l.latency_engine && now < l.latency_until ? EngineQueue::kBulk
+                                                            : EngineQueue::kAny;
   ++slot.slices_out;
   slot.in_flight_bytes += s->bytes;
   slot.all_issued = s->last;

@@ -23,7 +23,9 @@
 // H100, 2 MiB in 1 MiB slices gave a small all-gather's tenant beside a bulk one a p99 1.6-2.8x
 // of alone against 2.1-4.1x at 4 MiB in 2 MiB slices, and the bulk tenant 0.75 of its bandwidth
 // alone beside back-to-back 4 KiB all-gathers against 0.85; without latency work, bulk keeps the
-// whole bound (two bulk tenants: 0.91 of half the link each).
+// whole bound (two bulk tenants: 0.91 of half the link each). Where the engine serves latency
+// slices before its queued bulk (the host engine's workers), latency slices also have a bound of
+// their own and bulk keeps the whole one: only the chunks being copied stand before them.
 // A copy completes for its owner once its last slice did. A user alone on the node hands the
 // engine each copy whole, as without pacing: a single job pays nothing for it. So does a copy the
 // engine runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its
@@ -162,6 +164,9 @@ class CopyDispatcher final : public Poller {
     // kSharedHold after the last latency copy): a tenant whose neighbour only has a session
     // attached, or only moves bulk, keeps every engine.
     bool latency_engine = false;
+    // Latency slices have a bound of their own: a copy engine is kept for them (latency_engine)
+    // or the engine serves them before its queued bulk (Engine::serves_latency_first).
+    bool latency_bound = false;
     std::chrono::steady_clock::time_point latency_until{};
     std::map<uint32_t, uint32_t> copies_of;  // unfinished copies by uid
     NodeSpares<std::map<uint32_t, uint32_t>> copies_of_spares{8};

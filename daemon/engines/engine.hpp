@@ -35,7 +35,8 @@ inline constexpr int kHostMemory = -1;
 // on it first in, first out, so while tenants share a device an engine that keeps one of them for
 // latency work (Engine::keeps_latency_engine) lets a small collective pass the bulk slices queued
 // before it: CopyDispatcher marks latency copies kLatency and bulk ones kBulk then; kAny (a user
-// alone) may use every engine.
+// alone) may use every engine. An engine that orders its own queue (Engine::serves_latency_first:
+// the host engine's workers) runs kLatency copies before the others queued ahead of them.
 enum class EngineQueue : uint8_t { kAny, kBulk, kLatency };
 
 struct CopyRequest {
@@ -171,6 +172,11 @@ class Engine {
   // Whether copies of `device` (the engine's index) marked EngineQueue::kLatency run on a copy
   // engine that kBulk copies never queue on.
   virtual bool keeps_latency_engine(int device) const { return false; }
+  // Whether a copy marked EngineQueue::kLatency runs before the copies not so marked that were
+  // queued ahead of it (the host engine's workers take its chunks first): then only the chunks
+  // being copied stand in its way, however much bulk is queued, and CopyDispatcher gives latency
+  // work a bound of its own while bulk keeps the whole bound.
+  virtual bool serves_latency_first() const { return false; }
   // Whether CopyDispatcher paces `copy` (slices it, counts it against the device's bound) while
   // tenants share the device. The bound is worth a few hundred microseconds of a copy engine on
   // PCIe; a copy the engine runs many times faster (a GPU's SMs copying within its memory) would

@@ -148,6 +148,7 @@ class RecordingEngine final : public Engine {
   std::size_t poll(std::vector<CopyCompletion>&) override { return 0; }
   int completion_fd() const override { return -1; }
   bool keeps_latency_engine(int) const override { return latency_engine; }
+  bool serves_latency_first() const override { return latency_first; }
   // As CUDA's engine: a copy within one GPU is not paced (it runs on the GPU's SMs).
   bool paced(const CopyRequest& c) const override { return !within_one_gpu(c); }
   uint64_t at_engine() const {
@@ -158,6 +159,7 @@ class RecordingEngine final : public Engine {
   std::vector<CopyRequest> handed;
   std::size_t completed = 0;  // handed[0, completed) were completed, in order
   bool latency_engine = false;
+  bool latency_first = false;
 
  private:
   EngineDescription description_;
@@ -287,11 +289,47 @@ TEST_F(Paced, ASmallCopyWaitsBehindOneSliceNotBehindAWholeTransfer) {
   complete_next();
   ASSERT_EQ(engine.handed.size(), 2u + 6u);  // room again: the small copy first, then bulk's next
   EXPECT_EQ(engine.handed[6].cookie, small.cookie);
+  EXPECT_EQ(engine.handed[6].queue, EngineQueue::kAny) << "an engine that orders nothing";
   while (engine.completed < 7) complete_next();
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0].first, 2u) << "the small copy ended while the transfer goes on";
   while (engine.completed < engine.handed.size()) complete_next();
   EXPECT_EQ(owner.done.size(), 2u);
+}
+
+// An engine that serves latency work before its queued bulk (the host engine's workers): a latency
+// copy goes to it at once, marked for that, whatever bulk has there (a bound of its own); bulk
+// keeps the whole bound in whole slices beside it, since nothing queued stands in its way.
+TEST_F(Paced, WhereTheEngineServesLatencyFirstSmallCopiesPassTheBulkBound) {
+  engine.latency_first = true;
+  copies.set_users(2);
+  CopyRequest bulk{memory.data(), memory.data() + 32 * kMiB, 30 * kMiB, 0};
+  copies.track(bulk, owner, 1);
+  copies.submit(std::span<const CopyRequest>(&bulk, 1), FlowKey{1000, 1, TrafficClass::kBulk});
+  ASSERT_EQ(engine.handed.size(), 4u);
+  CopyRequest small{memory.data(), memory.data() + 8, 4096, 0};
+  copies.track(small, owner, 2);
+  copies.submit(std::span<const CopyRequest>(&small, 1), FlowKey{1001, 2, TrafficClass::kLatency});
+  ASSERT_EQ(engine.handed.size(), 5u) << "the small copy waited for room in bulk's bound";
+  EXPECT_EQ(engine.handed[4].cookie, small.cookie);
+  EXPECT_EQ(engine.handed[4].queue, EngineQueue::kLatency);
+  copies.complete({small.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, small.bytes});
+  ASSERT_EQ(owner.done.size(), 1u);
+  EXPECT_EQ(owner.done[0].first, 2u);
+  EXPECT_EQ(engine.handed.size(), 5u) << "a latency copy's end makes no room for bulk";
+  complete_next();
+  ASSERT_EQ(engine.handed.size(), 6u);
+  EXPECT_EQ(engine.handed[5].cookie, bulk.cookie);
+  EXPECT_EQ(engine.handed[5].bytes, 2 * kMiB) << "beside latency work bulk keeps whole slices";
+  EXPECT_EQ(engine.handed[5].queue, EngineQueue::kAny);
+  EXPECT_EQ(engine.at_engine(), 8 * kMiB + small.bytes) << "and the whole bound";
+  for (std::size_t i = 1; i < engine.handed.size(); ++i) {
+    if (i == 4) continue;
+    const CopyRequest& c = engine.handed[i];
+    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, c.bytes});
+  }
+  EXPECT_EQ(owner.done.size(), 2u);
+  EXPECT_EQ(engine.handed.size(), 15u + 1u) << "fifteen 2 MiB slices and the small copy";
 }
 
 // A GPU whose engine keeps a copy engine for latency work: latency copies go there at once,

@@ -1,7 +1,7 @@
 // HostEngine: every copy lands and completes once, whether its worker was spinning or asleep; the
 // eventfd announces completions while the progress loop sleeps (armed), stays quiet while it is
-// awake, and arming with a completion already waiting refuses the sleep; each completion carries
-// its workers' memcpy time.
+// awake, and arming with a completion already waiting refuses the sleep; latency copies pass the
+// bulk queued before them; each completion carries its workers' memcpy time.
 #include "daemon/engines/host/host_engine.hpp"
 
 #include <gtest/gtest.h>
@@ -118,6 +118,25 @@ TEST(HostEngine, EveryCopyCompletesOnceWhetherItsWorkersSpinOrSleep) {
     std::this_thread::sleep_for(round % 2 == 0 ? 20ms : 0ms);
   }
   EXPECT_EQ(seen.size(), 4 * buffers.size());
+}
+
+// A latency copy's chunks go before the bulk chunks queued ahead of them: one worker handed a bulk
+// copy of a thousand chunks and, in the same submission after it, a latency copy finishes the
+// latency copy first (first in, first out it would finish last).
+TEST(HostEngine, ALatencyCopyPassesTheBulkChunksQueuedBeforeIt) {
+  HostEngine engine(host_options(1), "test");
+  ASSERT_TRUE(engine.serves_latency_first());
+  Buffers bulk(4 << 20);  // 1024 chunks of 4 KiB
+  Buffers small(4096);
+  CopyRequest both[] = {bulk.copy(1), small.copy(2)};
+  both[1].queue = EngineQueue::kLatency;
+  engine.submit(both);
+  auto done = completions(engine, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].cookie, 2u) << "the latency copy waited for the bulk copy queued before it";
+  EXPECT_EQ(done[1].cookie, 1u);
+  EXPECT_TRUE(bulk.landed());
+  EXPECT_TRUE(small.landed());
 }
 
 // A copy's engine time is its chunks' memcpy time, summed over the workers that did them: more

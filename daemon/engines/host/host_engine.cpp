@@ -51,7 +51,8 @@ HostEngine::HostEngine(const EngineOptions& options, std::string reason)
 
 HostEngine::~HostEngine() {
   stop();
-  for (const Chunk& c : queue_) finish_chunk(c.job);
+  for (const auto* queue : {&latency_queue_, &queue_})
+    for (const Chunk& c : *queue) finish_chunk(c.job);
 }
 
 void HostEngine::stop() {
@@ -78,14 +79,15 @@ void HostEngine::submit(std::span<const CopyRequest> copies) {
       job->bytes = copy.bytes;
       job->chunks_left.store(chunks, std::memory_order_relaxed);
       job->engine_ns.store(0, std::memory_order_relaxed);
+      auto& queue = copy.queue == EngineQueue::kLatency ? latency_queue_ : queue_;
       for (uint64_t i = 0; i < chunks; ++i) {
         const uint64_t offset = i * options_.chunk_bytes;
         const uint64_t n = std::min(options_.chunk_bytes, copy.bytes - offset);
-        queue_.push_back({job, copy.src + offset, copy.dst + offset, n});
+        queue.push_back({job, copy.src + offset, copy.dst + offset, n});
       }
       queued += chunks;
     }
-    queued_.store(queue_.size(), std::memory_order_release);
+    queued_.store(latency_queue_.size() + queue_.size(), std::memory_order_release);
     // Spinning workers find the chunks themselves; only sleeping ones cost a wake-up.
     if (sleepers_ == 0) queued = 0;
   }
@@ -113,14 +115,16 @@ std::optional<HostEngine::Chunk> HostEngine::next_chunk() {
     std::unique_lock lock(queue_mutex_);
     if (spun_out) {
       ++sleepers_;
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      queue_cv_.wait(lock,
+                     [this] { return stopping_ || !latency_queue_.empty() || !queue_.empty(); });
       --sleepers_;
     }
     if (stopping_) return std::nullopt;
-    if (queue_.empty()) continue;  // another worker took it
-    Chunk chunk = queue_.front();
-    queue_.pop_front();
-    queued_.store(queue_.size(), std::memory_order_relaxed);
+    auto& queue = latency_queue_.empty() ? queue_ : latency_queue_;
+    if (queue.empty()) continue;  // another worker took it
+    Chunk chunk = queue.front();
+    queue.pop_front();
+    queued_.store(latency_queue_.size() + queue_.size(), std::memory_order_relaxed);
     return chunk;
   }
 }

@@ -1,5 +1,8 @@
 // Host engine: worker threads that memcpy between shared-memory buffers. Each worker stands for
-// one copy engine. Large copies are cut into chunks that all workers share. Small ones, up to
+// one copy engine. Large copies are cut into chunks that all workers share; a worker takes the
+// chunks of latency copies (EngineQueue::kLatency, marked while tenants share the node) before any
+// other, so that a tenant's small collective waits for the chunks being copied, not for the bulk
+// queued ahead of it (serves_latency_first). Small ones, up to
 // `inline_bytes` of a submission, the caller copies itself with copy_now(): waking a worker and
 // retiring its completion would cost more than the copy. Workers spin briefly before they sleep,
 // and announce completions on the eventfd only while the progress loop sleeps: a collective's
@@ -35,6 +38,7 @@ class HostEngine final : public Engine {
   int completion_fd() const override { return event_fd_.get(); }
   bool arm_completion_wakeup() override;
   void disarm_completion_wakeup() override;
+  bool serves_latency_first() const override { return true; }
 
  private:
   struct Job;
@@ -60,9 +64,11 @@ class HostEngine final : public Engine {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
+  std::deque<Chunk> latency_queue_;  // taken before queue_
   std::deque<Chunk> queue_;
-  std::atomic<std::size_t> queued_{0};  // queue_.size(), for spinning workers to read unlocked
-  uint32_t sleepers_ = 0;               // workers waiting on queue_cv_ (under queue_mutex_)
+  // Both queues' chunks, for spinning workers to read unlocked.
+  std::atomic<std::size_t> queued_{0};
+  uint32_t sleepers_ = 0;  // workers waiting on queue_cv_ (under queue_mutex_)
   bool stopping_ = false;
 
   std::mutex done_mutex_;

@@ -25,6 +25,12 @@
 //            queued on the same engine gets one, after the whole 64 MiB. Whether the stream
 //            irisd keeps for latency work is an engine of its own decides what keeping it can
 //            give.
+//   cost     what small copies cost the bulk streams: bulk slices under the bounds irisd uses
+//            while tenants share a GPU, beside 4 KiB copies on the last stream issued back to back
+//            (the next as soon as the last retired): one copy a counter, four in one batch with
+//            one counter (a 2-rank all-gather into host memory, started once), four with a
+//            counter each. Bulk's GB/s against the same bulk alone, and the bulk time lost per
+//            small copy: whether a copy or a counter is what the engines pay for.
 //   escape   the same wait for 4 KiB copies on stream 1 against three ways a small copy might
 //            pass a bulk one queued before it: a stream of the greatest priority, the other
 //            direction (host to device), and a stream of a second context of the same GPU.
@@ -154,15 +160,19 @@ double slices(Probe& p, uint64_t slice, uint64_t window) {
 
 struct Latency {
   double p50_us, p99_us, bulk_gbps;
+  std::size_t rounds;  // of small copies
+  double seconds;
 };
 
 // How the small copies go: one, or three separately, or three in one batch, or one and then a
-// batch of three.
-enum class Small { kOne, kThree, kThreeBatched, kOneThenThreeBatched };
+// batch of three, or four in one batch, or four each with its counter.
+enum class Small { kOne, kThree, kThreeBatched, kOneThenThreeBatched, kFourBatched, kFourCounted };
 
-// A 4 KiB copy (or three) on the last stream every 200 us for 0.3 s while the bulk streams move
-// slices of `slice` under `window` bytes in flight (window 0: no bulk copies).
-Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
+// A 4 KiB copy (or more) on the last stream every `gap` (after the last retired) for 0.3 s while
+// the bulk streams move slices of `slice` under `window` bytes in flight (window 0: no bulk
+// copies).
+Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how,
+                std::chrono::microseconds gap = std::chrono::microseconds(200)) {
   Stream& small = p.streams.back();
   const uint64_t small_offset = kTotal - 4 * kSmall;  // the bulk copies stop short of it
   const uint64_t bulk_end = kTotal - (1ull << 20);
@@ -201,6 +211,12 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
           p.issue(small, small_offset, kSmall);
           p.issue_batch(small, small_offset + kSmall, kSmall, 3);
           break;
+        case Small::kFourBatched:
+          p.issue_batch(small, small_offset, kSmall, 4);
+          break;
+        case Small::kFourCounted:
+          for (uint64_t i = 0; i < 4; ++i) p.issue(small, small_offset + i * kSmall, kSmall);
+          break;
       }
       small_out = true;
       deadline = issued_at + std::chrono::seconds(10);
@@ -210,7 +226,7 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
       const auto seen = Clock::now();
       waits.push_back(std::chrono::duration<double, std::micro>(seen - issued_at).count());
       small_out = false;
-      next_small = seen + std::chrono::microseconds(200);
+      next_small = seen + gap;
     }
     if (small_out) fail_if_past(deadline);
   }
@@ -226,7 +242,7 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how) {
   auto at = [&](double q) {
     return waits.empty() ? 0.0 : waits[static_cast<std::size_t>(q * (waits.size() - 1))];
   };
-  return {at(0.5), at(0.99), static_cast<double>(moved) / seconds / 1e9};
+  return {at(0.5), at(0.99), static_cast<double>(moved) / seconds / 1e9, waits.size(), seconds};
 }
 
 struct PairWait {
@@ -347,6 +363,31 @@ int main(int argc, char** argv) {
                                                       : " (1 copy, then 3 as one batch)";
     std::printf("| %s | %s%s | %.1f | %.1f | %.2f |\n", c.window ? mib(c.slice).c_str() : "-",
                 c.window ? mib(c.window).c_str() : "none", how, l.p50_us, l.p99_us, l.bulk_gbps);
+  }
+
+  std::printf(
+      "\n| bulk slice | bulk bytes in flight | 4 KiB copies back to back | rounds / s | bulk GB/s "
+      "| of bulk alone | bulk us lost per small copy |\n");
+  std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+  for (const Case c : {Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB}}) {
+    const Latency alone = latency(p, c.slice, c.window, Small::kOne, std::chrono::seconds(10));
+    std::printf("| %s | %s | none | 0 | %.2f | 1.00 | - |\n", mib(c.slice).c_str(),
+                mib(c.window).c_str(), alone.bulk_gbps);
+    struct Way {
+      Small how;
+      const char* what;
+      int copies;
+    };
+    for (const Way w : {Way{Small::kOne, "1, its counter", 1},
+                        Way{Small::kFourBatched, "4 in one batch, one counter", 4},
+                        Way{Small::kFourCounted, "4, a counter each", 4}}) {
+      const Latency l = latency(p, c.slice, c.window, w.how, std::chrono::microseconds(0));
+      const double lost_s = (1 - l.bulk_gbps / alone.bulk_gbps) * l.seconds;
+      std::printf("| %s | %s | %s | %.0f | %.2f | %.2f | %.2f |\n", mib(c.slice).c_str(),
+                  mib(c.window).c_str(), w.what, l.rounds / l.seconds, l.bulk_gbps,
+                  l.bulk_gbps / alone.bulk_gbps,
+                  l.rounds ? lost_s * 1e6 / static_cast<double>(l.rounds * w.copies) : 0.0);
+    }
   }
 
   std::printf(
