@@ -1,7 +1,7 @@
 // HostEngine: every copy lands and completes once, whether its worker was spinning or asleep; the
 // eventfd announces completions while the progress loop sleeps (armed), stays quiet while it is
 // awake, and arming with a completion already waiting refuses the sleep; latency copies pass the
-// bulk queued before them; each completion carries its workers' memcpy time.
+// bulk queued before them without stopping it; each completion carries its workers' memcpy time.
 #include "daemon/engines/host/host_engine.hpp"
 
 #include <gtest/gtest.h>
@@ -137,6 +137,24 @@ TEST(HostEngine, ALatencyCopyPassesTheBulkChunksQueuedBeforeIt) {
   EXPECT_EQ(done[1].cookie, 1u);
   EXPECT_TRUE(bulk.landed());
   EXPECT_TRUE(small.landed());
+}
+
+// ...but latency work never stops bulk: one worker handed a bulk copy of two chunks and, in the
+// same submission, a latency copy of fifty finishes the bulk copy first (a bulk chunk after each
+// run of latency chunks).
+TEST(HostEngine, ARunOfLatencyChunksLetsAWaitingBulkChunkThrough) {
+  HostEngine engine(host_options(1), "test");
+  Buffers bulk(2 * 4096);
+  Buffers latency(50 * 4096);
+  CopyRequest both[] = {bulk.copy(1), latency.copy(2)};
+  both[1].queue = EngineQueue::kLatency;
+  engine.submit(both);
+  auto done = completions(engine, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].cookie, 1u) << "bulk waited for all of the latency copy's chunks";
+  EXPECT_EQ(done[1].cookie, 2u);
+  EXPECT_TRUE(bulk.landed());
+  EXPECT_TRUE(latency.landed());
 }
 
 // A copy's engine time is its chunks' memcpy time, summed over the workers that did them: more

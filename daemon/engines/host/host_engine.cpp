@@ -23,6 +23,10 @@ namespace {
 // that ranks sharing it run.
 constexpr auto kWorkerSpin = std::chrono::microseconds(50);
 constexpr auto kPureSpin = std::chrono::microseconds(2);
+// Latency chunks taken in a row before a waiting bulk chunk gets its turn: a tenant's stream of
+// small collectives never stops another's transfer (CopyDispatcher's FairShare does the same
+// for slices, with a bound per class, which alone would not keep latency off every worker).
+constexpr uint32_t kLatencyRun = 8;
 }  // namespace
 
 struct HostEngine::Job {
@@ -120,8 +124,10 @@ std::optional<HostEngine::Chunk> HostEngine::next_chunk() {
       --sleepers_;
     }
     if (stopping_) return std::nullopt;
-    auto& queue = latency_queue_.empty() ? queue_ : latency_queue_;
+    const bool bulk_turn = latency_run_ >= kLatencyRun && !queue_.empty();
+    auto& queue = latency_queue_.empty() || bulk_turn ? queue_ : latency_queue_;
     if (queue.empty()) continue;  // another worker took it
+    latency_run_ = &queue == &latency_queue_ ? latency_run_ + 1 : 0;
     Chunk chunk = queue.front();
     queue.pop_front();
     queued_.store(latency_queue_.size() + queue_.size(), std::memory_order_relaxed);

@@ -2,7 +2,8 @@
 // one copy engine. Large copies are cut into chunks that all workers share; a worker takes the
 // chunks of latency copies (EngineQueue::kLatency, marked while tenants share the node) before any
 // other, so that a tenant's small collective waits for the chunks being copied, not for the bulk
-// queued ahead of it (serves_latency_first). Small ones, up to
+// queued ahead of it (serves_latency_first); after a run of them a waiting bulk chunk goes, so
+// that latency work never stops a transfer. Small ones, up to
 // `inline_bytes` of a submission, the caller copies itself with copy_now(): waking a worker and
 // retiring its completion would cost more than the copy. Workers spin briefly before they sleep,
 // and announce completions on the eventfd only while the progress loop sleeps: a collective's
@@ -64,7 +65,8 @@ class HostEngine final : public Engine {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
-  std::deque<Chunk> latency_queue_;  // taken before queue_
+  std::deque<Chunk> latency_queue_;  // taken before queue_, but for every kLatencyRun-th chunk
+  uint32_t latency_run_ = 0;         // latency chunks taken in a row
   std::deque<Chunk> queue_;
   // Both queues' chunks, for spinning workers to read unlocked.
   std::atomic<std::size_t> queued_{0};
