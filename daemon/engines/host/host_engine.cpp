@@ -127,7 +127,7 @@ std::optional<HostEngine::Chunk> HostEngine::next_chunk() {
     const bool bulk_turn = latency_run_ >= kLatencyRun && !queue_.empty();
     auto& queue = latency_queue_.empty() || bulk_turn ? queue_ : latency_queue_;
     if (queue.empty()) continue;  // another worker took it
-    latency_run_ = &queue == &latency_queue_ ? latency_run_ + 1 : 0;
+    latency_run_ = &queue == &latency_queue_ ? std::min(latency_run_ + 1, kLatencyRun) : 0;
     Chunk chunk = queue.front();
     queue.pop_front();
     queued_.store(latency_queue_.size() + queue_.size(), std::memory_order_relaxed);

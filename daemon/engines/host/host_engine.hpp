@@ -65,8 +65,10 @@ class HostEngine final : public Engine {
 
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
-  std::deque<Chunk> latency_queue_;  // taken before queue_, but for every kLatencyRun-th chunk
-  uint32_t latency_run_ = 0;         // latency chunks taken in a row
+  // Taken before queue_, but that after kLatencyRun latency chunks in a row a waiting bulk chunk
+  // goes.
+  std::deque<Chunk> latency_queue_;
+  uint32_t latency_run_ = 0;  // latency chunks taken in a row, up to kLatencyRun
   std::deque<Chunk> queue_;
   // Both queues' chunks, for spinning workers to read unlocked.
   std::atomic<std::size_t> queued_{0};
