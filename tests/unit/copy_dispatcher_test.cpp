@@ -181,6 +181,18 @@ class Paced : public ::testing::Test {
     const CopyRequest& c = engine.handed.at(engine.completed++);
     copies.complete({c.cookie, code, TransferPath::kCopyEngine, c.bytes});
   }
+  // Completes the slice the engine was handed at `i`, in whatever order, through `d`.
+  void complete_at(std::size_t i, CopyDispatcher& d) {
+    const CopyRequest& c = engine.handed.at(i);
+    d.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
+  }
+  void complete_at(std::size_t i) { complete_at(i, copies); }
+  // Completes every slice handed from `first` on but `done` (completed already), and those that
+  // completing them hands the engine.
+  void complete_rest(std::size_t first, std::size_t done) {
+    for (std::size_t i = first; i < engine.handed.size(); ++i)
+      if (i != done) complete_at(i);
+  }
   // Copies of two other users at once, done at once: the device counts as shared (paced) for
   // the hold after it.
   void share_device() {
@@ -313,7 +325,7 @@ TEST_F(Paced, WhereTheEngineServesLatencyFirstSmallCopiesPassTheBulkBound) {
   ASSERT_EQ(engine.handed.size(), 5u) << "the small copy waited for room in bulk's bound";
   EXPECT_EQ(engine.handed[4].cookie, small.cookie);
   EXPECT_EQ(engine.handed[4].queue, EngineQueue::kLatency);
-  copies.complete({small.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, small.bytes});
+  complete_at(4);
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0].first, 2u);
   EXPECT_EQ(engine.handed.size(), 5u) << "a latency copy's end makes no room for bulk";
@@ -323,11 +335,7 @@ TEST_F(Paced, WhereTheEngineServesLatencyFirstSmallCopiesPassTheBulkBound) {
   EXPECT_EQ(engine.handed[5].bytes, 2 * kMiB) << "beside latency work bulk keeps whole slices";
   EXPECT_EQ(engine.handed[5].queue, EngineQueue::kAny);
   EXPECT_EQ(engine.at_engine(), 8 * kMiB + small.bytes) << "and the whole bound";
-  for (std::size_t i = 1; i < engine.handed.size(); ++i) {
-    if (i == 4) continue;
-    const CopyRequest& c = engine.handed[i];
-    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, c.bytes});
-  }
+  complete_rest(1, 4);
   EXPECT_EQ(owner.done.size(), 2u);
   EXPECT_EQ(engine.handed.size(), 15u + 1u) << "fifteen 2 MiB slices and the small copy";
 }
@@ -359,12 +367,8 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
     EXPECT_EQ(engine.handed[i].queue, EngineQueue::kLatency);
     EXPECT_EQ(engine.handed[i].cookie, small[i - 4].cookie);
   }
-  auto complete = [&](std::size_t i) {
-    const CopyRequest& c = engine.handed.at(i);
-    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
-  };
   // A latency copy's end makes room for latency only.
-  complete(4);
+  complete_at(4);
   ASSERT_EQ(engine.handed.size(), 13u);
   EXPECT_EQ(engine.handed[12].cookie, small[8].cookie);
   EXPECT_EQ(engine.handed[12].queue, EngineQueue::kLatency);
@@ -372,10 +376,10 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   EXPECT_EQ(owner.done[0].first, 10u);
   // Beside latency work bulk gets half the bound (4 MiB) in half slices (1 MiB), on the other
   // engines: its end makes room for bulk only once less than that is at the engine.
-  complete(0);
-  complete(1);
+  complete_at(0);
+  complete_at(1);
   EXPECT_EQ(engine.handed.size(), 13u) << "4 MiB of bulk at the engine: half the bound";
-  complete(2);
+  complete_at(2);
   ASSERT_EQ(engine.handed.size(), 15u);
   for (std::size_t i : {13u, 14u}) {
     EXPECT_EQ(engine.handed[i].cookie, bulk.cookie);
@@ -386,14 +390,14 @@ TEST_F(Paced, WhereAnEngineIsKeptForLatencyWorkSmallCopiesPassTheBulkBound) {
   // A second after the last latency copy, bulk has the whole bound, whole slices and every
   // engine again.
   test_now += std::chrono::seconds(2);
-  complete(3);
+  complete_at(3);
   ASSERT_EQ(engine.handed.size(), 18u);
   for (std::size_t i : {15u, 16u, 17u}) {
     EXPECT_EQ(engine.handed[i].bytes, 2 * kMiB);
     EXPECT_EQ(engine.handed[i].queue, EngineQueue::kAny);
   }
   // Everything ends (what completing hands the engine is completed in turn), each copy once.
-  for (std::size_t i = 5; i < engine.handed.size(); ++i) complete(i);
+  for (std::size_t i = 5; i < engine.handed.size(); ++i) complete_at(i);
   EXPECT_EQ(owner.done.size(), 11u);
   EXPECT_EQ(engine.handed.size(), 4u + 2u + 10u + 10u);  // bulk's slices, then latency's copies
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
@@ -414,15 +418,11 @@ TEST_F(Paced, BesideLatencyWorkBulkMovesUnderTheSmallestBound) {
   tiny.submit(std::span<const CopyRequest>(&small, 1), FlowKey{1001, 2, TrafficClass::kLatency});
   ASSERT_EQ(engine.handed.size(), 2u);
   EXPECT_EQ(engine.handed[1].cookie, small.cookie);
-  auto complete = [&](std::size_t i) {
-    const CopyRequest& c = engine.handed.at(i);
-    tiny.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
-  };
-  complete(0);
+  complete_at(0, tiny);
   ASSERT_EQ(engine.handed.size(), 3u) << "bulk stopped while latency work comes";
   EXPECT_EQ(engine.handed[2].cookie, bulk.cookie);
   EXPECT_EQ(engine.handed[2].bytes, kMiB);
-  for (std::size_t i = 1; i < engine.handed.size(); ++i) complete(i);
+  for (std::size_t i = 1; i < engine.handed.size(); ++i) complete_at(i, tiny);
   EXPECT_EQ(owner.done.size(), 2u);
 }
 
@@ -454,11 +454,7 @@ TEST_F(Paced, ACopyTheEngineDoesNotPaceGoesWholeOutsideTheBound) {
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{2}, ErrorCode::kOk));
   EXPECT_EQ(engine.handed.size(), 6u) << "its end frees no room for paced slices";
-  for (std::size_t i = 1; i < engine.handed.size(); ++i) {
-    if (i == 4) continue;
-    const CopyRequest& c = engine.handed[i];
-    copies.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
-  }
+  complete_rest(1, 4);
   EXPECT_EQ(owner.done.size(), 2u);
   EXPECT_EQ(engine.handed.size(), 10u + 1u) << "ten 2 MiB slices and the whole copy";
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);

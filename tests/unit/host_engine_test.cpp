@@ -120,41 +120,36 @@ TEST(HostEngine, EveryCopyCompletesOnceWhetherItsWorkersSpinOrSleep) {
   EXPECT_EQ(seen.size(), 4 * buffers.size());
 }
 
-// A latency copy's chunks go before the bulk chunks queued ahead of them: one worker handed a bulk
-// copy of a thousand chunks and, in the same submission after it, a latency copy finishes the
-// latency copy first (first in, first out it would finish last).
-TEST(HostEngine, ALatencyCopyPassesTheBulkChunksQueuedBeforeIt) {
+// One worker handed, in one submission, a bulk copy of `bulk_chunks` 4 KiB chunks (cookie 1) and
+// after it a latency copy of `latency_chunks` (cookie 2): the cookies in the order they finished,
+// once both landed.
+std::vector<uint64_t> finish_order(std::size_t bulk_chunks, std::size_t latency_chunks) {
   HostEngine engine(host_options(1), "test");
-  ASSERT_TRUE(engine.serves_latency_first());
-  Buffers bulk(4 << 20);  // 1024 chunks of 4 KiB
-  Buffers small(4096);
-  CopyRequest both[] = {bulk.copy(1), small.copy(2)};
-  both[1].queue = EngineQueue::kLatency;
-  engine.submit(both);
-  auto done = completions(engine, 2);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_EQ(done[0].cookie, 2u) << "the latency copy waited for the bulk copy queued before it";
-  EXPECT_EQ(done[1].cookie, 1u);
-  EXPECT_TRUE(bulk.landed());
-  EXPECT_TRUE(small.landed());
-}
-
-// ...but latency work never stops bulk: one worker handed a bulk copy of two chunks and, in the
-// same submission, a latency copy of fifty finishes the bulk copy first (a bulk chunk after each
-// run of latency chunks).
-TEST(HostEngine, ARunOfLatencyChunksLetsAWaitingBulkChunkThrough) {
-  HostEngine engine(host_options(1), "test");
-  Buffers bulk(2 * 4096);
-  Buffers latency(50 * 4096);
+  EXPECT_TRUE(engine.serves_latency_first());
+  Buffers bulk(bulk_chunks * 4096);
+  Buffers latency(latency_chunks * 4096);
   CopyRequest both[] = {bulk.copy(1), latency.copy(2)};
   both[1].queue = EngineQueue::kLatency;
   engine.submit(both);
-  auto done = completions(engine, 2);
-  ASSERT_EQ(done.size(), 2u);
-  EXPECT_EQ(done[0].cookie, 1u) << "bulk waited for all of the latency copy's chunks";
-  EXPECT_EQ(done[1].cookie, 2u);
+  std::vector<uint64_t> order;
+  for (const CopyCompletion& c : completions(engine, 2)) order.push_back(c.cookie);
   EXPECT_TRUE(bulk.landed());
   EXPECT_TRUE(latency.landed());
+  return order;
+}
+
+// A latency copy's chunks go before the bulk chunks queued ahead of them: a one-chunk latency copy
+// after a bulk copy of a thousand finishes first (first in, first out it would finish last).
+TEST(HostEngine, ALatencyCopyPassesTheBulkChunksQueuedBeforeIt) {
+  EXPECT_EQ(finish_order(1024, 1), (std::vector<uint64_t>{2, 1}))
+      << "the latency copy waited for the bulk copy queued before it";
+}
+
+// ...but latency work never stops bulk: a two-chunk bulk copy before a latency copy of fifty
+// finishes first (a bulk chunk after each run of latency chunks).
+TEST(HostEngine, ARunOfLatencyChunksLetsAWaitingBulkChunkThrough) {
+  EXPECT_EQ(finish_order(2, 50), (std::vector<uint64_t>{1, 2}))
+      << "bulk waited for all of the latency copy's chunks";
 }
 
 // A copy's engine time is its chunks' memcpy time, summed over the workers that did them: more

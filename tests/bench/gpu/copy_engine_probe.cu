@@ -164,9 +164,17 @@ struct Latency {
   double seconds;
 };
 
-// How the small copies go: one, or three separately, or three in one batch, or one and then a
-// batch of three, or four in one batch, or four each with its counter.
-enum class Small { kOne, kThree, kThreeBatched, kOneThenThreeBatched, kFourBatched, kFourCounted };
+// How the small copies go: none, one, or three separately, or three in one batch, or one and
+// then a batch of three, or four in one batch, or four each with its counter.
+enum class Small {
+  kNone,
+  kOne,
+  kThree,
+  kThreeBatched,
+  kOneThenThreeBatched,
+  kFourBatched,
+  kFourCounted
+};
 
 // A 4 KiB copy (or more) on the last stream every `gap` (after the last retired) for 0.3 s while
 // the bulk streams move slices of `slice` under `window` bytes in flight (window 0: no bulk
@@ -195,9 +203,11 @@ Latency latency(Probe& p, uint64_t slice, uint64_t window, Small how,
     in_flight -= retired;
     moved += retired;
     const auto now = Clock::now();
-    if (!small_out && now >= next_small && now < end) {
+    if (how != Small::kNone && !small_out && now >= next_small && now < end) {
       issued_at = Clock::now();
       switch (how) {
+        case Small::kNone:
+          break;
         case Small::kOne:
           p.issue(small, small_offset, kSmall);
           break;
@@ -370,7 +380,7 @@ int main(int argc, char** argv) {
       "| of bulk alone | bulk us lost per small copy |\n");
   std::printf("| ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
   for (const Case c : {Case{MiB, 2 * MiB}, Case{2 * MiB, 4 * MiB}}) {
-    const Latency alone = latency(p, c.slice, c.window, Small::kOne, std::chrono::seconds(10));
+    const Latency alone = latency(p, c.slice, c.window, Small::kNone);
     std::printf("| %s | %s | none | 0 | %.2f | 1.00 | - |\n", mib(c.slice).c_str(),
                 mib(c.window).c_str(), alone.bulk_gbps);
     struct Way {
