@@ -6,13 +6,20 @@
 
 namespace iris::daemon {
 
+namespace {
+// bytes x scale, at most UINT64_MAX (an operator may set a bound of "everything").
+uint64_t times(uint64_t bytes, uint32_t scale) {
+  return bytes > UINT64_MAX / scale ? UINT64_MAX : bytes * scale;
+}
+}  // namespace
+
 uint64_t queue_bytes_for(const std::string& engine_name) {
   return engine_name == "host" ? 8ull << 20 : 4ull << 20;
 }
 
 CopyDispatcher::CopyDispatcher(Engine& engine, Stats& stats, Pacing pacing,
                                Clock::time_point (*now)())
-    : engine_(engine), stats_(stats), pacing_(pacing), now_(now), lanes_(kDeviceSlots) {
+    : engine_(engine), stats_(stats), pacing_(pacing), now_(now), lanes_(2 * kDeviceSlots) {
   if (pacing_.queue_bytes == kEngineQueueBytesAuto)
     pacing_.queue_bytes = queue_bytes_for(engine.description().name);
 }
@@ -33,7 +40,6 @@ CopyDispatcher::Slot& CopyDispatcher::take_slot(CopyRequest& copy) {
   slot.slices_out = 0;
   slot.in_flight_bytes = 0;
   slot.all_issued = false;
-  slot.unpaced = false;
   slot.error = ErrorCode::kOk;
   add_from_loop(stats_.devices[slot.device].copies_in_flight, 1);
   copy.cookie = (uint64_t{slot.generation} << 32) | index;
@@ -48,11 +54,17 @@ CopyDispatcher::Slot* CopyDispatcher::slot_of(uint64_t cookie) {
   return &slots_[index];
 }
 
-CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t device) {
-  auto& l = lanes_[device];
+std::size_t CopyDispatcher::lane_index(std::size_t device, uint32_t scale) {
+  return scale > 1 ? kDeviceSlots + device : device;
+}
+
+CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t index, uint32_t scale) {
+  auto& l = lanes_[index];
   if (!l) {
-    l = std::make_unique<Lane>(FairShare::Options{pacing_.slice_bytes, pacing_.bulk_every});
+    l = std::make_unique<Lane>(
+        FairShare::Options{times(pacing_.slice_bytes, scale), pacing_.bulk_every}, scale);
     // Slot 0 is host memory; the last slot also counts the devices past the slots.
+    const std::size_t device = index % kDeviceSlots;
     l->latency_engine = device > 0 && device + 1 < kDeviceSlots &&
                         engine_.keeps_latency_engine(static_cast<int>(device) - 1);
     l->latency_bound = l->latency_engine || engine_.serves_latency_first();
@@ -113,7 +125,9 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     slot.uid = flow.uid;
     slot.user = user;
     slot.bytes = c.bytes;
-    Lane& l = lane(slot.device);
+    const uint32_t scale = std::max(engine_.pace_scale(c), 1u);
+    slot.lane = lane_index(slot.device, scale);
+    Lane& l = lane(slot.lane, scale);
     if (flow.uid != kDaemonUid) {  // irisd's staging shares with its job
       const auto of = l.copies_of.find(flow.uid);
       if (of != l.copies_of.end())
@@ -123,17 +137,13 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     }
     if (flow.cls == TrafficClass::kLatency) l.latency_until = now + kSharedHold;
     if (l.copies_of.size() > 1 || users_ > 1) shared_until_ = l.shared_until = now + kSharedHold;
-    slot.unpaced = pacing_.queue_bytes != 0 && !engine_.paced(c);
-    if (pacing_.queue_bytes == 0 || slot.unpaced || (now >= l.shared_until && l.fair.empty())) {
+    if (pacing_.queue_bytes == 0 || (now >= l.shared_until && l.fair.empty())) {
       slot.slices_out = 1;  // whole, straight to the engine
       slot.in_flight_bytes = c.bytes;
       slot.all_issued = true;
       if (l.in_flight == 0) l.busy_from = now;
       l.in_flight += c.bytes;
-      if (slot.unpaced)
-        l.unpaced_in_flight += c.bytes;
-      else if (flow.cls == TrafficClass::kLatency)
-        l.latency_in_flight += c.bytes;
+      if (flow.cls == TrafficClass::kLatency) l.latency_in_flight += c.bytes;
       batch_.push_back(c);
       continue;
     }
@@ -141,8 +151,8 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     slot.request = c;
     slot.queued_at = now;
     l.fair.push(flow, c.cookie, c.bytes);
-    if (std::find(paced_lanes_.begin(), paced_lanes_.end(), slot.device) == paced_lanes_.end())
-      paced_lanes_.push_back(slot.device);
+    if (std::find(paced_lanes_.begin(), paced_lanes_.end(), slot.lane) == paced_lanes_.end())
+      paced_lanes_.push_back(slot.lane);
   }
   if (all_whole) {
     batch_.clear();
@@ -151,15 +161,14 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     engine_.submit(batch_);
   }
   batch_.clear();
-  for (std::size_t device : paced_lanes_) pump(device);
+  for (std::size_t index : paced_lanes_) pump(index);
 }
 
-void CopyDispatcher::pump(std::size_t device) {
-  Lane& l = lane(device);
+void CopyDispatcher::pump(std::size_t index) {
+  Lane& l = lane(index);
   batch_.clear();
   const auto now = now_();
-  const uint64_t bound = pacing_.queue_bytes;
-  auto paced_in_flight = [&l] { return l.in_flight - l.unpaced_in_flight; };
+  const uint64_t bound = times(pacing_.queue_bytes, l.scale);
   if (l.latency_bound) {
     while (l.latency_in_flight < bound && take(l, l.fair.next(TrafficClass::kLatency), now)) {
     }
@@ -167,12 +176,13 @@ void CopyDispatcher::pump(std::size_t device) {
     // header says why); an engine that serves latency first needs no such room.
     const bool beside_latency = l.latency_engine && now < l.latency_until;
     const uint64_t bulk_bound = beside_latency ? std::max<uint64_t>(bound / 2, 1) : bound;
-    const uint64_t bulk_slice = beside_latency ? pacing_.slice_bytes / 2 : pacing_.slice_bytes;
-    while (paced_in_flight() - l.latency_in_flight < bulk_bound &&
+    const uint64_t slice = times(pacing_.slice_bytes, l.scale);
+    const uint64_t bulk_slice = beside_latency ? slice / 2 : slice;
+    while (l.in_flight - l.latency_in_flight < bulk_bound &&
            take(l, l.fair.next(TrafficClass::kBulk, bulk_slice), now)) {
     }
   } else {
-    while (paced_in_flight() < bound && take(l, l.fair.next(), now)) {
+    while (l.in_flight < bound && take(l, l.fair.next(), now)) {
     }
   }
   if (batch_.empty()) return;
@@ -248,9 +258,9 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   if (completion.code != ErrorCode::kOk && slot->error == ErrorCode::kOk)
     slot->error = completion.code;
   slot->path = completion.path;
-  const std::size_t device = slot->device;
-  count_bytes(device, completion.code, completion.path, completion.bytes);
-  Lane& l = lane(device);
+  count_bytes(slot->device, completion.code, completion.path, completion.bytes);
+  const std::size_t index = slot->lane;
+  Lane& l = lane(index);
   const auto now = now_();
   // The engine's own account of its time where it has one; else the time since the device's
   // last completion (or since it became busy).
@@ -264,16 +274,14 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   stats_.count_engine_work(static_cast<std::size_t>(slot->cls), slot->user, completion.bytes,
                            engine_ns);
   l.in_flight -= std::min(bytes, l.in_flight);
-  if (slot->unpaced)
-    l.unpaced_in_flight -= std::min(bytes, l.unpaced_in_flight);
-  else if (slot->cls == TrafficClass::kLatency)
+  if (slot->cls == TrafficClass::kLatency)
     l.latency_in_flight -= std::min(bytes, l.latency_in_flight);
   if (slot->all_issued && slot->slices_out == 0) {
     const auto of = l.copies_of.find(slot->uid);
     if (of != l.copies_of.end() && --of->second == 0) l.copies_of_spares.erase(l.copies_of, of);
     finish(static_cast<uint32_t>(completion.cookie & 0xffffffffu), completion);
   }
-  if (!l.fair.empty()) pump(device);
+  if (!l.fair.empty()) pump(index);
 }
 
 void CopyDispatcher::finish(uint32_t index, const CopyCompletion& last) {

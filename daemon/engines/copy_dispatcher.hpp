@@ -27,10 +27,12 @@
 // slices before its queued bulk (the host engine's workers), latency slices also have a bound of
 // their own and bulk keeps the whole one: only the chunks being copied stand before them.
 // A copy completes for its owner once its last slice did. A user alone on the node hands the
-// engine each copy whole, as without pacing: a single job pays nothing for it. So does a copy the
-// engine runs far faster than the bound's link (Engine::paced: CUDA's copies within one GPU, on its
-// SMs at the memory's speed), outside the bound: paced, 2 MiB slices of it went to the engine no
-// faster than irisd saw each end, a fifth of its speed on an H100.
+// engine each copy whole, as without pacing: a single job pays nothing for it. A copy whose path
+// the engine runs many times faster than the bound's link (Engine::pace_scale: CUDA's copies
+// within one GPU) waits in a lane of its own with the bound and slices that many times larger:
+// at the PCIe bound, 2 MiB slices of it went to the engine no faster than irisd saw each end, a
+// fifth of its speed on an H100; whole and unpaced, a tenant's small copies within the GPU waited
+// for the other's whole 1 GiB of copies (17-24x of alone).
 #pragma once
 
 #include <chrono>
@@ -149,16 +151,17 @@ class CopyDispatcher final : public Poller {
     uint64_t in_flight_bytes = 0;
     uint32_t slices_out = 0;
     bool all_issued = false;
-    bool unpaced = false;  // Engine::paced said no: whole, outside the lane's bound
+    std::size_t lane = 0;  // its index in lanes_
     ErrorCode error = ErrorCode::kOk;
     TransferPath path = TransferPath::kCopyEngine;
   };
+  // The copies of one device on one path (Engine::pace_scale), paced under one bound.
   struct Lane {
-    explicit Lane(FairShare::Options options) : fair(options) {}
+    Lane(FairShare::Options options, uint32_t scale) : fair(options), scale(scale) {}
     FairShare fair;
+    uint32_t scale;                  // times the configured bound and slices
     uint64_t in_flight = 0;          // bytes of slices at the engine
     uint64_t latency_in_flight = 0;  // of which latency work
-    uint64_t unpaced_in_flight = 0;  // of which copies the engine does not pace (outside bounds)
     // The device keeps a copy engine for latency work (Engine::keeps_latency_engine): each class
     // has its own bound then, and bulk slices stay off that engine until latency_until (for
     // kSharedHold after the last latency copy): a tenant whose neighbour only has a session
@@ -180,11 +183,15 @@ class CopyDispatcher final : public Poller {
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
   Slot& take_slot(CopyRequest& copy);
   Slot* slot_of(uint64_t cookie);
-  Lane& lane(std::size_t device);
+  // A device slot's lane for copies of `scale` (Engine::pace_scale): the first kDeviceSlots
+  // lanes are the devices' at scale 1, the next their faster path's.
+  static std::size_t lane_index(std::size_t device, uint32_t scale);
+  // The lane at `index`, made at `scale` on first use.
+  Lane& lane(std::size_t index, uint32_t scale = 1);
   // `uid`'s slot in Stats::users, given on first sight.
   std::size_t user_slot(uint32_t uid);
-  // Hands the device's engines slices while it has room.
-  void pump(std::size_t device);
+  // Hands the lane's engines slices while it has room.
+  void pump(std::size_t index);
   // Adds slice `s` (none: false) of lane `l` to batch_.
   bool take(Lane& l, const std::optional<FairShare::Slice>& s, Clock::time_point now);
   // The copy in `slot` ended (`code`): its owner learns it, the slot is free again.
@@ -198,7 +205,7 @@ class CopyDispatcher final : public Poller {
   Stats& stats_;
   Pacing pacing_;
   Clock::time_point (*now_)();
-  std::vector<std::unique_ptr<Lane>> lanes_;  // by device slot, made on first use
+  std::vector<std::unique_ptr<Lane>> lanes_;  // by lane_index, made on first use
   std::map<uint32_t, uint32_t> weights_;
   std::map<uint32_t, std::size_t> user_slots_;
   std::vector<CopyRequest> batch_;

@@ -177,11 +177,12 @@ class Engine {
   // being copied stand in its way, however much bulk is queued, and CopyDispatcher gives latency
   // work a bound of its own while bulk keeps the whole bound.
   virtual bool serves_latency_first() const { return false; }
-  // Whether CopyDispatcher paces `copy` (slices it, counts it against the device's bound) while
-  // tenants share the device. The bound is worth a few hundred microseconds of a copy engine on
-  // PCIe; a copy the engine runs many times faster (a GPU's SMs copying within its memory) would
-  // spend more time waiting for irisd to hand over its next slice than copying.
-  virtual bool paced(const CopyRequest& copy) const { return true; }
+  // How many times the device's bound and slices CopyDispatcher gives `copy`'s path while tenants
+  // share the device (1: the bound as configured). The bound is meant as a bounded time of the
+  // engines' work, sized for a copy engine on PCIe; a path many times faster (a GPU copying within
+  // its own memory) gets a lane of its own with a bound as many times larger, or it would spend
+  // more time waiting for irisd to hand over its next slice than copying.
+  virtual uint32_t pace_scale(const CopyRequest& copy) const { return 1; }
   // Copies between host memory are cheaper to do on the calling thread at once than to hand over
   // (a memcpy of a small block costs less than waking a host-engine worker, or a copy engine's
   // round trip, and retiring the completion later), up to a budget per submission

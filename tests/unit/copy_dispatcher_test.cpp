@@ -149,8 +149,8 @@ class RecordingEngine final : public Engine {
   int completion_fd() const override { return -1; }
   bool keeps_latency_engine(int) const override { return latency_engine; }
   bool serves_latency_first() const override { return latency_first; }
-  // As CUDA's engine: a copy within one GPU is not paced (it runs on the GPU's SMs).
-  bool paced(const CopyRequest& c) const override { return !within_one_gpu(c); }
+  // As CUDA's engine: a copy within one GPU has a faster path (here 4 times the bound's).
+  uint32_t pace_scale(const CopyRequest& c) const override { return within_one_gpu(c) ? 4 : 1; }
   uint64_t at_engine() const {
     uint64_t bytes = 0;
     for (std::size_t i = completed; i < handed.size(); ++i) bytes += handed[i].bytes;
@@ -426,37 +426,44 @@ TEST_F(Paced, BesideLatencyWorkBulkMovesUnderTheSmallestBound) {
   EXPECT_EQ(owner.done.size(), 2u);
 }
 
-// A copy the engine does not pace (within one GPU) goes whole at once, whatever is at the engine
-// or waiting, and counts against no bound: the paced copies beside it get their slices as before.
-TEST_F(Paced, ACopyTheEngineDoesNotPaceGoesWholeOutsideTheBound) {
+// A copy on a faster path (within one GPU, 4 times here) waits in a lane of its own with 4 times
+// the bound and the slices: neither lane's slices wait for room in the other's.
+TEST_F(Paced, ACopyOnAFasterPathIsPacedInALaneOfItsOwnAtAScaledBound) {
   copies.set_users(2);
   auto copy = [&](uint64_t at, uint64_t bytes, int src_device) {
     return CopyRequest{memory.data(), memory.data() + at, bytes, 0, src_device, 0};
   };
-  CopyRequest over_pcie = copy(32 * kMiB, 20 * kMiB, kHostMemory);
+  CopyRequest over_pcie = copy(48 * kMiB, 16 * kMiB, kHostMemory);
   copies.track(over_pcie, owner, 1);
   copies.submit(std::span<const CopyRequest>(&over_pcie, 1), FlowKey{1000, 1, TrafficClass::kBulk});
-  ASSERT_EQ(engine.handed.size(), 4u);
-  CopyRequest within_gpu = copy(8 * kMiB, 24 * kMiB, 0);
+  ASSERT_EQ(engine.handed.size(), 4u) << "8 MiB in 2 MiB slices";
+  CopyRequest within_gpu = copy(8 * kMiB, 40 * kMiB, 0);
   copies.track(within_gpu, owner, 2);
   copies.submit(std::span<const CopyRequest>(&within_gpu, 1),
                 FlowKey{1001, 2, TrafficClass::kBulk});
-  ASSERT_EQ(engine.handed.size(), 5u) << "the copy within the GPU waits for no room";
-  EXPECT_EQ(engine.handed[4].cookie, within_gpu.cookie);
-  EXPECT_EQ(engine.handed[4].bytes, within_gpu.bytes);
-  // Its bytes at the engine leave the paced copy's bound as it was: a slice's end makes room for
-  // the next slice.
-  complete_next();
-  ASSERT_EQ(engine.handed.size(), 6u);
-  EXPECT_EQ(engine.handed[5].cookie, over_pcie.cookie);
-  // The copy within the GPU ends, then every slice; each copy completes once.
-  copies.complete({within_gpu.cookie, ErrorCode::kOk, TransferPath::kComputeUnits, 24 * kMiB});
+  ASSERT_EQ(engine.handed.size(), 8u) << "32 MiB in 8 MiB slices, beside the full PCIe lane";
+  for (std::size_t i = 4; i < 8; ++i) {
+    EXPECT_EQ(engine.handed[i].cookie, within_gpu.cookie);
+    EXPECT_EQ(engine.handed[i].bytes, 8 * kMiB);
+  }
+  // A slice's end makes room in its own lane only.
+  complete_at(4);
+  ASSERT_EQ(engine.handed.size(), 9u);
+  EXPECT_EQ(engine.handed[8].cookie, within_gpu.cookie);
+  EXPECT_EQ(engine.handed[8].bytes, 8 * kMiB) << "the last of five";
+  complete_at(5);
+  EXPECT_EQ(engine.handed.size(), 9u) << "nothing of the copy within the GPU is left";
+  complete_at(0);
+  ASSERT_EQ(engine.handed.size(), 10u);
+  EXPECT_EQ(engine.handed[9].cookie, over_pcie.cookie);
+  EXPECT_EQ(engine.handed[9].bytes, 2 * kMiB);
+  for (std::size_t i = 6; i < 9; ++i) complete_at(i);
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{2}, ErrorCode::kOk));
-  EXPECT_EQ(engine.handed.size(), 6u) << "its end frees no room for paced slices";
-  complete_rest(1, 4);
+  for (std::size_t i : {1, 2, 3}) complete_at(i);
+  complete_rest(9, SIZE_MAX);
   EXPECT_EQ(owner.done.size(), 2u);
-  EXPECT_EQ(engine.handed.size(), 10u + 1u) << "ten 2 MiB slices and the whole copy";
+  EXPECT_EQ(engine.handed.size(), 5u + 8u) << "five 8 MiB slices and eight 2 MiB ones";
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
 }
 

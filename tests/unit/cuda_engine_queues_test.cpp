@@ -88,16 +88,17 @@ TEST_F(CudaEngineQueues, AGpuWithOneCopyEngineKeepsNone) {
   EXPECT_FALSE(engine->keeps_latency_engine(0));
 }
 
-// Copies within one GPU run on its SMs: irisd does not pace them (CopyDispatcher); copies over
-// PCIe are paced, either way.
-TEST_F(CudaEngineQueues, CopiesWithinOneGpuAreNotPacedThoseOverPcieAre) {
+// Copies within one GPU run at the memory's speed: CopyDispatcher paces them in a lane of their
+// own with a bound and slices kWithinGpuPaceScale times larger; copies over PCIe at the bound.
+TEST_F(CudaEngineQueues, CopiesWithinOneGpuArePacedAtALargerBoundThoseOverPcieAtTheBound) {
   auto request = [&](int src_device, int dst_device) {
     return CopyRequest{host.data(), host.data(), 4096, 0, src_device, dst_device};
   };
-  EXPECT_FALSE(engine->paced(request(0, 0)));
-  EXPECT_TRUE(engine->paced(request(kHostMemory, 0)));
-  EXPECT_TRUE(engine->paced(request(0, kHostMemory)));
-  EXPECT_TRUE(engine->paced(request(kHostMemory, kHostMemory)));
+  EXPECT_GT(CudaEngine::kWithinGpuPaceScale, 1u);
+  EXPECT_EQ(engine->pace_scale(request(0, 0)), CudaEngine::kWithinGpuPaceScale);
+  EXPECT_EQ(engine->pace_scale(request(kHostMemory, 0)), 1u);
+  EXPECT_EQ(engine->pace_scale(request(0, kHostMemory)), 1u);
+  EXPECT_EQ(engine->pace_scale(request(kHostMemory, kHostMemory)), 1u);
 }
 
 }  // namespace

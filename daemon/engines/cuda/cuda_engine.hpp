@@ -67,9 +67,16 @@ class CudaEngine final : public Engine {
   bool keeps_latency_engine(int device) const override {
     return devices_.at(static_cast<std::size_t>(device)).streams.size() > 1;
   }
-  // CUDA runs a copy within one GPU on its SMs, at the memory's speed (1.5 TB/s on an H100, against
-  // 55 GB/s over PCIe): sliced at the PCIe bound it ran at a fifth of that.
-  bool paced(const CopyRequest& copy) const override { return !within_one_gpu(copy); }
+  // A copy within one GPU runs at the memory's speed (~1.5 TB/s on an H100, against 55 GB/s over
+  // PCIe), and each slice costs it far more than over PCIe: on an H100, beside a tenant's 4 KiB-
+  // 1 MiB all-gathers, a tenant's 256 MiB ones ran at 0.29-0.30 of alone in 8 MiB slices, 0.55 in
+  // 16 MiB, 0.80-0.85 in 32 MiB (the default's 128 MiB in 64 MiB slices, halved beside latency
+  // work) and 0.98-0.99 in 64 MiB, where the small all-gathers' p50 was up to 8x of alone against
+  // 0.8-2.7x at 32 MiB; whole, they waited for the other's whole 1 GiB of copies (~700 us, 17-24x).
+  static constexpr uint32_t kWithinGpuPaceScale = 32;
+  uint32_t pace_scale(const CopyRequest& copy) const override {
+    return within_one_gpu(copy) ? kWithinGpuPaceScale : 1;
+  }
   std::shared_ptr<void> prepare_host_memory(void* base, uint64_t bytes) override;
   ImportedMemory import_device_memory(const DeviceBufferExport& exported) override;
   void write_device_word(int device, std::byte* address, uint32_t value) override;
