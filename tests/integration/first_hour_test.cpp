@@ -188,6 +188,20 @@ TEST(FirstHour, BadFlagsAndConfigKeysAreNamed) {
       << ctl.output;
 }
 
+// irisd --version (and iris-ctl status, the build metric) names the commit the binary was built
+// from, read at build time: read at configure time, it named a commit days old after incremental
+// builds.
+TEST(FirstHour, VersionNamesTheCommitItWasBuiltFrom) {
+  const auto head =
+      run_program({"/usr/bin/git", "-C", IRIS_TEST_SOURCE_DIR, "rev-parse", "--short", "HEAD"});
+  if (head.exit_code != 0 || head.output.empty())
+    GTEST_SKIP() << "not a git checkout (or no git): the build names its commit 'unknown'";
+  const std::string commit = head.output.substr(0, head.output.find_first_of("\r\n"));
+  auto version = run_program({irisd_path(), "--version"});
+  EXPECT_NE(version.output.find("(" + commit + " "), std::string::npos)
+      << version.output << " does not name HEAD " << commit << ": rebuild before testing";
+}
+
 TEST(FirstHour, BarrierAndWaitAll) {
   DaemonProcess daemon;
   auto a = Client::connect(options_for(daemon));
