@@ -53,12 +53,14 @@ std::optional<Config> parse_config(int argc, char** argv, int& exit_code) {
                  "engines that serve them (0: never)")
       ->capture_default_str();
   std::string queue_bytes = "auto";
-  app.add_option("--engine-queue-bytes", queue_bytes,
-                 "every engine: bytes of copies irisd hands a device's engines at once; the rest "
-                 "wait in irisd and leave in slices, latency work first, bulk fairly between "
-                 "users, so a small collective waits behind about that much; only while two "
-                 "users share the node (auto: 4 MiB on GPU engines, 8 MiB on the host engine; 0: "
-                 "every copy straight to the engine, first come first served)")
+  app.add_option(
+         "--engine-queue-bytes", queue_bytes,
+         "every engine: bytes of copies irisd hands a device's engines at once; the rest "
+         "wait in irisd and leave in slices, latency work first, bulk fairly between "
+         "users, so a small collective waits behind about that much; only while two "
+         "users share the node (auto: 4 MiB on GPU engines, 8 MiB on the host engine; copies "
+         "within one GPU, ~30 times faster, 32 times both this and the slice; 0: every copy "
+         "straight to the engine, first come first served)")
       ->check([](const std::string& v) -> std::string {
         if (v == "auto") return "";
         try {
