@@ -54,23 +54,20 @@ CopyDispatcher::Slot* CopyDispatcher::slot_of(uint64_t cookie) {
   return &slots_[index];
 }
 
-std::size_t CopyDispatcher::lane_index(std::size_t device, uint32_t scale) {
-  return scale > 1 ? kDeviceSlots + device : device;
-}
-
-CopyDispatcher::Lane& CopyDispatcher::lane(std::size_t index, uint32_t scale) {
+std::size_t CopyDispatcher::open_lane(std::size_t device, uint32_t scale) {
+  const std::size_t index = scale > 1 ? kDeviceSlots + device : device;
   auto& l = lanes_[index];
   if (!l) {
-    l = std::make_unique<Lane>(
-        FairShare::Options{times(pacing_.slice_bytes, scale), pacing_.bulk_every}, scale);
+    const uint64_t slice = times(pacing_.slice_bytes, scale);
+    l = std::make_unique<Lane>(FairShare::Options{slice, pacing_.bulk_every},
+                               times(pacing_.queue_bytes, scale), slice);
     // Slot 0 is host memory; the last slot also counts the devices past the slots.
-    const std::size_t device = index % kDeviceSlots;
     l->latency_engine = device > 0 && device + 1 < kDeviceSlots &&
                         engine_.keeps_latency_engine(static_cast<int>(device) - 1);
     l->latency_bound = l->latency_engine || engine_.serves_latency_first();
     for (const auto& [uid, weight] : weights_) l->fair.set_weight(uid, weight);
   }
-  return *l;
+  return index;
 }
 
 TrafficClass CopyDispatcher::class_of(uint64_t largest_copy, RequestedClass requested,
@@ -126,8 +123,8 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
     slot.user = user;
     slot.bytes = c.bytes;
     const uint32_t scale = std::max(engine_.pace_scale(c), 1u);
-    slot.lane = lane_index(slot.device, scale);
-    Lane& l = lane(slot.lane, scale);
+    slot.lane = open_lane(slot.device, scale);
+    Lane& l = *lanes_[slot.lane];
     if (flow.uid != kDaemonUid) {  // irisd's staging shares with its job
       const auto of = l.copies_of.find(flow.uid);
       if (of != l.copies_of.end())
@@ -165,10 +162,10 @@ void CopyDispatcher::submit(std::span<const CopyRequest> copies, const FlowKey& 
 }
 
 void CopyDispatcher::pump(std::size_t index) {
-  Lane& l = lane(index);
+  Lane& l = *lanes_[index];
   batch_.clear();
   const auto now = now_();
-  const uint64_t bound = times(pacing_.queue_bytes, l.scale);
+  const uint64_t bound = l.bound;
   if (l.latency_bound) {
     while (l.latency_in_flight < bound && take(l, l.fair.next(TrafficClass::kLatency), now)) {
     }
@@ -176,8 +173,7 @@ void CopyDispatcher::pump(std::size_t index) {
     // header says why); an engine that serves latency first needs no such room.
     const bool beside_latency = l.latency_engine && now < l.latency_until;
     const uint64_t bulk_bound = beside_latency ? std::max<uint64_t>(bound / 2, 1) : bound;
-    const uint64_t slice = times(pacing_.slice_bytes, l.scale);
-    const uint64_t bulk_slice = beside_latency ? slice / 2 : slice;
+    const uint64_t bulk_slice = beside_latency ? l.slice / 2 : l.slice;
     while (l.in_flight - l.latency_in_flight < bulk_bound &&
            take(l, l.fair.next(TrafficClass::kBulk, bulk_slice), now)) {
     }
@@ -260,7 +256,7 @@ void CopyDispatcher::complete(const CopyCompletion& completion) {
   slot->path = completion.path;
   count_bytes(slot->device, completion.code, completion.path, completion.bytes);
   const std::size_t index = slot->lane;
-  Lane& l = lane(index);
+  Lane& l = *lanes_[index];
   const auto now = now_();
   // The engine's own account of its time where it has one; else the time since the device's
   // last completion (or since it became busy).

@@ -157,9 +157,10 @@ class CopyDispatcher final : public Poller {
   };
   // The copies of one device on one path (Engine::pace_scale), paced under one bound.
   struct Lane {
-    Lane(FairShare::Options options, uint32_t scale) : fair(options), scale(scale) {}
+    Lane(FairShare::Options options, uint64_t bound, uint64_t slice)
+        : fair(options), bound(bound), slice(slice) {}
     FairShare fair;
-    uint32_t scale;                  // times the configured bound and slices
+    uint64_t bound, slice;           // the configured ones times the path's Engine::pace_scale
     uint64_t in_flight = 0;          // bytes of slices at the engine
     uint64_t latency_in_flight = 0;  // of which latency work
     // The device keeps a copy engine for latency work (Engine::keeps_latency_engine): each class
@@ -183,11 +184,10 @@ class CopyDispatcher final : public Poller {
   // A free slot for `copy`, its cookie written into it and counted in flight on its device.
   Slot& take_slot(CopyRequest& copy);
   Slot* slot_of(uint64_t cookie);
-  // A device slot's lane for copies of `scale` (Engine::pace_scale): the first kDeviceSlots
-  // lanes are the devices' at scale 1, the next their faster path's.
-  static std::size_t lane_index(std::size_t device, uint32_t scale);
-  // The lane at `index`, made at `scale` on first use.
-  Lane& lane(std::size_t index, uint32_t scale = 1);
+  // The index in lanes_ of a device slot's lane for copies of `scale` (Engine::pace_scale), made
+  // on first use: the first kDeviceSlots lanes are the devices' at scale 1, the next their faster
+  // path's.
+  std::size_t open_lane(std::size_t device, uint32_t scale);
   // `uid`'s slot in Stats::users, given on first sight.
   std::size_t user_slot(uint32_t uid);
   // Hands the lane's engines slices while it has room.
@@ -205,7 +205,7 @@ class CopyDispatcher final : public Poller {
   Stats& stats_;
   Pacing pacing_;
   Clock::time_point (*now_)();
-  std::vector<std::unique_ptr<Lane>> lanes_;  // by lane_index, made on first use
+  std::vector<std::unique_ptr<Lane>> lanes_;  // by open_lane's index, made on first use
   std::map<uint32_t, uint32_t> weights_;
   std::map<uint32_t, std::size_t> user_slots_;
   std::vector<CopyRequest> batch_;

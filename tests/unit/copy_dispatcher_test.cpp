@@ -187,9 +187,9 @@ class Paced : public ::testing::Test {
     d.complete({c.cookie, ErrorCode::kOk, TransferPath::kCopyEngine, c.bytes});
   }
   void complete_at(std::size_t i) { complete_at(i, copies); }
-  // Completes every slice handed from `first` on but `done` (completed already), and those that
-  // completing them hands the engine.
-  void complete_rest(std::size_t first, std::size_t done) {
+  // Completes every slice handed from `first` on but `done` (completed already; none by default),
+  // and those that completing them hands the engine.
+  void complete_rest(std::size_t first, std::size_t done = SIZE_MAX) {
     for (std::size_t i = first; i < engine.handed.size(); ++i)
       if (i != done) complete_at(i);
   }
@@ -461,7 +461,7 @@ TEST_F(Paced, ACopyOnAFasterPathIsPacedInALaneOfItsOwnAtAScaledBound) {
   ASSERT_EQ(owner.done.size(), 1u);
   EXPECT_EQ(owner.done[0], std::make_pair(uint64_t{2}, ErrorCode::kOk));
   for (std::size_t i : {1, 2, 3}) complete_at(i);
-  complete_rest(9, SIZE_MAX);
+  complete_rest(9);
   EXPECT_EQ(owner.done.size(), 2u);
   EXPECT_EQ(engine.handed.size(), 5u + 8u) << "five 8 MiB slices and eight 2 MiB ones";
   EXPECT_EQ(stats.devices[1].copies_in_flight.load(), 0u);
